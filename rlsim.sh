@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One-command set-up for rlsim on Debian bookworm (root, or a user with sudo):
+#   ./rlsim.sh run [SCENARIO] [rlsim run options]   install, configure, build, run the simulator
+#                                                   (default scenario: scenarios/default.yaml)
+#   ./rlsim.sh test                                 install, configure, build, run the test suite
+#   ./rlsim.sh build                                install, configure, build only
+# Missing Debian packages are installed with apt-get; configuration happens once (build/).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+PACKAGES=(
+  cmake make g++ pkg-config
+  libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  libeigen3-dev libboost-graph-dev libboost-iostreams-dev libboost-filesystem-dev
+  libcsv-dev libgnuplot-iostream-dev gnuplot-nox fonts-liberation
+  libgtest-dev
+)
+
+install_missing() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "rlsim.sh: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+}
+
+build() {
+  install_missing
+  if [ ! -f build/CMakeCache.txt ]; then
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRLSIM_WERROR=ON >&2
+  fi
+  cmake --build build -j "$(nproc)" >&2
+}
+
+cmd="${1:-run}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  run)
+    build
+    if [ $# -eq 0 ]; then set -- scenarios/default.yaml; fi
+    exec ./build/rlsim run "$@"
+    ;;
+  test)
+    build
+    exec ctest --test-dir build --output-on-failure -j "$(nproc)"
+    ;;
+  build)
+    build
+    ;;
+  *)
+    echo "usage: $0 run [SCENARIO] [OPTIONS] | test | build" >&2
+    exit 2
+    ;;
+esac

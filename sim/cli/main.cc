@@ -1,0 +1,164 @@
+// The `rlsim` executable. Exit status (SCENARIO.md): 0 success; 1 a check the command exists to
+// make failed; 2 bad input (file:line:column where there is one); 3 internal error (a bug).
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "analysis/report.h"
+#include "models/precision/recipe.h"
+#include "sim/pipeline/pipeline.h"
+#include "sim/scenario/scenario.h"
+#include "sim/scenario/units.h"
+
+namespace {
+
+using namespace rlsim;
+
+struct RunOptions {
+  std::string scenario = "scenarios/default.yaml";
+  std::string out;
+  std::vector<std::string> set;
+  bool print_config = false;
+  bool quiet = false;
+  bool no_plots = false;
+  bool no_trace = false;
+  std::int64_t seed = -1;
+  int steps = 0;
+};
+
+int cmd_run(const RunOptions& o) {
+  std::vector<std::string> overrides = o.set;
+  if (o.seed >= 0) overrides.push_back("seed=" + std::to_string(o.seed));
+  if (o.steps > 0) overrides.push_back("steps=" + std::to_string(o.steps));
+  if (!o.out.empty()) overrides.push_back("output.dir=" + o.out);
+  if (o.no_plots) overrides.push_back("output.plots=false");
+  if (o.no_trace) overrides.push_back("output.trace=false");
+  sim::Scenario s = sim::load_scenario(o.scenario, overrides);
+  if (o.print_config) {
+    std::cout << sim::resolved_yaml(s);
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  sim::RecordingSink sink;
+  sim::NullSink null_sink;
+  sim::TraceSink& trace_sink = s.output.trace ? static_cast<sim::TraceSink&>(sink) : null_sink;
+  bool progress_shown = false;
+  sim::SimResult r = sim::simulate(s, trace_sink, [&](int done, int total) {
+    if (o.quiet || (elapsed() < 1.0 && !progress_shown)) return;
+    progress_shown = true;
+    std::cerr << fmt::format("rlsim: simulated step {}/{} ({:.1f} s)\n", done, total, elapsed());
+  });
+  analysis::add_warnings(s, r);
+  if (!o.quiet && elapsed() > 1.0) std::cerr << fmt::format("rlsim: writing outputs to {}\n", s.output.dir);
+  analysis::write_outputs(s.output.dir, s, r, sink);
+  if (!o.quiet) {
+    analysis::print_summary(std::cout, s, r);
+    std::cout << fmt::format("  outputs: {}/ (summary.json, steps.csv, phases.csv, memory.csv, requests.csv{}{})\n", s.output.dir,
+                             s.output.trace ? ", trace.json" : "", s.output.plots ? ", timeline.png, memory.png" : "");
+    std::cout << fmt::format("  simulated {} events in {:.3f} s wall\n", r.events, elapsed());
+  }
+  return 0;
+}
+
+int cmd_catalog(const std::string& what) {
+  if (what == "devices") {
+    std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {}\n", "device", "memory", "HBM", "bf16", "fp8", "fp4", "scale-up / scale-out");
+    for (const auto& name : sim::catalog_device_names()) {
+      const auto d = sim::catalog_device(name);
+      auto rate = [&](models::ComputeType c) {
+        const auto it = d.flops_per_s.find(c);
+        return it == d.flops_per_s.end() ? std::string("-") : fmt::format("{:g}T", it->second / 1e12);
+      };
+      std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {} / {}\n", name, sim::format_quantity(d.memory_bytes, sim::Dimension::kBytes),
+                               sim::format_quantity(d.memory_bandwidth_bytes_per_s, sim::Dimension::kBandwidth), rate(models::ComputeType::kBf16),
+                               rate(models::ComputeType::kFp8), rate(models::ComputeType::kFp4),
+                               sim::format_quantity(d.intra_node.bandwidth_bytes_per_s, sim::Dimension::kBandwidth),
+                               sim::format_quantity(d.inter_node.bandwidth_bytes_per_s, sim::Dimension::kBandwidth));
+    }
+  } else if (what == "models") {
+    std::cout << fmt::format("{:<18} {:>7} {:>7} {:>6} {:>6} {:>5} {:>12} {:>12} {:>14}\n", "model", "layers", "hidden", "heads", "kv", "moe",
+                             "params (B)", "active (B)", "KV B/token");
+    for (const auto& name : sim::catalog_model_names()) {
+      const auto m = sim::catalog_model(name);
+      std::cout << fmt::format("{:<18} {:>7} {:>7} {:>6} {:>6} {:>5} {:>12.2f} {:>12.2f} {:>14}\n", name, m.layers, m.hidden, m.heads, m.kv_heads,
+                               m.moe ? fmt::format("{}/{}", m.moe->active, m.moe->experts) : "-",
+                               static_cast<double>(m.params().total()) / 1e9, static_cast<double>(m.active_params()) / 1e9,
+                               m.kv_elements_per_token() * 2);
+    }
+  } else if (what == "recipes") {
+    std::cout << fmt::format("{:<17} {:<24} {:<22} {:<8} {:<5}  {}\n", "recipe", "linear weight", "linear activation", "kv", "mode", "source");
+    for (const auto& r : models::builtin_recipes()) {
+      std::cout << fmt::format("{:<17} {:<24} {:<22} {:<8} {:<5}  {}\n", r.name, r.linear.weight.str(), r.linear.activation.str(), r.kv_cache.str(),
+                               r.mode == models::QuantMode::kReal ? "real" : "fake", r.source);
+    }
+  } else if (what == "formats") {
+    std::cout << "element      bits  max          tensor-core\n";
+    for (const auto& t : models::kElementTraits) {
+      std::cout << fmt::format("{:<12} {:>4}  {:<12g} {}{}\n", t.name, t.bits, t.max_finite, models::compute_name(t.compute),
+                               t.scale_only ? " (scale only)" : "");
+    }
+    std::cout << "\nformat                      scale        bits/value (4096x4096)\n";
+    for (const char* f : {"bf16", "fp8-e4m3/tensor", "fp8-e4m3/channel", "fp8-e4m3/group1x128", "fp8-e4m3/block128x128", "mxfp8", "int8/channel",
+                          "int4/group32", "int4/group128", "mxfp4", "nvfp4", "hif8/tensor", "hif4"}) {
+      const auto fmt_ = models::parse_format(f);
+      std::cout << fmt::format("{:<27} {:<12} {:.4f}\n", fmt_.str(), models::traits(models::traits(fmt_.scaling.kind).scale_element).name,
+                               fmt_.bits_per_value(4096, 4096));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rlsim: discrete-event simulator of LLM reinforcement-learning pipelines with numeric precision as a first-class input"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "rlsim 0.1.0");
+  app.footer("Exit status: 0 success, 1 a check failed, 2 bad input, 3 internal error.\nScenario format: see README.md and SCENARIO.md.");
+
+  RunOptions ro;
+  auto* run = app.add_subcommand("run", "Simulate the RL steps of a scenario file and write summary, CSVs, trace and plots");
+  run->add_option("scenario", ro.scenario, "Scenario YAML file")->capture_default_str();
+  run->add_option("--out,-o", ro.out, "Output directory (default: output.dir of the scenario, else out/<file stem>)");
+  run->add_option("--set,-s", ro.set, "Override a scenario key: dotted.key=value (YAML value), repeatable")->take_all();
+  run->add_option("--seed", ro.seed, "Override the scenario's seed");
+  run->add_option("--steps", ro.steps, "Override the number of RL steps")->check(CLI::PositiveNumber);
+  run->add_flag("--print-config", ro.print_config, "Print the fully resolved scenario (every default explicit) and exit");
+  run->add_flag("--no-plots", ro.no_plots, "Do not draw timeline.png and memory.png");
+  run->add_flag("--no-trace", ro.no_trace, "Do not write trace.json");
+  run->add_flag("--quiet,-q", ro.quiet, "Print nothing on success");
+
+  std::string catalog_what = "devices";
+  auto* catalog = app.add_subcommand("catalog", "List the built-in catalogs");
+  catalog->add_option("what", catalog_what, "devices | models | recipes | formats")
+      ->check(CLI::IsMember({"devices", "models", "recipes", "formats"}))
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    if (*run) return cmd_run(ro);
+    if (*catalog) return cmd_catalog(catalog_what);
+  } catch (const sim::ScenarioError& e) {
+    std::cerr << "rlsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "rlsim: internal error: " << e.what() << "\n";
+    return 3;
+  }
+  return 0;
+}

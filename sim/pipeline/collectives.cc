@@ -1,0 +1,27 @@
+#include "sim/pipeline/collectives.h"
+
+namespace rlsim::sim {
+
+models::Link group_link(int group, int devices_per_node, const models::Link& intra, const models::Link& inter) {
+  return group <= devices_per_node ? intra : inter;
+}
+
+double all_gather_s(double bytes, int n, const models::Link& link, double eff) {
+  if (n <= 1 || bytes <= 0) return 0.0;
+  return (n - 1) * (bytes / n) / (link.bandwidth_bytes_per_s * eff) + (n - 1) * link.latency_s;
+}
+
+double reduce_scatter_s(double bytes, int n, const models::Link& link, double eff) {
+  return all_gather_s(bytes, n, link, eff);
+}
+
+double all_reduce_s(double bytes, int n, const models::Link& link, double eff) {
+  return reduce_scatter_s(bytes, n, link, eff) + all_gather_s(bytes, n, link, eff);
+}
+
+double broadcast_s(double bytes, int n, const models::Link& link, double eff) {
+  if (n <= 1 || bytes <= 0) return 0.0;
+  return bytes / (link.bandwidth_bytes_per_s * eff) + (n - 1) * link.latency_s;
+}
+
+}  // namespace rlsim::sim

@@ -1,0 +1,31 @@
+// Collective-communication cost: ring formulas (Patarasuk & Yuan 2009, "Bandwidth optimal
+// all-reduce algorithms for clusters of workstations"; NCCL's performance notes use the same
+// (n-1)/n bus-bandwidth factor). Each of n ranks sends over its own link of bandwidth B (bytes/s,
+// one direction) with latency a (s) per step; eff is the achieved fraction of B.
+#pragma once
+
+#include "models/hardware/device.h"
+
+namespace rlsim::sim {
+
+/// The link a group of `group` devices communicates over when devices are packed onto nodes of
+/// `devices_per_node`: the intra-node link when the group fits in a node, else the inter-node
+/// link (a ring that crosses nodes is limited by its slowest hop).
+models::Link group_link(int group, int devices_per_node, const models::Link& intra, const models::Link& inter);
+
+/// Ring all-gather producing `bytes` in total on every rank (each contributes bytes/n):
+/// (n-1) * (bytes/n) / (B eff) + (n-1) a. Zero for n <= 1. Seconds.
+double all_gather_s(double bytes, int n, const models::Link& link, double eff);
+
+/// Ring reduce-scatter of a `bytes` input on every rank: same cost as all_gather_s.
+double reduce_scatter_s(double bytes, int n, const models::Link& link, double eff);
+
+/// Ring all-reduce of `bytes` on every rank = reduce-scatter + all-gather:
+/// 2 (n-1)/n * bytes / (B eff) + 2 (n-1) a.
+double all_reduce_s(double bytes, int n, const models::Link& link, double eff);
+
+/// Pipelined (chunked ring/chain) broadcast of `bytes` from one rank to n-1 others:
+/// bytes / (B eff) + (n-1) a (large-message limit). Zero for n <= 1.
+double broadcast_s(double bytes, int n, const models::Link& link, double eff);
+
+}  // namespace rlsim::sim

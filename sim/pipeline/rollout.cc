@@ -1,0 +1,282 @@
+#include "sim/pipeline/rollout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "sim/pipeline/collectives.h"
+
+namespace rlsim::sim {
+
+using models::LinearKind;
+
+namespace {
+unsigned bit(LinearKind k) { return 1u << static_cast<unsigned>(k); }
+
+const models::LinearPrecision& precision_of(const models::Recipe& r, LinearKind k) {
+  switch (k) {
+    case LinearKind::kRouter: return r.router;
+    case LinearKind::kLmHead: return r.lm_head;
+    default: return r.linear;
+  }
+}
+}  // namespace
+
+double weight_bytes(const models::ModelArch& arch, const models::Recipe& recipe, unsigned kinds_mask,
+                    bool with_embedding_and_norms) {
+  double bytes = 0;
+  for (const auto& l : arch.linear_shapes()) {
+    if (!(kinds_mask & bit(l.kind))) continue;
+    if (l.kind == LinearKind::kLmHead && arch.tied_embeddings && with_embedding_and_norms) continue;  // stored once
+    bytes += static_cast<double>(l.count) * precision_of(recipe, l.kind).weight.bytes(l.out, l.in);
+  }
+  if (with_embedding_and_norms) {
+    const auto p = arch.params();
+    bytes += recipe.embedding.bytes(arch.vocab, arch.hidden);
+    bytes += static_cast<double>(p.norms) * 2.0;
+  }
+  return bytes;
+}
+
+double experts_touched(int experts, int active, double tokens) {
+  if (experts <= 0) return 0.0;
+  if (tokens <= 0) return 0.0;
+  const double miss = std::pow(1.0 - static_cast<double>(active) / experts, tokens);
+  return experts * (1.0 - miss);
+}
+
+RolloutCostModel RolloutCostModel::build(const Scenario& s) {
+  const auto& arch = s.model;
+  const auto& r = s.rollout;
+  models::Recipe recipe = r.precision;
+  recipe.kv_cache = r.kv_cache;
+  RolloutCostModel c;
+  c.tp = r.tensor_parallel;
+  c.layers = arch.layers;
+  const double total = weight_bytes(arch, recipe);
+  const double routed = weight_bytes(arch, recipe, bit(LinearKind::kRoutedExpert), false);
+  c.weight_bytes_per_device = total / c.tp;
+  // The embedding is a gather of b rows, not a full read; the lm_head is read in full.
+  const double embedding = recipe.embedding.bytes(arch.vocab, arch.hidden);
+  c.dense_bytes_per_device = (total - routed - (arch.tied_embeddings ? 0.0 : embedding)) / c.tp;
+  if (arch.moe) {
+    c.experts = arch.moe->experts;
+    c.active = arch.moe->active;
+    c.expert_bytes_per_device = routed / arch.moe->experts / c.tp;
+  }
+  // KV: GQA heads are split across TP ranks (replicated when TP > kv_heads); the MLA latent is
+  // replicated on every rank (vLLM / SGLang without DP attention).
+  const double kv_elem_bytes = traits(r.kv_cache.element).bits / 8.0;
+  const double kv_token_bytes = static_cast<double>(arch.kv_elements_per_token()) * kv_elem_bytes;
+  if (arch.mla) {
+    c.kv_bytes_per_token_device = kv_token_bytes;
+  } else {
+    const int heads_per_device = (arch.kv_heads + c.tp - 1) / c.tp;
+    c.kv_bytes_per_token_device = kv_token_bytes * heads_per_device / arch.kv_heads;
+  }
+  c.matmul_flops_per_token_device = 2.0 * static_cast<double>(arch.active_matmul_params()) / c.tp;
+  c.attn_flops_per_ctx_device = arch.attention_flops_per_token(1.0) / c.tp;
+  c.mem_bw = s.cluster.device.memory_bandwidth_bytes_per_s * r.efficiency.memory;
+  c.compute_type = *s.cluster.device.effective(recipe.linear.compute(recipe.mode));
+  c.compute_rate = s.cluster.device.rate(recipe.linear.compute(recipe.mode)) * r.efficiency.compute;
+  // Dynamic activation quantisation launches one quantisation kernel per quantised linear input
+  // (q/k/v share one, gate/up share one: 4 per layer), ~2 us each under CUDA graphs (assumption).
+  const double act_quant = recipe.dynamic_activation_quant() ? 4.0 * arch.layers * 2e-6 : 0.0;
+  c.overhead_s = r.iteration_overhead_s + arch.layers * r.layer_overhead_s + act_quant;
+  c.allreduce_bytes_per_token = arch.hidden * 2.0;
+  c.tp_link = group_link(c.tp, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
+  c.comm_eff = r.efficiency.comm;
+  return c;
+}
+
+double RolloutCostModel::weights_read_bytes(double tokens) const {
+  return dense_bytes_per_device + experts_touched(experts, active, tokens) * expert_bytes_per_device;
+}
+
+double RolloutCostModel::comm_s(double tokens) const {
+  if (tp <= 1) return 0.0;
+  return 2.0 * layers * all_reduce_s(tokens * allreduce_bytes_per_token, tp, tp_link, comm_eff);
+}
+
+double RolloutCostModel::decode_memory_s(int b, double ctx) const {
+  return (weights_read_bytes(b) + ctx * kv_bytes_per_token_device) / mem_bw;
+}
+
+double RolloutCostModel::decode_compute_s(int b, double ctx) const {
+  return (b * matmul_flops_per_token_device + ctx * attn_flops_per_ctx_device) / compute_rate;
+}
+
+double RolloutCostModel::decode_s(int b, double ctx) const {
+  return std::max(decode_memory_s(b, ctx), decode_compute_s(b, ctx)) + comm_s(b) + overhead_s;
+}
+
+double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) const {
+  if (n <= 0) return 0.0;
+  const double nn = static_cast<double>(n);
+  // memory_k = m0 + m1 k, compute_k = c0 + c1 k
+  const double m0 = decode_memory_s(b, ctx0), m1 = b * kv_bytes_per_token_device / mem_bw;
+  const double c0 = decode_compute_s(b, ctx0), c1 = b * attn_flops_per_ctx_device / compute_rate;
+  // sum max(m, c) = sum c + sum_{k: d_k > 0} d_k, with d_k = (m0 - c0) + (m1 - c1) k
+  double sum = nn * c0 + c1 * nn * (nn - 1) / 2;
+  const double d0 = m0 - c0, d1 = m1 - c1;
+  double lo = 0, hi = nn - 1;
+  if (d1 == 0) {
+    if (d0 <= 0) hi = -1;
+  } else if (d1 > 0) {
+    if (d0 <= 0) lo = std::floor(-d0 / d1) + 1;
+  } else {
+    if (d0 <= 0) hi = -1;
+    else hi = std::min(hi, std::ceil(-d0 / d1) - 1);
+  }
+  if (hi >= lo) {
+    const double count = hi - lo + 1;
+    sum += count * d0 + d1 * (lo + hi) * count / 2;
+  }
+  return sum + nn * (comm_s(b) + overhead_s);
+}
+
+double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int b_decode, double ctx) const {
+  const double tokens = new_tokens + b_decode;
+  const double memory = (weights_read_bytes(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device) / mem_bw;
+  const double compute =
+      (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate;
+  return std::max(memory, compute) + comm_s(tokens) + overhead_s;
+}
+
+// Engine ----------------------------------------------------------------------------------------
+
+RolloutEngine::RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, TraceSink& sink, int index,
+                             double kv_capacity_tokens, int max_num_seqs, bool trace_iterations)
+    : cost_(cost),
+      queue_(queue),
+      sink_(sink),
+      index_(index),
+      kv_capacity_(kv_capacity_tokens),
+      max_num_seqs_(max_num_seqs),
+      trace_(trace_iterations),
+      track_(fmt::format("rollout engine {}", index)) {
+  if (!(kv_capacity_tokens > 0)) throw std::invalid_argument("RolloutEngine: KV capacity must be positive");
+}
+
+void RolloutEngine::start(std::vector<Request*> requests, std::function<void()> on_done) {
+  running_.clear();
+  waiting_.assign(requests.begin(), requests.end());
+  kv_used_ = 0;
+  stats_ = EngineStats{};
+  on_done_ = std::move(on_done);
+  for (Request* r : requests) r->engine = index_;
+  queue_.schedule_in(0, [this] { advance(); });
+}
+
+void RolloutEngine::preempt_last() {
+  auto it = std::max_element(running_.begin(), running_.end(),
+                             [](const Request* a, const Request* b) { return a->admit_order < b->admit_order; });
+  Request* victim = *it;
+  running_.erase(it);
+  kv_used_ -= static_cast<double>(victim->context());
+  victim->preemptions++;
+  stats_.preemptions++;
+  waiting_.push_front(victim);
+}
+
+void RolloutEngine::finish_tokens(std::int64_t n) {
+  const TimeNs now = queue_.now();
+  kv_used_ += static_cast<double>(n) * static_cast<double>(running_.size());
+  stats_.kv_peak_tokens = std::max(stats_.kv_peak_tokens, kv_used_);
+  auto keep = running_.begin();
+  for (Request* r : running_) {
+    r->generated += n;
+    if (r->first_token_ns < 0) r->first_token_ns = now;
+    if (r->generated >= r->response_tokens) {
+      r->finish_ns = now;
+      kv_used_ -= static_cast<double>(r->context());
+    } else {
+      *keep++ = r;
+    }
+  }
+  running_.erase(keep, running_.end());
+  if (running_.empty()) kv_used_ = 0;  // no floating residue between batches
+}
+
+void RolloutEngine::advance() {
+  const TimeNs now = queue_.now();
+  // 1. Admission (FIFO; a preempted sequence re-enters at the head with its whole context).
+  std::vector<Request*> admitted;
+  double new_tokens = 0;
+  const double limit = kv_capacity_ * 0.99;  // vLLM's 1 % watermark
+  const int b_old = static_cast<int>(running_.size());
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < max_num_seqs_) {
+    Request* r = waiting_.front();
+    const double need = static_cast<double>(r->context() + 1);
+    if (kv_used_ + need > limit && !running_.empty()) {
+      stats_.kv_limited = true;
+      break;
+    }
+    waiting_.pop_front();
+    r->admit_order = next_order_++;
+    if (r->admit_ns < 0) r->admit_ns = now;
+    running_.push_back(r);
+    admitted.push_back(r);
+    kv_used_ += static_cast<double>(r->context());
+    new_tokens += static_cast<double>(r->context());
+  }
+  stats_.max_running = std::max(stats_.max_running, static_cast<int>(running_.size()));
+
+  if (!admitted.empty()) {
+    // Mixed iteration: prefill of the admitted contexts + one decode token for the others.
+    double attn = 0;
+    for (const Request* r : admitted) attn += cost_.causal_attn_flops_device(static_cast<double>(r->context()));
+    const double ctx_old = kv_used_ - new_tokens;
+    const double dur = cost_.prefill_s(new_tokens, attn, b_old, ctx_old);
+    const TimeNs end = now + to_ns(dur);
+    stats_.iterations++;
+    stats_.prefill_iterations++;
+    if (trace_) {
+      sink_.span(Span{track_, fmt::format("prefill +{}", admitted.size()), "rollout", now, end - now,
+                      {{"new_tokens", new_tokens}, {"running", static_cast<double>(running_.size())}}});
+    }
+    queue_.schedule_at(end, [this] {
+      finish_tokens(1);
+      advance();
+    });
+    return;
+  }
+  if (running_.empty()) {
+    stats_.done_ns = now;
+    if (on_done_) queue_.schedule_in(0, std::move(on_done_));
+    on_done_ = nullptr;
+    return;
+  }
+  // 2. Decode stretch until the next completion or until the KV cache is full.
+  const int b = static_cast<int>(running_.size());
+  std::int64_t n_finish = INT64_MAX;
+  for (const Request* r : running_) n_finish = std::min(n_finish, r->response_tokens - r->generated);
+  const auto n_safe = static_cast<std::int64_t>(std::floor((kv_capacity_ - kv_used_) / b));
+  if (n_safe <= 0) {
+    if (b == 1) {
+      // A single sequence larger than the whole cache: the loader's fit check prevents this.
+      throw std::logic_error("RolloutEngine: one sequence exceeds the KV capacity");
+    }
+    preempt_last();
+    queue_.schedule_in(0, [this] { advance(); });
+    return;
+  }
+  const std::int64_t n = std::min(n_finish, n_safe);
+  const double dur = cost_.decode_stretch_s(b, kv_used_, n);
+  const TimeNs end = now + to_ns(dur);
+  stats_.iterations += n;
+  const double mid_ctx = kv_used_ + b * (static_cast<double>(n) - 1) / 2;
+  (cost_.decode_memory_s(b, mid_ctx) >= cost_.decode_compute_s(b, mid_ctx) ? stats_.memory_bound_s : stats_.compute_bound_s) += dur;
+  if (trace_) {
+    sink_.span(Span{track_, fmt::format("decode b={}", b), "rollout", now, end - now,
+                    {{"batch", static_cast<double>(b)}, {"iterations", static_cast<double>(n)}, {"kv_tokens", kv_used_}}});
+  }
+  queue_.schedule_at(end, [this, n] {
+    finish_tokens(n);
+    advance();
+  });
+}
+
+}  // namespace rlsim::sim

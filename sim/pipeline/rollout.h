@@ -1,0 +1,143 @@
+// Rollout: the cost of one engine iteration (roofline of weight + KV bytes vs FLOPs, plus TP
+// all-reduce and per-step overhead) and a continuous-batching engine that advances time
+// analytically between batch changes (admission, completion, preemption) instead of per token.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/engine/event_queue.h"
+#include "sim/engine/trace.h"
+#include "sim/scenario/scenario.h"
+
+namespace rlsim::sim {
+
+/// Bytes of all weights of `arch` stored in `recipe`'s formats: each linear matrix through
+/// Format::bytes (scale overhead included), embedding in the recipe's embedding format, norms in
+/// BF16. `kinds_mask` selects linear kinds (bit i = LinearKind i); the embedding and norms are
+/// included only when `with_embedding_and_norms`.
+double weight_bytes(const models::ModelArch& arch, const models::Recipe& recipe, unsigned kinds_mask = ~0u,
+                    bool with_embedding_and_norms = true);
+
+/// Expected number of distinct experts a batch of `tokens` tokens routes to in one MoE layer,
+/// each token choosing `active` of `experts` uniformly: E (1 - (1 - k/E)^b) (DESIGN.md).
+double experts_touched(int experts, int active, double tokens);
+
+/// Per-iteration cost of one rollout engine of tensor_parallel devices. All times in seconds.
+///
+/// decode_s(b, S): b sequences each produce one token while reading S cached tokens in total:
+///   memory  = (dense weights/TP + touched experts(b)/TP + S * kv_bytes_per_token_per_device) / (HBM B * eff_mem)
+///   compute = (b * 2 N_active / TP + S * attention FLOPs per cached token / TP) / (rate(recipe) * eff_compute)
+///   time    = max(memory, compute) + 2 * layers * all_reduce(b * hidden * 2 bytes, TP) + overhead
+/// where overhead = iteration overhead + layers * per-layer overhead (+ dynamic activation
+/// quantisation kernels when the recipe quantises activations).
+struct RolloutCostModel {
+  double weight_bytes_per_device = 0;        // resident rollout weights per device
+  double dense_bytes_per_device = 0;         // weights read every iteration (all but routed experts)
+  double expert_bytes_per_device = 0;        // one routed expert in every MoE layer, per device share
+  int experts = 0, active = 0;               // routed experts (0 for dense models)
+  double kv_bytes_per_token_device = 0;      // KV stored per token per device
+  double matmul_flops_per_token_device = 0;  // 2 * active matmul params / TP
+  double attn_flops_per_ctx_device = 0;      // attention FLOPs per (query, cached token) pair / TP
+  double mem_bw = 0;                         // effective bytes/s
+  double compute_rate = 0;                   // effective FLOP/s
+  models::ComputeType compute_type = models::ComputeType::kBf16;
+  double overhead_s = 0;
+  int layers = 0;
+  double allreduce_bytes_per_token = 0;  // hidden * 2 (BF16 activations)
+  int tp = 1;
+  models::Link tp_link;
+  double comm_eff = 1;
+
+  static RolloutCostModel build(const Scenario& s);
+
+  double weights_read_bytes(double tokens) const;
+  double comm_s(double tokens) const;
+  double decode_memory_s(int b, double ctx) const;
+  double decode_compute_s(int b, double ctx) const;
+  double decode_s(int b, double ctx) const;
+
+  /// Sum of decode_s(b, ctx0 + b k) for k = 0..n-1, in closed form (memory and compute are both
+  /// linear in k; the sum of their maximum splits at the crossover). Exact up to rounding.
+  double decode_stretch_s(int b, double ctx0, std::int64_t n) const;
+
+  /// Per-device causal attention FLOPs of prefilling a sequence of `length` tokens:
+  /// attention FLOPs per (query, key) pair / TP * L (L + 1) / 2.
+  double causal_attn_flops_device(double length) const { return attn_flops_per_ctx_device * length * (length + 1) / 2; }
+
+  /// One mixed iteration: prefill of `new_tokens` tokens (per-device causal attention FLOPs
+  /// `prefill_attn` summed over the new sequences) plus one decode token for each of `b_decode` running
+  /// sequences that read `ctx` cached tokens.
+  double prefill_s(double new_tokens, double prefill_attn, int b_decode, double ctx) const;
+};
+
+/// One rollout sequence in one step.
+struct Request {
+  int step = 0;
+  int engine = 0;
+  int index = 0;              // index within the step (prompt-major: prompt * n + sample)
+  std::int64_t prompt_tokens = 0;
+  std::int64_t response_tokens = 0;
+  std::int64_t generated = 0;
+  std::int64_t admit_order = 0;
+  int preemptions = 0;
+  TimeNs admit_ns = -1;        // first admission
+  TimeNs first_token_ns = -1;
+  TimeNs finish_ns = -1;
+  std::int64_t context() const { return prompt_tokens + generated; }
+};
+
+/// Statistics of one engine over one step.
+struct EngineStats {
+  std::int64_t iterations = 0;
+  std::int64_t prefill_iterations = 0;
+  std::int64_t preemptions = 0;
+  int max_running = 0;
+  bool kv_limited = false;     // admission was refused for KV while sequence slots were free
+  double memory_bound_s = 0;   // decode time where memory > compute
+  double compute_bound_s = 0;
+  double kv_peak_tokens = 0;
+  TimeNs done_ns = 0;
+};
+
+/// A continuous-batching engine (vLLM / SGLang scheduler, as modelled): FIFO admission up to
+/// max_num_seqs while the KV cache has room for the sequence's context plus a 1 % watermark
+/// (vLLM's default); a mixed prefill iteration for each admission; decode stretches between
+/// batch changes; when the KV cache is full the last-admitted sequence is preempted and later
+/// recomputed (vLLM's recompute policy).
+class RolloutEngine {
+ public:
+  /// `kv_capacity_tokens` > 0. Requests must outlive the engine's run.
+  RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, TraceSink& sink, int index,
+                double kv_capacity_tokens, int max_num_seqs, bool trace_iterations);
+
+  /// Starts generating `requests` now; `on_done` runs (as an event) when all have finished.
+  void start(std::vector<Request*> requests, std::function<void()> on_done);
+
+  const EngineStats& stats() const { return stats_; }
+
+ private:
+  void advance();
+  void finish_tokens(std::int64_t n);
+  void preempt_last();
+
+  const RolloutCostModel& cost_;
+  EventQueue& queue_;
+  TraceSink& sink_;
+  int index_;
+  double kv_capacity_;
+  int max_num_seqs_;
+  bool trace_;
+  std::string track_;
+  std::vector<Request*> running_;
+  std::deque<Request*> waiting_;
+  double kv_used_ = 0;
+  std::int64_t next_order_ = 0;
+  std::function<void()> on_done_;
+  EngineStats stats_;
+};
+
+}  // namespace rlsim::sim

@@ -1,0 +1,175 @@
+#include "sim/pipeline/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/pipeline/collectives.h"
+
+namespace rlsim::sim {
+
+namespace {
+double elem_bytes(models::Element e) { return models::traits(e).bits / 8.0; }
+}  // namespace
+
+TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placement.train_devices) {
+  params_ = static_cast<double>(s.model.params().total());
+  matmul_params_ = static_cast<double>(s.model.active_matmul_params());
+  const auto& recipe = s.training.precision;
+  rate_ = s.cluster.device.rate(recipe.linear.compute(recipe.mode)) * s.training.efficiency.compute;
+  dp_link_ = group_link(devices_, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
+  tp_link_ = group_link(s.training.tensor_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
+}
+
+double TrainerCostModel::forward_flops(const TrainBatch& b) const {
+  return 2.0 * matmul_params_ * b.tokens + b.attention_flops;
+}
+
+double TrainerCostModel::micro_batches_per_device(const TrainBatch& b) const {
+  const auto& t = s_.training;
+  const int dp = devices_ / (t.tensor_parallel * t.pipeline_parallel);
+  return std::max(1.0, std::ceil(b.tokens / dp / static_cast<double>(t.micro_batch_tokens)));
+}
+
+double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double ag_passes, double rs_passes,
+                                double* compute, double* comm) const {
+  const auto& t = s_.training;
+  const double flops = forward_flops(b) * flop_factor;
+  double c = flops / (devices_ * rate_);
+  // QAT fake quantisation: a quantise-dequantise pass over the weights per forward (memory bound,
+  // read BF16 + write BF16), per micro-batch, on each device's share of the gathered weights.
+  if (t.precision.mode == models::QuantMode::kFake) {
+    const double fq_bytes = 4.0 * params_ / std::max(1, t.tensor_parallel * t.pipeline_parallel);
+    c += micro_batches_per_device(b) * (flop_factor > 1.5 ? 2.0 : 1.0) * fq_bytes /
+         (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
+  }
+  double x = 0;
+  const double eff = t.efficiency.comm;
+  const double mb = micro_batches_per_device(b);
+  if (t.backend == TrainingBackend::kFsdp) {
+    x = mb * (ag_passes * all_gather_s(params_ * 2.0, devices_, dp_link_, eff) +
+              rs_passes * reduce_scatter_s(params_ * 4.0, devices_, dp_link_, eff));
+    *compute += c;
+    *comm += std::max(0.0, x - c);
+    return std::max(c, x);
+  }
+  // Megatron: TP all-reduces are on the critical path; DP gradient all-reduce once per update.
+  const int tp = t.tensor_parallel, pp = t.pipeline_parallel;
+  const int dp = devices_ / (tp * pp);
+  const double tp_ar = tp > 1 ? (2.0 * flop_factor) * s_.model.layers / pp *
+                                    all_reduce_s(b.tokens / dp / mb * s_.model.hidden * 2.0, tp, tp_link_, eff) * mb
+                              : 0.0;
+  const double bubble = (pp - 1) / (mb + pp - 1);
+  const double dp_ar = rs_passes > 0 ? all_reduce_s(params_ / (tp * pp) * 4.0, dp, dp_link_, eff) : 0.0;
+  *compute += c;
+  x = tp_ar + dp_ar;
+  *comm += x;
+  return (c + tp_ar) / (1.0 - bubble) + dp_ar;
+}
+
+TrainTimes TrainerCostModel::phase_times(const TrainBatch& b) const {
+  const auto& t = s_.training;
+  TrainTimes out;
+  // Forward-only passes gather parameters once per micro-batch.
+  if (t.recompute_old_logprob) out.old_logprob = pass_s(b, 1.0, 1.0, 0.0, &out.compute_s, &out.comm_s);
+  if (t.reference_model) out.reference = pass_s(b, 1.0, 1.0, 0.0, &out.compute_s, &out.comm_s);
+  // Forward + backward (2x) + checkpoint recompute (1x); FSDP gathers for forward and backward,
+  // (and again for the recompute), and reduce-scatters gradients once.
+  const double factor = 3.0 + (t.activation_checkpointing ? 1.0 : 0.0);
+  const double ag = t.activation_checkpointing ? 3.0 : 2.0;
+  double update = 0;
+  for (int e = 0; e < t.ppo_epochs; ++e) update += pass_s(b, factor, ag, 1.0, &out.compute_s, &out.comm_s);
+  // Adam step per mini-batch: memory bound over the device's shard: read params, grads, m, v,
+  // master; write params, m, v, master.
+  const double state = elem_bytes(t.optimizer.state);
+  const double master = elem_bytes(t.precision.master_weights);
+  const double master_copy = (t.optimizer.state == models::Element::kFp32 && master < 4.0) ? 4.0 : 0.0;
+  const double bytes_per_param = 2 * master + 4.0 + 4 * state + 2 * master_copy;
+  const double adam = params_ / devices_ * bytes_per_param /
+                      (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
+  update += adam * t.mini_batches * t.ppo_epochs;
+  out.actor_update = update;
+  return out;
+}
+
+TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
+  const auto& t = s_.training;
+  const auto& m = s_.model;
+  TrainMemory mem;
+  const double shard = params_ / devices_;
+  const double master = elem_bytes(t.precision.master_weights);
+  mem.params = shard * master;
+  mem.grads = shard * 4.0;
+  const double states = t.optimizer.name == "sgd" ? 1.0 : 2.0;
+  const double master_copy = (t.optimizer.state == models::Element::kFp32 && master < 4.0) ? 4.0 : 0.0;
+  mem.optimizer = shard * (states * elem_bytes(t.optimizer.state) + master_copy);
+  mem.reference = t.reference_model ? shard * 2.0 : 0.0;
+  // One micro-batch of tokens on a device (sequences are packed up to micro_batch_tokens, but a
+  // single sequence longer than that is one micro-batch on its own).
+  const int mp = t.tensor_parallel * t.pipeline_parallel;
+  const double mb_tokens = std::max(static_cast<double>(t.micro_batch_tokens), b.max_sequence);
+  const double per_layer_inputs = mb_tokens * m.hidden * 2.0;
+  // Working set of one transformer layer in backward (Korthikanti et al. 2022, "Reducing
+  // Activation Recomputation", eq. 2 without the s*a attention term, since flash attention keeps
+  // no score matrix): 34 s b h bytes, with the FFN width correction 2 * 3 * intermediate.
+  const double ffn = m.moe ? static_cast<double>(m.moe->expert_intermediate) * m.moe->active : m.intermediate;
+  const double layer_working = mb_tokens * (18.0 * m.hidden + 6.0 * ffn) * 2.0 / t.tensor_parallel;
+  const double layers_here = static_cast<double>(m.layers) / t.pipeline_parallel;
+  mem.activations = t.activation_checkpointing ? per_layer_inputs * layers_here / t.tensor_parallel + layer_working
+                                               : layer_working * layers_here;
+  // FP32 logits and their gradient (verl computes log-probs of the whole micro-batch at once).
+  mem.logits = mb_tokens * m.vocab * 4.0 * 2.0 / t.tensor_parallel;
+  // FSDP unshards one layer at a time (plus one prefetched); Megatron holds no gather buffer.
+  const double layer_params = params_ / m.layers;
+  mem.gather_buffer = t.backend == TrainingBackend::kFsdp ? 2.0 * layer_params * 2.0 : 0.0;
+  if (t.backend == TrainingBackend::kMegatron) {
+    mem.params = params_ / mp * master;
+    const int dp = devices_ / mp;
+    mem.grads = params_ / mp * 4.0;
+    mem.optimizer = params_ / mp / dp * (states * elem_bytes(t.optimizer.state) + master_copy);  // distributed optimizer
+    mem.reference = t.reference_model ? params_ / mp * 2.0 : 0.0;
+  }
+  return mem;
+}
+
+SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const {
+  const auto& s = s_;
+  const double eff = s.training.efficiency.comm;
+  const double bf16_bytes = params_ * 2.0;
+  SyncTimes out;
+  // Gather full BF16 weights from the training shards (bucketed all-gather; the bucket size only
+  // adds per-bucket latency).
+  const double buckets = std::ceil(bf16_bytes / s.weight_sync.bucket_bytes);
+  out.gather = all_gather_s(bf16_bytes, devices_, dp_link_, eff) + buckets * dp_link_.latency_s;
+  const bool colocated = s.placement.mode == PlacementMode::kColocated;
+  const bool ipc = s.weight_sync.method == WeightSyncMethod::kCudaIpc ||
+                   (s.weight_sync.method == WeightSyncMethod::kAuto && colocated);
+  const double hbm = s.cluster.device.memory_bandwidth_bytes_per_s * s.rollout.efficiency.memory;
+  const double per_rank_bf16 = bf16_bytes / rollout_tp;
+  if (ipc) {
+    // CUDA IPC: handles passed per bucket, the engine reads the trainer's buffer in place.
+    out.transfer = buckets * 50e-6;  // IPC handle open + sync per bucket (assumption)
+  } else {
+    // NCCL broadcast of BF16 buckets from a training rank to the rollout group over the
+    // inter-node links (disaggregated devices are on other nodes in general).
+    out.transfer = broadcast_s(bf16_bytes, rollout_devices / rollout_tp + 1, s.cluster.inter_node, eff) +
+                   buckets * s.cluster.inter_node.latency_s;
+  }
+  // On-the-fly quantisation on the rollout device: read BF16, write the rollout format; an
+  // unchanged BF16 format costs nothing here.
+  const double rollout_per_rank = rollout_weight_bytes_total / rollout_tp;
+  const bool quantised = std::abs(rollout_weight_bytes_total - bf16_bytes) / bf16_bytes > 0.01;
+  out.quantize = quantised ? (per_rank_bf16 + rollout_per_rank) / hbm : 0.0;
+  // load_weights: copy into the engine's parameter buffers (read + write).
+  out.load = 2.0 * rollout_per_rank / hbm;
+  return out;
+}
+
+double TrainerCostModel::optimizer_offload_s() const {
+  const auto& t = s_.training;
+  const double master = elem_bytes(t.precision.master_weights);
+  const double master_copy = (t.optimizer.state == models::Element::kFp32 && master < 4.0) ? 4.0 : 0.0;
+  const double bytes = params_ / devices_ * (2.0 * elem_bytes(t.optimizer.state) + master_copy);
+  return bytes / s_.cluster.host_link.bandwidth_bytes_per_s + s_.cluster.host_link.latency_s;
+}
+
+}  // namespace rlsim::sim

@@ -1,0 +1,82 @@
+// Training-side cost model: log-prob recompute, reference forward, actor update (PPO epochs x
+// mini-batches), FSDP or Megatron collectives, optimizer step, per-device memory, weight sync.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/scenario/scenario.h"
+
+namespace rlsim::sim {
+
+/// Token counts of one step's batch, as the trainer sees it.
+struct TrainBatch {
+  double tokens = 0;          // sum of prompt + response tokens
+  double attention_flops = 0; // sum over sequences of causal_attention_flops(length), full model
+  double max_sequence = 0;    // longest sequence (tokens), sizes the activation peak
+};
+
+/// Time of the training phases of one step (seconds) and what bounds them.
+struct TrainTimes {
+  double old_logprob = 0;
+  double reference = 0;
+  double actor_update = 0;
+  double compute_s = 0;  // GEMM + attention time inside the phases above
+  double comm_s = 0;     // exposed collective time inside the phases above
+};
+
+/// Weight-sync time split (seconds).
+struct SyncTimes {
+  double gather = 0;    // FSDP all-gather / Megatron gather of the full BF16 weights
+  double transfer = 0;  // CUDA IPC hand-over or NCCL broadcast to the rollout engines
+  double quantize = 0;  // on-the-fly quantisation to the rollout format (+ layout transform)
+  double load = 0;      // engine load_weights copy
+  double total() const { return gather + transfer + quantize + load; }
+};
+
+/// Per-device memory of the training role (bytes).
+struct TrainMemory {
+  double params = 0;        // sharded parameters (master_weights dtype)
+  double grads = 0;         // sharded gradients (fp32 reduce dtype under FSDP mixed precision)
+  double optimizer = 0;     // sharded optimizer states (+ FP32 master copy when params are BF16)
+  double reference = 0;     // sharded reference-model parameters
+  double activations = 0;   // peak activations of one micro-batch (backward, with checkpointing)
+  double logits = 0;        // FP32 logits + log-softmax of one micro-batch
+  double gather_buffer = 0; // unsharded parameters during compute (FSDP: one layer; sync: all)
+};
+
+/// Training cost model over `train_devices` devices.
+///
+/// FLOPs (Narayanan et al. 2021, sec. 5.1): forward = 2 N_active T + attention; backward = 2x
+/// forward; activation checkpointing recomputes the forward once more. Time = FLOPs /
+/// (devices * rate(recipe) * eff_compute), overlapped with FSDP collectives (ZeRO-3: all-gather
+/// of BF16 parameters for forward and backward, reduce-scatter of FP32 gradients, per
+/// micro-batch), so a pass costs max(compute, comm). Megatron: TP all-reduces of activations
+/// (4 per layer per token, exposed), pipeline bubble (p-1)/(m+p-1), DP gradient all-reduce.
+class TrainerCostModel {
+ public:
+  explicit TrainerCostModel(const Scenario& s);
+
+  TrainTimes phase_times(const TrainBatch& batch) const;
+  TrainMemory memory(const TrainBatch& batch) const;
+  SyncTimes weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const;
+  /// Time to move the optimizer states of one device over the host link (one direction).
+  double optimizer_offload_s() const;
+
+  int devices() const { return devices_; }
+  double forward_flops(const TrainBatch& batch) const;
+  double micro_batches_per_device(const TrainBatch& batch) const;
+
+ private:
+  double pass_s(const TrainBatch& batch, double flop_factor, double comm_passes_ag, double comm_passes_rs,
+                double* compute, double* comm) const;
+  const Scenario& s_;
+  int devices_;
+  double params_ = 0;
+  double matmul_params_ = 0;
+  double rate_ = 0;
+  models::Link dp_link_;
+  models::Link tp_link_;
+};
+
+}  // namespace rlsim::sim

@@ -1,0 +1,832 @@
+// Scenario and catalog loading (SCENARIO.md). Every error names file:line:column (1-based) or the
+// --set override it came from, and what was expected.
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <csv.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "sim/scenario/catalog_data.h"
+#include "sim/scenario/scenario.h"
+#include "sim/scenario/units.h"
+
+namespace rlsim::sim {
+namespace {
+
+namespace fs = std::filesystem;
+using models::Element;
+using models::Format;
+using models::Recipe;
+
+// Where nodes come from: one file, plus the dotted paths that --set replaced.
+struct Source {
+  std::string file;
+  std::map<std::string, std::string> overrides;  // dotted path -> "path=value"
+
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what) const {
+    for (const auto& [p, text] : overrides) {
+      if (path == p || path.starts_with(p + ".")) throw ScenarioError("--set " + text + ": " + what);
+    }
+    const YAML::Mark m = node.Mark();
+    if (m.is_null()) throw ScenarioError(fmt::format("{}: {}", file, what));
+    throw ScenarioError(fmt::format("{}:{}:{}: {}", file, m.line + 1, m.column + 1, what));
+  }
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string child_path(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+// A YAML mapping whose keys are checked: each key read is marked, and finish() rejects the rest.
+class Map {
+ public:
+  Map(const Source& src, YAML::Node node, std::string path) : src_(src), node_(std::move(node)), path_(std::move(path)) {
+    if (!node_.IsMap()) src_.fail(node_, path_, "'" + path_ + "' must be a mapping of keys");
+  }
+
+  bool has(const std::string& key) const { return static_cast<bool>(node_[key]); }
+
+  YAML::Node get(const std::string& key) {
+    read_.insert(key);
+    return node_[key];
+  }
+
+  YAML::Node require(const std::string& key) {
+    YAML::Node n = get(key);
+    if (!n || n.IsNull()) src_.fail(node_, path_, "missing required key '" + child_path(path_, key) + "'");
+    return n;
+  }
+
+  std::string path(const std::string& key) const { return child_path(path_, key); }
+  const Source& src() const { return src_; }
+  const YAML::Node& node() const { return node_; }
+
+  // Rejects keys that were never read, listing the valid ones.
+  void finish(const std::vector<std::string>& valid) const {
+    for (const auto& kv : node_) {
+      const auto key = kv.first.as<std::string>();
+      if (!read_.count(key) && std::find(valid.begin(), valid.end(), key) == valid.end()) {
+        src_.fail(kv.first, child_path(path_, key),
+                  "unknown key '" + child_path(path_, key) + "' (valid keys here: " + join(valid) + ")");
+      }
+    }
+  }
+
+  // Typed readers -------------------------------------------------------------------------
+  std::string str(const std::string& key, const std::string& dflt, bool required = false) {
+    YAML::Node n = required ? require(key) : get(key);
+    if (!n) return dflt;
+    if (!n.IsScalar()) src_.fail(n, path(key), "'" + path(key) + "' must be a string");
+    return n.Scalar();
+  }
+
+  std::int64_t integer(const std::string& key, std::int64_t dflt, std::int64_t lo, std::int64_t hi,
+                       bool required = false) {
+    YAML::Node n = required ? require(key) : get(key);
+    if (!n) return dflt;
+    std::int64_t v = 0;
+    if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, v)) {
+      src_.fail(n, path(key), fmt::format("'{}' must be an integer, got '{}'", path(key), scalar_text(n)));
+    }
+    if (v < lo || v > hi) src_.fail(n, path(key), fmt::format("'{}' must be in [{}, {}], got {}", path(key), lo, hi, v));
+    return v;
+  }
+
+  double number(const std::string& key, double dflt, double lo, double hi) {
+    YAML::Node n = get(key);
+    if (!n) return dflt;
+    double v = 0;
+    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) {
+      src_.fail(n, path(key), fmt::format("'{}' must be a number, got '{}'", path(key), scalar_text(n)));
+    }
+    if (!(v >= lo && v <= hi)) src_.fail(n, path(key), fmt::format("'{}' must be in [{:g}, {:g}], got {:g}", path(key), lo, hi, v));
+    return v;
+  }
+
+  bool boolean(const std::string& key, bool dflt) {
+    YAML::Node n = get(key);
+    if (!n) return dflt;
+    bool v = false;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) {
+      src_.fail(n, path(key), fmt::format("'{}' must be true or false, got '{}'", path(key), scalar_text(n)));
+    }
+    return v;
+  }
+
+  double quantity(const std::string& key, double dflt, Dimension dim, bool required = false) {
+    YAML::Node n = required ? require(key) : get(key);
+    if (!n) return dflt;
+    if (!n.IsScalar()) src_.fail(n, path(key), "'" + path(key) + "' must be a quantity with a unit, e.g. " + example(dim));
+    try {
+      return parse_quantity(n.Scalar(), dim);
+    } catch (const std::invalid_argument& e) {
+      src_.fail(n, path(key), "'" + path(key) + "': " + e.what());
+    }
+  }
+
+  template <typename E>
+  E choice(const std::string& key, E dflt, const std::vector<std::pair<std::string, E>>& options) {
+    YAML::Node n = get(key);
+    if (!n) return dflt;
+    std::vector<std::string> names;
+    for (const auto& [name, value] : options) {
+      if (n.IsScalar() && n.Scalar() == name) return value;
+      names.push_back(name);
+    }
+    src_.fail(n, path(key), fmt::format("'{}': unknown value '{}' (expected one of: {})", path(key), scalar_text(n), join(names)));
+  }
+
+ private:
+  static std::string scalar_text(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : std::string("<non-scalar>"); }
+  static std::string example(Dimension d) {
+    switch (d) {
+      case Dimension::kBytes: return "'96 GB'";
+      case Dimension::kBandwidth: return "'450 GB/s'";
+      case Dimension::kTime: return "'2 us'";
+      case Dimension::kFlops: return "'989 TFLOPS'";
+    }
+    return "";
+  }
+  const Source& src_;
+  YAML::Node node_;
+  std::string path_;
+  std::set<std::string> read_;
+};
+
+YAML::Node parse_yaml_text(const std::string& text, const std::string& file) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ScenarioError(fmt::format("{}:{}:{}: YAML syntax error: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScenarioError(fmt::format("{}: cannot open {}", path, what));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Devices ---------------------------------------------------------------------------------------
+
+models::Link parse_link(Map m, const models::Link& dflt, bool latency_allowed = true) {
+  models::Link l = dflt;
+  l.bandwidth_bytes_per_s = m.quantity("bandwidth", dflt.bandwidth_bytes_per_s, Dimension::kBandwidth);
+  if (latency_allowed) l.latency_s = m.quantity("latency", dflt.latency_s, Dimension::kTime);
+  m.finish({"bandwidth", "latency"});
+  if (l.bandwidth_bytes_per_s <= 0) m.src().fail(m.node(), m.path("bandwidth"), "link bandwidth must be positive");
+  return l;
+}
+
+// Defaults for an inline device that omits its links: NVLink4-class scale-up, one 400 Gb/s NIC
+// per device, PCIe Gen5 x16 host link (H100 datasheet / DGX H100 user guide).
+const models::Link kDefaultIntra{450e9, 2e-6};
+const models::Link kDefaultInter{50e9, 5e-6};
+const models::Link kDefaultHost{55e9, 10e-6};
+
+models::Device parse_device(Map m) {
+  models::Device d;
+  d.name = m.str("name", "", true);
+  d.memory_bytes = m.quantity("memory", 0, Dimension::kBytes, true);
+  d.memory_bandwidth_bytes_per_s = m.quantity("memory_bandwidth", 0, Dimension::kBandwidth, true);
+  Map c(m.src(), m.require("compute"), m.path("compute"));
+  std::vector<std::string> valid;
+  for (auto t : {models::ComputeType::kFp32, models::ComputeType::kBf16, models::ComputeType::kFp16,
+                 models::ComputeType::kFp8, models::ComputeType::kInt8, models::ComputeType::kFp4}) {
+    const std::string name(models::compute_name(t));
+    valid.push_back(name);
+    if (c.has(name)) d.flops_per_s[t] = c.quantity(name, 0, Dimension::kFlops);
+  }
+  c.finish(valid);
+  if (d.flops_per_s.empty()) m.src().fail(c.node(), m.path("compute"), "a device needs at least one compute rate (" + join(valid) + ")");
+  d.intra_node = m.has("intra_node") ? parse_link(Map(m.src(), m.get("intra_node"), m.path("intra_node")), kDefaultIntra) : kDefaultIntra;
+  d.inter_node = m.has("inter_node") ? parse_link(Map(m.src(), m.get("inter_node"), m.path("inter_node")), kDefaultInter) : kDefaultInter;
+  d.host_link = m.has("host_link") ? parse_link(Map(m.src(), m.get("host_link"), m.path("host_link")), kDefaultHost) : kDefaultHost;
+  d.source = m.src().file;
+  m.finish({"name", "memory", "memory_bandwidth", "compute", "intra_node", "inter_node", "host_link"});
+  if (d.memory_bytes <= 0 || d.memory_bandwidth_bytes_per_s <= 0) {
+    m.src().fail(m.node(), m.path("memory"), "device memory and memory_bandwidth must be positive");
+  }
+  return d;
+}
+
+// Models ----------------------------------------------------------------------------------------
+
+models::ModelArch parse_model(Map m) {
+  models::ModelArch a;
+  constexpr std::int64_t kBig = 1 << 24;
+  a.name = m.str("name", "", true);
+  a.layers = static_cast<int>(m.integer("layers", 0, 1, 10000, true));
+  a.hidden = static_cast<int>(m.integer("hidden", 0, 1, kBig, true));
+  a.intermediate = static_cast<int>(m.integer("intermediate", 0, 1, kBig, true));
+  a.heads = static_cast<int>(m.integer("heads", 0, 1, 65536, true));
+  a.kv_heads = static_cast<int>(m.integer("kv_heads", 0, 1, 65536, true));
+  a.head_dim = static_cast<int>(m.integer("head_dim", 0, 1, 65536, true));
+  a.vocab = static_cast<int>(m.integer("vocab", 0, 1, kBig, true));
+  a.tied_embeddings = m.boolean("tied_embeddings", false);
+  a.qkv_bias = m.boolean("qkv_bias", false);
+  if (a.heads % a.kv_heads != 0) m.src().fail(m.get("kv_heads"), m.path("kv_heads"), "heads must be a multiple of kv_heads");
+  if (m.has("moe")) {
+    Map e(m.src(), m.get("moe"), m.path("moe"));
+    models::MoeSpec moe;
+    moe.experts = static_cast<int>(e.integer("experts", 0, 1, 65536, true));
+    moe.active = static_cast<int>(e.integer("active", 0, 1, moe.experts, true));
+    moe.expert_intermediate = static_cast<int>(e.integer("expert_intermediate", 0, 1, kBig, true));
+    moe.shared_experts = static_cast<int>(e.integer("shared_experts", 0, 0, 1024));
+    moe.dense_layers = static_cast<int>(e.integer("dense_layers", 0, 0, a.layers));
+    e.finish({"experts", "active", "expert_intermediate", "shared_experts", "dense_layers"});
+    a.moe = moe;
+  }
+  if (m.has("mla")) {
+    Map e(m.src(), m.get("mla"), m.path("mla"));
+    models::MlaSpec mla;
+    mla.q_lora_rank = static_cast<int>(e.integer("q_lora_rank", 0, 0, kBig));
+    mla.kv_lora_rank = static_cast<int>(e.integer("kv_lora_rank", 0, 1, kBig, true));
+    mla.qk_nope_head_dim = static_cast<int>(e.integer("qk_nope_head_dim", 0, 1, kBig, true));
+    mla.qk_rope_head_dim = static_cast<int>(e.integer("qk_rope_head_dim", 0, 1, kBig, true));
+    mla.v_head_dim = static_cast<int>(e.integer("v_head_dim", 0, 1, kBig, true));
+    e.finish({"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"});
+    a.mla = mla;
+  }
+  a.source = m.src().file;
+  m.finish({"name", "layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab",
+            "tied_embeddings", "qkv_bias", "moe", "mla"});
+  return a;
+}
+
+template <typename T, typename Parse>
+std::map<std::string, T> load_catalog(const catalog_data::File* files, std::size_t count, Parse parse) {
+  std::map<std::string, T> out;
+  for (std::size_t i = 0; i < count; ++i) {
+    Source src{files[i].path, {}};
+    T item = parse(Map(src, parse_yaml_text(files[i].text, files[i].path), ""));
+    const std::string stem = fs::path(files[i].path).stem().string();
+    if (item.name != stem) throw ScenarioError(fmt::format("{}: name '{}' must equal the file name '{}'", files[i].path, item.name, stem));
+    out.emplace(item.name, std::move(item));
+  }
+  return out;
+}
+
+const std::map<std::string, models::Device>& device_catalog() {
+  static const auto c = load_catalog<models::Device>(catalog_data::kDevices, catalog_data::kDevicesCount, parse_device);
+  return c;
+}
+
+const std::map<std::string, models::ModelArch>& model_catalog() {
+  static const auto c = load_catalog<models::ModelArch>(catalog_data::kModels, catalog_data::kModelsCount, parse_model);
+  return c;
+}
+
+template <typename T>
+std::vector<std::string> keys_of(const std::map<std::string, T>& m) {
+  std::vector<std::string> v;
+  for (const auto& [k, _] : m) v.push_back(k);
+  return v;
+}
+
+// Recipes ---------------------------------------------------------------------------------------
+
+Format format_value(Map& m, const std::string& key, const Format& dflt) {
+  YAML::Node n = m.get(key);
+  if (!n) return dflt;
+  if (!n.IsScalar()) m.src().fail(n, m.path(key), "'" + m.path(key) + "' must be a format such as fp8-e4m3/block128x128");
+  try {
+    return models::parse_format(n.Scalar());
+  } catch (const std::invalid_argument& e) {
+    m.src().fail(n, m.path(key), "'" + m.path(key) + "': " + e.what());
+  }
+}
+
+Element element_value(Map& m, const std::string& key, Element dflt) {
+  YAML::Node n = m.get(key);
+  if (!n) return dflt;
+  const auto e = n.IsScalar() ? models::parse_element(n.Scalar()) : std::nullopt;
+  if (!e || models::traits(*e).scale_only) {
+    m.src().fail(n, m.path(key), "'" + m.path(key) + "': unknown element format (expected one of: " + models::element_names() + ")");
+  }
+  return *e;
+}
+
+models::LinearPrecision parse_linear(Map m, const models::LinearPrecision& base) {
+  models::LinearPrecision l = base;
+  l.weight = format_value(m, "weight", base.weight);
+  l.activation = format_value(m, "activation", base.activation);
+  l.accumulate = element_value(m, "accumulate", base.accumulate);
+  m.finish({"weight", "activation", "accumulate"});
+  return l;
+}
+
+Recipe builtin_or_fail(const Source& src, const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) src.fail(n, path, "'" + path + "' must be a recipe name or a mapping");
+  try {
+    return models::builtin_recipe(n.Scalar());
+  } catch (const std::invalid_argument& e) {
+    src.fail(n, path, "'" + path + "': " + e.what());
+  }
+}
+
+Recipe parse_recipe(const Source& src, const YAML::Node& n, const std::string& path) {
+  if (!n.IsMap()) return builtin_or_fail(src, n, path);
+  Map m(src, n, path);
+  Recipe r = m.has("base") ? builtin_or_fail(src, m.get("base"), m.path("base")) : models::builtin_recipe("bf16");
+  r.name = m.str("name", m.has("base") ? r.name + "+overrides" : "inline", false);
+  if (m.has("linear")) r.linear = parse_linear(Map(src, m.get("linear"), m.path("linear")), r.linear);
+  if (m.has("lm_head")) r.lm_head = parse_linear(Map(src, m.get("lm_head"), m.path("lm_head")), r.lm_head);
+  if (m.has("router")) r.router = parse_linear(Map(src, m.get("router"), m.path("router")), r.router);
+  r.kv_cache = format_value(m, "kv_cache", r.kv_cache);
+  r.embedding = format_value(m, "embedding", r.embedding);
+  r.attention = element_value(m, "attention", r.attention);
+  r.softmax = element_value(m, "softmax", r.softmax);
+  r.master_weights = element_value(m, "master_weights", r.master_weights);
+  r.mode = m.choice<models::QuantMode>("mode", r.mode, {{"real", models::QuantMode::kReal}, {"fake", models::QuantMode::kFake}});
+  m.finish({"base", "name", "linear", "lm_head", "router", "kv_cache", "embedding", "attention", "softmax",
+            "master_weights", "mode"});
+  return r;
+}
+
+// Workload --------------------------------------------------------------------------------------
+
+std::vector<std::int64_t> read_csv_column(const std::string& file, const std::string& column) {
+  const std::string text = read_file(file, "length trace");
+  struct State {
+    std::vector<std::string> row;
+    std::vector<std::vector<std::string>> rows;
+    std::string field;
+  } st;
+  csv_parser p;
+  if (csv_init(&p, CSV_APPEND_NULL) != 0) throw ScenarioError(file + ": cannot initialise the CSV parser");
+  auto on_field = [](void* s, std::size_t n, void* data) {
+    static_cast<State*>(data)->row.emplace_back(static_cast<const char*>(s), n);
+  };
+  auto on_row = [](int, void* data) {
+    auto* d = static_cast<State*>(data);
+    d->rows.push_back(std::move(d->row));
+    d->row.clear();
+  };
+  if (csv_parse(&p, text.data(), text.size(), on_field, on_row, &st) != text.size()) {
+    const std::string err = csv_strerror(csv_error(&p));
+    csv_free(&p);
+    throw ScenarioError(file + ": CSV parse error: " + err);
+  }
+  csv_fini(&p, on_field, on_row, &st);
+  csv_free(&p);
+  if (st.rows.empty()) throw ScenarioError(file + ":1: empty CSV file (expected a header row)");
+  const auto& header = st.rows.front();
+  const auto it = std::find(header.begin(), header.end(), column);
+  if (it == header.end()) throw ScenarioError(fmt::format("{}:1: no column '{}' (columns: {})", file, column, join(header)));
+  const auto col = static_cast<std::size_t>(it - header.begin());
+  std::vector<std::int64_t> values;
+  for (std::size_t r = 1; r < st.rows.size(); ++r) {
+    const auto& row = st.rows[r];
+    if (row.size() == 1 && row[0].empty()) continue;  // blank line
+    std::int64_t v = 0;
+    const std::string cell = col < row.size() ? row[col] : "";
+    const auto [ptr, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), v);
+    if (ec != std::errc() || ptr != cell.data() + cell.size() || v < 1) {
+      throw ScenarioError(fmt::format("{}:{}: column '{}' must hold a positive integer token count, got '{}'", file, r + 1, column, cell));
+    }
+    values.push_back(v);
+  }
+  if (values.empty()) throw ScenarioError(file + ": no data rows");
+  return values;
+}
+
+LengthDist parse_dist(Map m, const fs::path& base_dir) {
+  LengthDist d;
+  d.kind = m.choice<LengthDist::Kind>("dist", LengthDist::Kind::kFixed,
+                                      {{"fixed", LengthDist::Kind::kFixed}, {"uniform", LengthDist::Kind::kUniform},
+                                       {"lognormal", LengthDist::Kind::kLognormal}, {"csv", LengthDist::Kind::kCsv}});
+  if (!m.has("dist")) m.src().fail(m.node(), m.path("dist"), "missing required key '" + m.path("dist") + "' (fixed, uniform, lognormal, csv)");
+  constexpr std::int64_t kMaxTokens = 10'000'000;
+  switch (d.kind) {
+    case LengthDist::Kind::kFixed:
+      d.value = m.integer("value", 0, 1, kMaxTokens, true);
+      m.finish({"dist", "value"});
+      break;
+    case LengthDist::Kind::kUniform:
+      d.min = m.integer("min", 0, 1, kMaxTokens, true);
+      d.max = m.integer("max", 0, d.min, kMaxTokens, true);
+      m.finish({"dist", "min", "max"});
+      break;
+    case LengthDist::Kind::kLognormal:
+      if (!m.has("median")) m.require("median");
+      d.median = m.number("median", 0, 1, 1e7);
+      d.sigma = m.number("sigma", 0, 0, 5);
+      if (!m.has("sigma")) m.require("sigma");
+      d.max = m.integer("max", 0, 1, kMaxTokens);
+      m.finish({"dist", "median", "sigma", "max"});
+      break;
+    case LengthDist::Kind::kCsv: {
+      d.file = m.str("file", "", true);
+      d.column = m.str("column", "", true);
+      const fs::path p = fs::path(d.file).is_absolute() ? fs::path(d.file) : base_dir / d.file;
+      try {
+        d.samples = read_csv_column(p.string(), d.column);
+      } catch (const ScenarioError& e) {
+        m.src().fail(m.get("file"), m.path("file"), e.what());
+      }
+      m.finish({"dist", "file", "column"});
+      break;
+    }
+  }
+  return d;
+}
+
+// HF config.json --------------------------------------------------------------------------------
+
+int json_int(const nlohmann::json& j, const std::string& file, const std::string& key) {
+  if (!j.contains(key) || !j[key].is_number_integer()) throw ScenarioError(file + ": missing integer key '" + key + "'");
+  return j[key].get<int>();
+}
+
+// Overrides -------------------------------------------------------------------------------------
+
+void apply_override(YAML::Node& root, const std::string& text, std::map<std::string, std::string>& paths) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ScenarioError("--set " + text + ": expected dotted.key=value, e.g. --set cluster.nodes=2");
+  }
+  const std::string key = text.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ScenarioError("--set " + text + ": the value is not valid YAML: " + e.msg);
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, '.');) {
+    if (part.empty()) throw ScenarioError("--set " + text + ": empty component in key '" + key + "'");
+    parts.push_back(part);
+  }
+  YAML::Node cur = root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = cur[parts[i]];
+    if (next && !next.IsMap()) {
+      // A scalar (e.g. `precision: fp8-block`) replaced by a mapping: start from an empty map.
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = cur[parts[i]];
+    }
+    if (!next) {
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = cur[parts[i]];
+    }
+    cur.reset(next);
+  }
+  cur[parts.back()] = value;
+  paths[key] = text;
+}
+
+}  // namespace
+
+std::string_view schedule_name(ScheduleMode m) {
+  switch (m) {
+    case ScheduleMode::kSync: return "sync";
+    case ScheduleMode::kOneStepOff: return "one-step-off";
+    case ScheduleMode::kAsync: return "async";
+  }
+  return "?";
+}
+
+std::string_view placement_name(PlacementMode m) {
+  return m == PlacementMode::kColocated ? "colocated" : "disaggregated";
+}
+
+models::Device catalog_device(const std::string& name) {
+  const auto& c = device_catalog();
+  const auto it = c.find(name);
+  if (it == c.end()) throw ScenarioError("unknown device '" + name + "' (catalog: " + join(keys_of(c)) + ")");
+  return it->second;
+}
+
+models::ModelArch catalog_model(const std::string& name) {
+  const auto& c = model_catalog();
+  const auto it = c.find(name);
+  if (it == c.end()) throw ScenarioError("unknown model '" + name + "' (catalog: " + join(keys_of(c)) + ")");
+  return it->second;
+}
+
+std::vector<std::string> catalog_device_names() { return keys_of(device_catalog()); }
+std::vector<std::string> catalog_model_names() { return keys_of(model_catalog()); }
+
+models::ModelArch model_from_hf_config(const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path, "Hugging Face config.json"));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ScenarioError(path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw ScenarioError(path + ": expected a JSON object");
+  models::ModelArch a;
+  a.name = j.value("_name_or_path", fs::path(path).parent_path().filename().string());
+  a.layers = json_int(j, path, "num_hidden_layers");
+  a.hidden = json_int(j, path, "hidden_size");
+  a.intermediate = json_int(j, path, "intermediate_size");
+  a.heads = json_int(j, path, "num_attention_heads");
+  a.kv_heads = j.contains("num_key_value_heads") ? json_int(j, path, "num_key_value_heads") : a.heads;
+  a.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int>() : a.hidden / a.heads;
+  a.vocab = json_int(j, path, "vocab_size");
+  a.tied_embeddings = j.value("tie_word_embeddings", false);
+  const std::string type = j.value("model_type", "");
+  a.qkv_bias = j.value("attention_bias", type == "qwen2" || type == "qwen2_moe");
+  const int experts = j.contains("num_experts") ? json_int(j, path, "num_experts")
+                      : j.contains("n_routed_experts") ? json_int(j, path, "n_routed_experts") : 0;
+  if (experts > 0) {
+    models::MoeSpec moe;
+    moe.experts = experts;
+    moe.active = json_int(j, path, "num_experts_per_tok");
+    moe.expert_intermediate = json_int(j, path, "moe_intermediate_size");
+    moe.shared_experts = j.value("n_shared_experts", 0);
+    moe.dense_layers = j.value("first_k_dense_replace", 0);
+    a.moe = moe;
+  }
+  if (j.contains("kv_lora_rank") && j["kv_lora_rank"].is_number_integer()) {
+    models::MlaSpec mla;
+    mla.q_lora_rank = j.value("q_lora_rank", 0);
+    mla.kv_lora_rank = json_int(j, path, "kv_lora_rank");
+    mla.qk_nope_head_dim = json_int(j, path, "qk_nope_head_dim");
+    mla.qk_rope_head_dim = json_int(j, path, "qk_rope_head_dim");
+    mla.v_head_dim = json_int(j, path, "v_head_dim");
+    a.mla = mla;
+    a.head_dim = mla.v_head_dim;
+  }
+  if (a.layers < 1 || a.hidden < 1 || a.heads < 1 || a.kv_heads < 1 || a.vocab < 1 || a.heads % a.kv_heads != 0) {
+    throw ScenarioError(path + ": inconsistent architecture (layers, hidden, heads, kv_heads, vocab)");
+  }
+  a.source = path;
+  return a;
+}
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
+  Source src{path, {}};
+  YAML::Node root = parse_yaml_text(read_file(path, "scenario file"), path);
+  if (!root.IsMap()) throw ScenarioError(path + ":1:1: a scenario must be a YAML mapping (see SCENARIO.md)");
+  for (const auto& o : overrides) apply_override(root, o, src.overrides);
+  const fs::path base_dir = fs::path(path).parent_path();
+
+  Scenario s;
+  s.file = path;
+  Map top(src, root, "");
+  s.name = top.str("name", "", true);
+  s.seed = static_cast<std::uint64_t>(top.integer("seed", 0, 0, INT64_MAX));
+  s.steps = static_cast<int>(top.integer("steps", 3, 1, 100000));
+
+  // model
+  {
+    YAML::Node n = top.require("model");
+    if (n.IsScalar()) {
+      try {
+        s.model = catalog_model(n.Scalar());
+      } catch (const ScenarioError& e) {
+        src.fail(n, "model", e.what());
+      }
+    } else if (n.IsMap() && n["hf_config"]) {
+      Map m(src, n, "model");
+      const std::string p = m.str("hf_config", "", true);
+      m.finish({"hf_config"});
+      const fs::path full = fs::path(p).is_absolute() ? fs::path(p) : base_dir / p;
+      try {
+        s.model = model_from_hf_config(full.string());
+      } catch (const ScenarioError& e) {
+        src.fail(n["hf_config"], "model.hf_config", e.what());
+      }
+    } else {
+      s.model = parse_model(Map(src, n, "model"));
+    }
+  }
+
+  // cluster
+  {
+    Map c(src, top.require("cluster"), "cluster");
+    YAML::Node dn = c.require("device");
+    if (dn.IsScalar()) {
+      try {
+        s.cluster.device = catalog_device(dn.Scalar());
+      } catch (const ScenarioError& e) {
+        src.fail(dn, "cluster.device", e.what());
+      }
+    } else {
+      s.cluster.device = parse_device(Map(src, dn, "cluster.device"));
+    }
+    s.cluster.nodes = static_cast<int>(c.integer("nodes", 0, 1, 1 << 20, true));
+    s.cluster.devices_per_node = static_cast<int>(c.integer("devices_per_node", 0, 1, 1024, true));
+    const auto& d = s.cluster.device;
+    s.cluster.intra_node = c.has("intra_node") ? parse_link(Map(src, c.get("intra_node"), "cluster.intra_node"), d.intra_node) : d.intra_node;
+    s.cluster.inter_node = c.has("inter_node") ? parse_link(Map(src, c.get("inter_node"), "cluster.inter_node"), d.inter_node) : d.inter_node;
+    s.cluster.host_link = c.has("host_link") ? parse_link(Map(src, c.get("host_link"), "cluster.host_link"), d.host_link) : d.host_link;
+    c.finish({"device", "nodes", "devices_per_node", "intra_node", "inter_node", "host_link"});
+  }
+  const int devices = s.cluster.devices();
+
+  // placement
+  {
+    s.placement.rollout_devices = devices;
+    s.placement.train_devices = devices;
+    if (top.has("placement")) {
+      Map p(src, top.get("placement"), "placement");
+      s.placement.mode = p.choice<PlacementMode>("mode", PlacementMode::kColocated,
+                                                 {{"colocated", PlacementMode::kColocated}, {"disaggregated", PlacementMode::kDisaggregated}});
+      if (s.placement.mode == PlacementMode::kDisaggregated) {
+        s.placement.rollout_devices = static_cast<int>(p.integer("rollout_devices", 0, 1, devices, true));
+        s.placement.train_devices = static_cast<int>(p.integer("train_devices", 0, 1, devices, true));
+        if (s.placement.rollout_devices + s.placement.train_devices > devices) {
+          src.fail(p.node(), "placement", fmt::format("rollout_devices + train_devices = {} exceeds the cluster's {} devices",
+                                                       s.placement.rollout_devices + s.placement.train_devices, devices));
+        }
+      } else {
+        for (const char* k : {"rollout_devices", "train_devices"}) {
+          if (p.has(k)) src.fail(p.get(k), p.path(k), std::string("'placement.") + k + "' is only valid with mode: disaggregated");
+        }
+      }
+      p.finish({"mode", "rollout_devices", "train_devices"});
+    }
+  }
+
+  // schedule
+  if (top.has("schedule")) {
+    Map p(src, top.get("schedule"), "schedule");
+    s.schedule.mode = p.choice<ScheduleMode>("mode", ScheduleMode::kSync,
+                                             {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
+    s.schedule.staleness = p.number("staleness", 0.5, 0.0, 1.0);
+    s.schedule.partial_rollout = p.boolean("partial_rollout", false);
+    p.finish({"mode", "staleness", "partial_rollout"});
+    if (s.schedule.mode != ScheduleMode::kSync && s.placement.mode == PlacementMode::kColocated) {
+      src.fail(p.get("mode"), "schedule.mode",
+               fmt::format("schedule.mode {} overlaps rollout and training, so it needs placement.mode: disaggregated "
+                           "with rollout_devices and train_devices", schedule_name(s.schedule.mode)));
+    }
+  }
+
+  // workload
+  {
+    Map w(src, top.require("workload"), "workload");
+    s.workload.prompts_per_step = static_cast<int>(w.integer("prompts_per_step", 0, 1, 1 << 24, true));
+    s.workload.samples_per_prompt = static_cast<int>(w.integer("samples_per_prompt", 0, 1, 1 << 16, true));
+    s.workload.prompt_tokens = parse_dist(Map(src, w.require("prompt_tokens"), "workload.prompt_tokens"), base_dir);
+    s.workload.response_tokens = parse_dist(Map(src, w.require("response_tokens"), "workload.response_tokens"), base_dir);
+    w.finish({"prompts_per_step", "samples_per_prompt", "prompt_tokens", "response_tokens"});
+  }
+
+  // rollout
+  {
+    auto& r = s.rollout;
+    r.precision = models::builtin_recipe("bf16");
+    std::optional<Map> m;
+    if (top.has("rollout")) m.emplace(src, top.get("rollout"), "rollout");
+    if (m) {
+      r.engine = m->choice<RolloutEngineKind>("engine", RolloutEngineKind::kVllm,
+                                              {{"vllm", RolloutEngineKind::kVllm}, {"sglang", RolloutEngineKind::kSglang}});
+      r.tensor_parallel = static_cast<int>(m->integer("tensor_parallel", 1, 1, 4096));
+      r.expert_parallel = static_cast<int>(m->integer("expert_parallel", 1, 1, 4096));
+      if (m->has("precision")) r.precision = parse_recipe(src, m->get("precision"), "rollout.precision");
+    }
+    r.kv_cache = r.precision.kv_cache;
+    // Engine overheads (assumptions, documented in README "Cost model"): per-step scheduler +
+    // sampler time, and non-GEMM kernel time per layer per step under CUDA graphs.
+    const bool vllm = r.engine == RolloutEngineKind::kVllm;
+    const double it_default = vllm ? 2e-3 : 1.5e-3;
+    const double layer_default = 20e-6;
+    // SGLang RL memory blog: 1-3 GB CUDA graphs + 3-7 GB buffers per GPU; 5 GB taken.
+    const double buffers_default = 5e9;
+    // Decode kernels stream weights and KV at ~80 % of peak HBM bandwidth (a pure device copy
+    // reaches 87-89 %, ANCHORS.md); prefill GEMMs reach ~55 % of the dense tensor rate.
+    r.efficiency = Efficiency{0.80, 0.55, 0.70};
+    r.iteration_overhead_s = it_default;
+    r.layer_overhead_s = layer_default;
+    r.activation_buffer_bytes = buffers_default;
+    if (m) {
+      if (m->has("kv_cache")) {
+        r.kv_cache = m->choice<Format>("kv_cache", r.kv_cache,
+                                       {{"bf16", Format{Element::kBf16, {}}}, {"fp16", Format{Element::kFp16, {}}},
+                                        {"fp8-e4m3", Format{Element::kFp8E4M3, {models::ScaleKind::kTensor, 1, 1}}}});
+      }
+      r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", 256, 1, 1 << 20));
+      r.memory_utilization = m->number("memory_utilization", 0.85, 0.05, 1.0);
+      r.activation_buffer_bytes = m->quantity("activation_buffers", buffers_default, Dimension::kBytes);
+      if (m->has("overheads")) {
+        Map o(src, m->get("overheads"), "rollout.overheads");
+        r.iteration_overhead_s = o.quantity("iteration", it_default, Dimension::kTime);
+        r.layer_overhead_s = o.quantity("per_layer", layer_default, Dimension::kTime);
+        o.finish({"iteration", "per_layer"});
+      }
+      if (m->has("efficiency")) {
+        Map e(src, m->get("efficiency"), "rollout.efficiency");
+        r.efficiency.memory = e.number("memory", r.efficiency.memory, 0.01, 1.0);
+        r.efficiency.compute = e.number("compute", r.efficiency.compute, 0.01, 1.0);
+        r.efficiency.comm = e.number("comm", r.efficiency.comm, 0.01, 1.0);
+        e.finish({"memory", "compute", "comm"});
+      }
+      m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
+                 "memory_utilization", "activation_buffers", "overheads", "efficiency"});
+      if (r.tensor_parallel % r.expert_parallel != 0) {
+        src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel must divide rollout.tensor_parallel");
+      }
+      if (s.placement.rollout_devices % r.tensor_parallel != 0) {
+        src.fail(m->get("tensor_parallel"), "rollout.tensor_parallel",
+                 fmt::format("rollout.tensor_parallel ({}) must divide the {} rollout devices", r.tensor_parallel, s.placement.rollout_devices));
+      }
+      if (r.expert_parallel > 1 && !s.model.moe) {
+        src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel > 1 needs an MoE model");
+      }
+    }
+  }
+
+  // training
+  {
+    auto& t = s.training;
+    t.precision = models::builtin_recipe("bf16");
+    // Calibrated default (SCENARIO.md example; verl Qwen3-30B-A3B Megatron MFU 0.31-0.40, ANCHORS.md).
+    t.efficiency = Efficiency{0.80, 0.45, 0.70};
+    if (top.has("training")) {
+      Map m(src, top.get("training"), "training");
+      t.backend = m.choice<TrainingBackend>("backend", TrainingBackend::kFsdp,
+                                            {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
+      if (m.has("precision")) t.precision = parse_recipe(src, m.get("precision"), "training.precision");
+      t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", 1, 1, 4096));
+      t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", 1, 1, 4096));
+      t.expert_parallel = static_cast<int>(m.integer("expert_parallel", 1, 1, 4096));
+      t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", 1, 1, 100));
+      t.mini_batches = static_cast<int>(m.integer("mini_batches", 1, 1, 1 << 20));
+      t.micro_batch_tokens = m.integer("micro_batch_tokens", 16384, 1, 1LL << 40);
+      t.recompute_old_logprob = m.boolean("recompute_old_logprob", true);
+      t.reference_model = m.boolean("reference_model", true);
+      t.activation_checkpointing = m.boolean("activation_checkpointing", true);
+      if (m.has("optimizer")) {
+        Map o(src, m.get("optimizer"), "training.optimizer");
+        t.optimizer.name = o.choice<std::string>("name", "adam", {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
+        t.optimizer.state = o.choice<Element>("state", Element::kFp32, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
+        t.optimizer.offload = o.boolean("offload", false);
+        o.finish({"name", "state", "offload"});
+      }
+      if (m.has("efficiency")) {
+        Map e(src, m.get("efficiency"), "training.efficiency");
+        t.efficiency.memory = e.number("memory", t.efficiency.memory, 0.01, 1.0);
+        t.efficiency.compute = e.number("compute", t.efficiency.compute, 0.01, 1.0);
+        t.efficiency.comm = e.number("comm", t.efficiency.comm, 0.01, 1.0);
+        e.finish({"memory", "compute", "comm"});
+      }
+      m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",
+                "mini_batches", "micro_batch_tokens", "recompute_old_logprob", "reference_model",
+                "activation_checkpointing", "optimizer", "efficiency"});
+      const int mp = t.tensor_parallel * t.pipeline_parallel;
+      if (s.placement.train_devices % mp != 0) {
+        src.fail(m.node(), "training", fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices",
+                                                   mp, s.placement.train_devices));
+      }
+      const int dp = s.placement.train_devices / mp;
+      if ((t.tensor_parallel * dp) % t.expert_parallel != 0) {
+        src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel must divide tensor_parallel x data-parallel size");
+      }
+      if (t.expert_parallel > 1 && !s.model.moe) {
+        src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel > 1 needs an MoE model");
+      }
+      if (t.pipeline_parallel > s.model.layers) {
+        src.fail(m.get("pipeline_parallel"), "training.pipeline_parallel", "training.pipeline_parallel exceeds the model's layers");
+      }
+    }
+  }
+
+  // weight sync
+  if (top.has("weight_sync")) {
+    Map m(src, top.get("weight_sync"), "weight_sync");
+    s.weight_sync.method = m.choice<WeightSyncMethod>("method", WeightSyncMethod::kAuto,
+                                                      {{"auto", WeightSyncMethod::kAuto}, {"cuda-ipc", WeightSyncMethod::kCudaIpc},
+                                                       {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}});
+    s.weight_sync.bucket_bytes = m.quantity("bucket", s.weight_sync.bucket_bytes, Dimension::kBytes);
+    if (s.weight_sync.bucket_bytes < 1e6) src.fail(m.get("bucket"), "weight_sync.bucket", "weight_sync.bucket must be at least 1 MB");
+    m.finish({"method", "bucket"});
+    if (s.weight_sync.method == WeightSyncMethod::kCudaIpc && s.placement.mode == PlacementMode::kDisaggregated) {
+      src.fail(m.get("method"), "weight_sync.method", "cuda-ipc needs rollout and training on the same devices (placement.mode: colocated)");
+    }
+  }
+
+  // output
+  s.output.dir = (fs::path("out") / fs::path(path).stem()).string();
+  if (top.has("output")) {
+    Map m(src, top.get("output"), "output");
+    s.output.dir = m.str("dir", s.output.dir);
+    s.output.plots = m.boolean("plots", true);
+    s.output.trace = m.boolean("trace", true);
+    m.finish({"dir", "plots", "trace"});
+  }
+  top.finish({"name", "seed", "steps", "model", "cluster", "placement", "schedule", "workload", "rollout",
+              "training", "weight_sync", "output"});
+  return s;
+}
+
+}  // namespace rlsim::sim

@@ -1,0 +1,161 @@
+// `rlsim run --print-config`: the fully resolved scenario as YAML, every default explicit.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "sim/scenario/scenario.h"
+#include "sim/scenario/units.h"
+
+namespace rlsim::sim {
+namespace {
+
+std::string q(double v, Dimension d) {
+  switch (d) {
+    case Dimension::kBytes: return fmt::format("{:g} GB", v / 1e9);
+    case Dimension::kBandwidth: return fmt::format("{:g} GB/s", v / 1e9);
+    case Dimension::kTime: return fmt::format("{:g} us", v * 1e6);
+    case Dimension::kFlops: return fmt::format("{:g} TFLOPS", v / 1e12);
+  }
+  return {};
+}
+
+void link(YAML::Emitter& e, const char* key, const models::Link& l) {
+  e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "bandwidth" << YAML::Value
+    << q(l.bandwidth_bytes_per_s, Dimension::kBandwidth) << YAML::Key << "latency" << YAML::Value
+    << q(l.latency_s, Dimension::kTime) << YAML::EndMap;
+}
+
+void linear(YAML::Emitter& e, const char* key, const models::LinearPrecision& l) {
+  e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "weight" << YAML::Value
+    << l.weight.str() << YAML::Key << "activation" << YAML::Value << l.activation.str() << YAML::Key << "accumulate"
+    << YAML::Value << std::string(models::traits(l.accumulate).name) << YAML::EndMap;
+}
+
+void recipe(YAML::Emitter& e, const char* key, const models::Recipe& r) {
+  e << YAML::Key << key << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << r.name;
+  linear(e, "linear", r.linear);
+  linear(e, "lm_head", r.lm_head);
+  linear(e, "router", r.router);
+  e << YAML::Key << "kv_cache" << YAML::Value << r.kv_cache.str();
+  e << YAML::Key << "embedding" << YAML::Value << r.embedding.str();
+  e << YAML::Key << "attention" << YAML::Value << std::string(models::traits(r.attention).name);
+  e << YAML::Key << "softmax" << YAML::Value << std::string(models::traits(r.softmax).name);
+  e << YAML::Key << "master_weights" << YAML::Value << std::string(models::traits(r.master_weights).name);
+  e << YAML::Key << "mode" << YAML::Value << (r.mode == models::QuantMode::kReal ? "real" : "fake");
+  e << YAML::EndMap;
+}
+
+void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
+  e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+  switch (d.kind) {
+    case LengthDist::Kind::kFixed: e << YAML::Key << "dist" << YAML::Value << "fixed" << YAML::Key << "value" << YAML::Value << d.value; break;
+    case LengthDist::Kind::kUniform:
+      e << YAML::Key << "dist" << YAML::Value << "uniform" << YAML::Key << "min" << YAML::Value << d.min << YAML::Key << "max" << YAML::Value << d.max;
+      break;
+    case LengthDist::Kind::kLognormal:
+      e << YAML::Key << "dist" << YAML::Value << "lognormal" << YAML::Key << "median" << YAML::Value << d.median << YAML::Key
+        << "sigma" << YAML::Value << d.sigma << YAML::Key << "max" << YAML::Value << d.max;
+      break;
+    case LengthDist::Kind::kCsv:
+      e << YAML::Key << "dist" << YAML::Value << "csv" << YAML::Key << "file" << YAML::Value << d.file << YAML::Key << "column"
+        << YAML::Value << d.column;
+      break;
+  }
+  e << YAML::EndMap;
+}
+
+void efficiency(YAML::Emitter& e, const Efficiency& f) {
+  e << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "memory" << YAML::Value
+    << f.memory << YAML::Key << "compute" << YAML::Value << f.compute << YAML::Key << "comm" << YAML::Value << f.comm << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string resolved_yaml(const Scenario& s) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << s.name;
+  e << YAML::Key << "seed" << YAML::Value << s.seed;
+  e << YAML::Key << "steps" << YAML::Value << s.steps;
+  const auto& m = s.model;
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << m.name << YAML::Key << "layers" << YAML::Value << m.layers << YAML::Key << "hidden"
+    << YAML::Value << m.hidden << YAML::Key << "intermediate" << YAML::Value << m.intermediate << YAML::Key << "heads" << YAML::Value
+    << m.heads << YAML::Key << "kv_heads" << YAML::Value << m.kv_heads << YAML::Key << "head_dim" << YAML::Value << m.head_dim
+    << YAML::Key << "vocab" << YAML::Value << m.vocab << YAML::Key << "tied_embeddings" << YAML::Value << m.tied_embeddings
+    << YAML::Key << "qkv_bias" << YAML::Value << m.qkv_bias;
+  if (m.moe) {
+    e << YAML::Key << "moe" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "experts" << YAML::Value << m.moe->experts
+      << YAML::Key << "active" << YAML::Value << m.moe->active << YAML::Key << "expert_intermediate" << YAML::Value
+      << m.moe->expert_intermediate << YAML::Key << "shared_experts" << YAML::Value << m.moe->shared_experts << YAML::Key
+      << "dense_layers" << YAML::Value << m.moe->dense_layers << YAML::EndMap;
+  }
+  if (m.mla) {
+    e << YAML::Key << "mla" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "q_lora_rank" << YAML::Value
+      << m.mla->q_lora_rank << YAML::Key << "kv_lora_rank" << YAML::Value << m.mla->kv_lora_rank << YAML::Key << "qk_nope_head_dim"
+      << YAML::Value << m.mla->qk_nope_head_dim << YAML::Key << "qk_rope_head_dim" << YAML::Value << m.mla->qk_rope_head_dim
+      << YAML::Key << "v_head_dim" << YAML::Value << m.mla->v_head_dim << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  const auto& d = s.cluster.device;
+  e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "device" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << d.name << YAML::Key
+    << "memory" << YAML::Value << q(d.memory_bytes, Dimension::kBytes) << YAML::Key << "memory_bandwidth" << YAML::Value
+    << q(d.memory_bandwidth_bytes_per_s, Dimension::kBandwidth);
+  e << YAML::Key << "compute" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  for (const auto& [c, r] : d.flops_per_s) e << YAML::Key << std::string(models::compute_name(c)) << YAML::Value << q(r, Dimension::kFlops);
+  e << YAML::EndMap << YAML::EndMap;
+  e << YAML::Key << "nodes" << YAML::Value << s.cluster.nodes << YAML::Key << "devices_per_node" << YAML::Value << s.cluster.devices_per_node;
+  link(e, "intra_node", s.cluster.intra_node);
+  link(e, "inter_node", s.cluster.inter_node);
+  link(e, "host_link", s.cluster.host_link);
+  e << YAML::EndMap;
+  e << YAML::Key << "placement" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
+    << std::string(placement_name(s.placement.mode)) << YAML::Key << "rollout_devices" << YAML::Value << s.placement.rollout_devices
+    << YAML::Key << "train_devices" << YAML::Value << s.placement.train_devices << YAML::EndMap;
+  e << YAML::Key << "schedule" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
+    << std::string(schedule_name(s.schedule.mode)) << YAML::Key << "staleness" << YAML::Value << s.schedule.staleness << YAML::Key
+    << "partial_rollout" << YAML::Value << s.schedule.partial_rollout << YAML::EndMap;
+  e << YAML::Key << "workload" << YAML::Value << YAML::BeginMap << YAML::Key << "prompts_per_step" << YAML::Value
+    << s.workload.prompts_per_step << YAML::Key << "samples_per_prompt" << YAML::Value << s.workload.samples_per_prompt;
+  dist(e, "prompt_tokens", s.workload.prompt_tokens);
+  dist(e, "response_tokens", s.workload.response_tokens);
+  e << YAML::EndMap;
+  const auto& r = s.rollout;
+  e << YAML::Key << "rollout" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "engine" << YAML::Value << (r.engine == RolloutEngineKind::kVllm ? "vllm" : "sglang");
+  e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "expert_parallel" << YAML::Value << r.expert_parallel;
+  recipe(e, "precision", r.precision);
+  e << YAML::Key << "kv_cache" << YAML::Value << r.kv_cache.str();
+  e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value << r.memory_utilization;
+  e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
+  e << YAML::Key << "overheads" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "iteration" << YAML::Value
+    << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value << q(r.layer_overhead_s, Dimension::kTime) << YAML::EndMap;
+  efficiency(e, r.efficiency);
+  e << YAML::EndMap;
+  const auto& t = s.training;
+  e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "backend" << YAML::Value << (t.backend == TrainingBackend::kFsdp ? "fsdp" : "megatron");
+  recipe(e, "precision", t.precision);
+  e << YAML::Key << "tensor_parallel" << YAML::Value << t.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value
+    << t.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << t.expert_parallel << YAML::Key << "ppo_epochs"
+    << YAML::Value << t.ppo_epochs << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key << "micro_batch_tokens"
+    << YAML::Value << t.micro_batch_tokens << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob
+    << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing" << YAML::Value
+    << t.activation_checkpointing;
+  e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.optimizer.name
+    << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key << "offload"
+    << YAML::Value << t.optimizer.offload << YAML::EndMap;
+  efficiency(e, t.efficiency);
+  e << YAML::EndMap;
+  const char* method = s.weight_sync.method == WeightSyncMethod::kAuto ? "auto"
+                       : s.weight_sync.method == WeightSyncMethod::kCudaIpc ? "cuda-ipc" : "nccl-broadcast";
+  e << YAML::Key << "weight_sync" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "method" << YAML::Value << method
+    << YAML::Key << "bucket" << YAML::Value << fmt::format("{:g} MiB", s.weight_sync.bucket_bytes / 1048576.0) << YAML::EndMap;
+  e << YAML::Key << "output" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << s.output.dir
+    << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace rlsim::sim

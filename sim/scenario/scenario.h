@@ -1,0 +1,150 @@
+// The typed, validated scenario (SCENARIO.md): what `rlsim run` simulates. Produced only by
+// load_scenario(), which resolves catalog references and rejects bad input with file:line:column.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/hardware/device.h"
+#include "models/llm/arch.h"
+#include "models/precision/recipe.h"
+#include "sim/scenario/distribution.h"
+
+namespace rlsim::sim {
+
+/// Bad input: the message starts with "file:line:column: " (or "--set key=value: " for an
+/// override) and says what was expected. The CLI prints it and exits with status 2.
+class ScenarioError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Efficiency factors: achieved fraction of a peak rate. Defaults are documented where set.
+struct Efficiency {
+  double memory = 0;   // of HBM bandwidth
+  double compute = 0;  // of the dense tensor-core rate (MFU of the GEMMs)
+  double comm = 0;     // of link bandwidth in collectives (NCCL bus bandwidth / link rate)
+};
+
+struct ClusterConfig {
+  models::Device device;
+  int nodes = 1;
+  int devices_per_node = 1;
+  models::Link intra_node;  // resolved: cluster override, else the device's default
+  models::Link inter_node;
+  models::Link host_link;
+  int devices() const { return nodes * devices_per_node; }
+};
+
+enum class PlacementMode { kColocated, kDisaggregated };
+struct PlacementConfig {
+  PlacementMode mode = PlacementMode::kColocated;
+  int rollout_devices = 0;  // resolved: all devices when colocated
+  int train_devices = 0;
+};
+
+enum class ScheduleMode { kSync, kOneStepOff, kAsync };
+struct ScheduleConfig {
+  ScheduleMode mode = ScheduleMode::kSync;
+  double staleness = 0.5;
+  bool partial_rollout = false;
+};
+
+struct WorkloadConfig {
+  int prompts_per_step = 0;
+  int samples_per_prompt = 0;
+  LengthDist prompt_tokens;
+  LengthDist response_tokens;
+  int sequences_per_step() const { return prompts_per_step * samples_per_prompt; }
+};
+
+enum class RolloutEngineKind { kVllm, kSglang };
+struct RolloutConfig {
+  RolloutEngineKind engine = RolloutEngineKind::kVllm;
+  int tensor_parallel = 1;
+  int expert_parallel = 1;
+  models::Recipe precision;
+  models::Format kv_cache;     // resolved: rollout.kv_cache, else the recipe's
+  int max_num_seqs = 256;
+  double memory_utilization = 0.85;
+  double activation_buffer_bytes = 0;  // CUDA graphs, activations, sampler workspace
+  double iteration_overhead_s = 0;     // scheduler + sampling per engine step
+  double layer_overhead_s = 0;         // non-GEMM kernels per layer per step (norms, rope, launch)
+  Efficiency efficiency;
+};
+
+enum class TrainingBackend { kFsdp, kMegatron };
+struct OptimizerConfig {
+  std::string name = "adam";
+  models::Element state = models::Element::kFp32;
+  bool offload = false;
+};
+struct TrainingConfig {
+  TrainingBackend backend = TrainingBackend::kFsdp;
+  models::Recipe precision;
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int expert_parallel = 1;
+  int ppo_epochs = 1;
+  int mini_batches = 1;
+  std::int64_t micro_batch_tokens = 16384;
+  bool recompute_old_logprob = true;
+  bool reference_model = true;
+  bool activation_checkpointing = true;
+  OptimizerConfig optimizer;
+  Efficiency efficiency;
+};
+
+enum class WeightSyncMethod { kAuto, kCudaIpc, kNcclBroadcast };
+struct WeightSyncConfig {
+  WeightSyncMethod method = WeightSyncMethod::kAuto;
+  double bucket_bytes = 512.0 * 1024 * 1024;
+};
+
+struct OutputConfig {
+  std::string dir;  // resolved: output.dir, else out/<file stem>
+  bool plots = true;
+  bool trace = true;
+};
+
+struct Scenario {
+  std::string name;
+  std::string file;  // path of the scenario file as given
+  std::uint64_t seed = 0;
+  int steps = 3;
+  models::ModelArch model;
+  ClusterConfig cluster;
+  PlacementConfig placement;
+  ScheduleConfig schedule;
+  WorkloadConfig workload;
+  RolloutConfig rollout;
+  TrainingConfig training;
+  WeightSyncConfig weight_sync;
+  OutputConfig output;
+};
+
+/// Loads and validates a scenario file. `overrides` are "dotted.key=value" strings (--set),
+/// applied before validation; the value is parsed as YAML. Throws ScenarioError on any bad input:
+/// unreadable file, YAML syntax, unknown key, missing required key, value without unit, unknown
+/// catalog name, inconsistent parallelism.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// The fully resolved scenario as YAML (every default made explicit, units canonical).
+std::string resolved_yaml(const Scenario& s);
+
+/// Catalog look-ups, for `rlsim catalog` and tests. Throw ScenarioError for unknown names.
+models::Device catalog_device(const std::string& name);
+models::ModelArch catalog_model(const std::string& name);
+std::vector<std::string> catalog_device_names();
+std::vector<std::string> catalog_model_names();
+
+/// Reads a Hugging Face config.json into an architecture (Llama, Qwen2/3, Qwen3-MoE,
+/// DeepSeek-V3 / Kimi-K2 keys). Throws ScenarioError naming the file and the missing key.
+models::ModelArch model_from_hf_config(const std::string& path);
+
+std::string_view schedule_name(ScheduleMode m);
+std::string_view placement_name(PlacementMode m);
+
+}  // namespace rlsim::sim
