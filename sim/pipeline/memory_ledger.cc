@@ -38,6 +38,10 @@ void MemoryLedger::free(TimeNs t, AllocId id) {
   if (live_.empty()) in_use_ = 0;
 }
 
+void MemoryLedger::free_all(TimeNs t) {
+  while (!live_.empty()) free(t, live_.begin()->first);
+}
+
 double MemoryLedger::peak_in(const std::string& phase) const {
   const auto it = phase_peak_.find(phase);
   return it == phase_peak_.end() ? 0.0 : it->second;

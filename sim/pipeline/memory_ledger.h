@@ -44,6 +44,9 @@ class MemoryLedger {
   /// Frees an allocation; throws std::logic_error for an unknown or already freed id.
   void free(TimeNs t, AllocId id);
 
+  /// Frees every live allocation at time `t` (end of simulation), in allocation order.
+  void free_all(TimeNs t);
+
   /// Sets the phase label that subsequent peaks are attributed to (e.g. "rollout", "training").
   void set_phase(const std::string& phase) { phase_ = phase; }
 

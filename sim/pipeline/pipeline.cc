@@ -386,6 +386,10 @@ SimResult Simulation::run() {
                         "use --set schedule.mode=one-step-off for an overlapped schedule");
   }
   r_.events = queue_.events_run();
+  // Tear-down: release what stays resident across steps, so every allocation has its free.
+  for (auto& l : ledgers_) {
+    l.free_all(queue_.now());
+  }
   for (const auto& l : ledgers_) {
     if (l.oom() && !r_.oom) {
       const auto& o = *l.oom();

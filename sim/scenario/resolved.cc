@@ -32,6 +32,10 @@ void linear(YAML::Emitter& e, const char* key, const models::LinearPrecision& l)
 
 void recipe(YAML::Emitter& e, const char* key, const models::Recipe& r) {
   e << YAML::Key << key << YAML::Value << YAML::BeginMap;
+  // A built-in's name becomes `base:` so its provenance (source) survives a reload.
+  for (const auto& b : models::builtin_recipes()) {
+    if (b.name == r.name) e << YAML::Key << "base" << YAML::Value << r.name;
+  }
   e << YAML::Key << "name" << YAML::Value << r.name;
   linear(e, "linear", r.linear);
   linear(e, "lm_head", r.lm_head);
@@ -111,8 +115,12 @@ std::string resolved_yaml(const Scenario& s) {
   link(e, "host_link", s.cluster.host_link);
   e << YAML::EndMap;
   e << YAML::Key << "placement" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
-    << std::string(placement_name(s.placement.mode)) << YAML::Key << "rollout_devices" << YAML::Value << s.placement.rollout_devices
-    << YAML::Key << "train_devices" << YAML::Value << s.placement.train_devices << YAML::EndMap;
+    << std::string(placement_name(s.placement.mode));
+  if (s.placement.mode == PlacementMode::kDisaggregated) {
+    e << YAML::Key << "rollout_devices" << YAML::Value << s.placement.rollout_devices << YAML::Key << "train_devices" << YAML::Value
+      << s.placement.train_devices;
+  }
+  e << YAML::EndMap;
   e << YAML::Key << "schedule" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
     << std::string(schedule_name(s.schedule.mode)) << YAML::Key << "staleness" << YAML::Value << s.schedule.staleness << YAML::Key
     << "partial_rollout" << YAML::Value << s.schedule.partial_rollout << YAML::EndMap;

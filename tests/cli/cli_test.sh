@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# CLI contract tests (SCENARIO.md): exit status 2 with file:line:column and no output directory
+# on bad input; byte-identical outputs for the same seed; every output file written; --help
+# describes every option. Usage: cli_test.sh RLSIM_BINARY SOURCE_DIR
+set -u
+RLSIM="$1"
+SRC="$2"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+pass=0
+fail=0
+check() {  # check NAME CONDITION...
+  local name="$1"
+  shift
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name" >&2; fi
+}
+
+cat > "$WORK/base.yaml" <<'YAML'
+name: cli test
+seed: 5
+steps: 2
+model: qwen3-8b
+cluster:
+  device: h100-sxm
+  nodes: 1
+  devices_per_node: 8
+workload:
+  prompts_per_step: 8
+  samples_per_prompt: 4
+  prompt_tokens: {dist: fixed, value: 256}
+  response_tokens: {dist: lognormal, median: 800, sigma: 0.8, max: 4096}
+rollout: {memory_utilization: 0.6}
+YAML
+
+# --- bad input: unknown key, number without unit, unknown device --------------------------------
+bad_case() {  # bad_case NAME EXPECTED_LOCATION_REGEX YAML_APPEND_OR_SED
+  local name="$1" want="$2" file="$WORK/$1.yaml"
+  cp "$WORK/base.yaml" "$file"
+  eval "$3"
+  "$RLSIM" run "$file" --out "$WORK/out_$name" >"$WORK/$name.stdout" 2>"$WORK/$name.stderr"
+  local rc=$?
+  check "$name: exit status 2 (got $rc)" test "$rc" -eq 2
+  check "$name: message names file:line:column ($(cat "$WORK/$name.stderr"))" grep -qE "$want" "$WORK/$name.stderr"
+  check "$name: no output directory" test ! -e "$WORK/out_$name"
+  check "$name: no temporary directory" test ! -e "$WORK/.out_$name.tmp"
+}
+bad_case unknown_key "unknown_key\.yaml:15:3: unknown key 'rollout\.max_num_seq'" \
+  'printf "rollout:\n  max_num_seq: 8\n" >> "$file"; sed -i "/^rollout: {memory_utilization/d" "$file"'
+bad_case no_unit "no_unit\.yaml:16:11: 'weight_sync\.bucket': '512' has no unit" \
+  'printf "weight_sync:\n  bucket: 512\n" >> "$file"'
+bad_case unknown_device "unknown_device\.yaml:6:11: unknown device 'h300'" \
+  'sed -i "s/device: h100-sxm/device: h300/" "$file"'
+
+"$RLSIM" run "$WORK/missing.yaml" >/dev/null 2>&1
+check "missing file: exit 2" test $? -eq 2
+"$RLSIM" run "$WORK/base.yaml" --set nonsense >/dev/null 2>"$WORK/set.err"
+check "bad --set: exit 2" test $? -eq 2
+"$RLSIM" run --bogus-flag >/dev/null 2>&1
+check "unknown flag: exit 2" test $? -eq 2
+
+# --- outputs and determinism --------------------------------------------------------------------
+"$RLSIM" run "$WORK/base.yaml" --out "$WORK/a" >"$WORK/a.stdout" 2>&1
+check "run exits 0" test $? -eq 0
+for f in summary.json steps.csv phases.csv memory.csv requests.csv trace.json timeline.png memory.png; do
+  check "writes $f" test -s "$WORK/a/$f"
+done
+check "summary on stdout names the bottleneck" grep -q "bottleneck:" "$WORK/a.stdout"
+check "steps.csv header" grep -qx "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens" "$WORK/a/steps.csv"
+check "trace.json has traceEvents" grep -q '"traceEvents"' "$WORK/a/trace.json"
+check "timeline.png is a PNG" bash -c "head -c 8 '$WORK/a/timeline.png' | od -An -tx1 | grep -q '89 50 4e 47'"
+"$RLSIM" run "$WORK/base.yaml" --out "$WORK/b" -q
+for f in steps.csv requests.csv trace.json summary.json memory.csv phases.csv; do
+  check "$f byte-identical across runs" cmp -s "$WORK/a/$f" "$WORK/b/$f"
+done
+"$RLSIM" run "$WORK/base.yaml" --out "$WORK/c" --seed 6 -q
+check "another seed changes requests.csv" bash -c "! cmp -s '$WORK/a/requests.csv' '$WORK/c/requests.csv'"
+"$RLSIM" run "$WORK/base.yaml" --out "$WORK/a" -q --no-plots --no-trace
+check "rerun replaces the directory" test ! -e "$WORK/a/trace.json"
+
+# --- not fitting is a result, exit 0 ------------------------------------------------------------
+"$RLSIM" run "$WORK/base.yaml" --set model=deepseek-v3 --out "$WORK/oom" -q
+check "oom: exit 0" test $? -eq 0
+check "oom: fits false" grep -q '"fits": false' "$WORK/oom/summary.json"
+check "oom: names the role" grep -q '"role": "rollout"' "$WORK/oom/summary.json"
+
+# --- help and config ----------------------------------------------------------------------------
+"$RLSIM" --help >"$WORK/help" 2>&1
+check "--help exits 0" test $? -eq 0
+for word in run catalog; do check "--help lists $word" grep -q "$word" "$WORK/help"; done
+"$RLSIM" run --help >"$WORK/runhelp" 2>&1
+for opt in --out --set --seed --steps --print-config --no-plots --no-trace --quiet; do
+  check "run --help describes $opt" grep -q -- "$opt" "$WORK/runhelp"
+done
+"$RLSIM" run "$WORK/base.yaml" --print-config --set rollout.precision=fp8-block >"$WORK/resolved.yaml"
+check "--print-config shows the resolved recipe" grep -q "fp8-e4m3/block128x128" "$WORK/resolved.yaml"
+"$RLSIM" run "$WORK/resolved.yaml" --out "$WORK/r" -q
+check "resolved config runs" test $? -eq 0
+
+echo "cli: $pass passed, $fail failed"
+test "$fail" -eq 0

@@ -1,0 +1,143 @@
+#include "sim/engine/event_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sim/engine/random.h"
+#include "sim/engine/resource.h"
+#include "sim/engine/trace.h"
+
+namespace rlsim::sim {
+namespace {
+
+TEST(EventQueue, RunsInTimeOrder) {
+  EventQueue q;
+  std::vector<int> order;
+  q.schedule_at(30, [&] { order.push_back(3); });
+  q.schedule_at(10, [&] { order.push_back(1); });
+  q.schedule_at(20, [&] { order.push_back(2); });
+  EXPECT_EQ(q.run(), 3u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(q.now(), 30);
+}
+
+TEST(EventQueue, TiesResolveInSchedulingOrder) {
+  EventQueue q;
+  std::vector<int> order;
+  for (int i = 0; i < 100; ++i) q.schedule_at(5, [&order, i] { order.push_back(i); });
+  q.run();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+}
+
+TEST(EventQueue, EventsScheduledDuringRunAtSameTimeRunAfterEarlierOnes) {
+  EventQueue q;
+  std::vector<std::string> order;
+  q.schedule_at(1, [&] {
+    order.push_back("a");
+    q.schedule_in(0, [&] { order.push_back("c"); });
+  });
+  q.schedule_at(1, [&] { order.push_back("b"); });
+  q.run();
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(EventQueue, CancelSkipsEventAndIsIdempotent) {
+  EventQueue q;
+  int ran = 0;
+  const EventId a = q.schedule_at(1, [&] { ran += 1; });
+  q.schedule_at(2, [&] { ran += 10; });
+  EXPECT_TRUE(q.cancel(a));
+  EXPECT_FALSE(q.cancel(a));
+  EXPECT_EQ(q.pending(), 1u);
+  q.run();
+  EXPECT_EQ(ran, 10);
+  EXPECT_FALSE(q.cancel(12345));
+}
+
+TEST(EventQueue, RunUntilStopsClockAtLimit) {
+  EventQueue q;
+  int ran = 0;
+  q.schedule_at(100, [&] { ++ran; });
+  q.schedule_at(300, [&] { ++ran; });
+  EXPECT_EQ(q.run(200), 1u);
+  EXPECT_EQ(q.now(), 200);
+  EXPECT_EQ(ran, 1);
+  q.run();
+  EXPECT_EQ(ran, 2);
+}
+
+TEST(EventQueue, RejectsPastAndEmpty) {
+  EventQueue q;
+  q.schedule_at(10, [] {});
+  q.run();
+  EXPECT_THROW(q.schedule_at(5, [] {}), std::invalid_argument);
+  EXPECT_THROW(q.schedule_at(20, nullptr), std::invalid_argument);
+}
+
+// Same pseudo-random schedule twice: identical execution order.
+std::vector<std::uint64_t> random_run(std::uint64_t seed) {
+  EventQueue q;
+  Rng rng(seed);
+  std::vector<std::uint64_t> order;
+  for (std::uint64_t i = 0; i < 2000; ++i) {
+    const TimeNs t = rng.uniform_int(0, 50);  // many ties
+    q.schedule_at(t, [&order, i, &q, &rng] {
+      order.push_back(i);
+      if (i % 7 == 0) q.schedule_in(rng.uniform_int(0, 3), [&order, i] { order.push_back(100000 + i); });
+    });
+  }
+  q.run();
+  return order;
+}
+
+TEST(EventQueue, Deterministic) {
+  EXPECT_EQ(random_run(42), random_run(42));
+  EXPECT_NE(random_run(42), random_run(43));
+}
+
+TEST(Time, Conversions) {
+  EXPECT_EQ(to_ns(1.5), 1'500'000'000);
+  EXPECT_EQ(to_ns(2e-9), 2);
+  EXPECT_DOUBLE_EQ(to_seconds(2'500'000'000), 2.5);
+  EXPECT_THROW(to_ns(-1.0), std::domain_error);
+}
+
+TEST(Resource, FifoGrantsAndWaiting) {
+  EventQueue q;
+  Resource r(q, "devices", 4);
+  std::vector<std::string> log;
+  r.acquire(3, [&] { log.push_back("a@" + std::to_string(q.now())); });
+  r.acquire(2, [&] { log.push_back("b@" + std::to_string(q.now())); });  // waits: only 1 free
+  r.acquire(1, [&] { log.push_back("c@" + std::to_string(q.now())); });  // FIFO: waits behind b
+  q.run();
+  EXPECT_EQ(log, (std::vector<std::string>{"a@0"}));
+  EXPECT_EQ(r.waiting(), 2u);
+  q.schedule_at(10, [&] { r.release(3); });
+  q.run();
+  EXPECT_EQ(log, (std::vector<std::string>{"a@0", "b@10", "c@10"}));
+  EXPECT_EQ(r.in_use(), 3);
+  EXPECT_THROW(r.release(4), std::logic_error);
+  EXPECT_THROW(r.acquire(5, [] {}), std::invalid_argument);
+}
+
+TEST(Rng, PortableStreams) {
+  Rng a(7), b(7);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(a.uniform(), b.uniform());
+  // Normal draws have mean ~0 and variance ~1.
+  Rng n(1);
+  double sum = 0, sq = 0;
+  const int kN = 200000;
+  for (int i = 0; i < kN; ++i) {
+    const double x = n.normal();
+    sum += x;
+    sq += x * x;
+  }
+  EXPECT_NEAR(sum / kN, 0.0, 0.01);
+  EXPECT_NEAR(sq / kN, 1.0, 0.01);
+}
+
+}  // namespace
+}  // namespace rlsim::sim

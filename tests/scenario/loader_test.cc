@@ -1,0 +1,266 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "sim/scenario/scenario.h"
+#include "sim/scenario/units.h"
+
+namespace rlsim::sim {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A scenario file written into a fresh temporary directory.
+class TempScenario {
+ public:
+  explicit TempScenario(const std::string& text, const std::string& name = "s.yaml") {
+    dir_ = fs::temp_directory_path() / ("rlsim_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::create_directories(dir_);
+    path_ = (dir_ / name).string();
+    std::ofstream(path_) << text;
+  }
+  ~TempScenario() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  const std::string& path() const { return path_; }
+  fs::path dir() const { return dir_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path dir_;
+  std::string path_;
+};
+
+const char* kMinimal = R"(name: minimal
+model: qwen3-8b
+cluster:
+  device: h100-sxm
+  nodes: 1
+  devices_per_node: 8
+workload:
+  prompts_per_step: 4
+  samples_per_prompt: 2
+  prompt_tokens: {dist: fixed, value: 100}
+  response_tokens: {dist: fixed, value: 200}
+)";
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  TempScenario t(text);
+  try {
+    load_scenario(t.path(), overrides);
+  } catch (const ScenarioError& e) {
+    std::string msg = e.what();
+    // Strip the temporary path so tests can compare the location.
+    const auto pos = msg.find(t.path());
+    if (pos != std::string::npos) msg.replace(pos, t.path().size(), "FILE");
+    return msg;
+  }
+  return "no error";
+}
+
+TEST(Units, ParseQuantities) {
+  EXPECT_DOUBLE_EQ(parse_quantity("96 GB", Dimension::kBytes), 96e9);
+  EXPECT_DOUBLE_EQ(parse_quantity("512 MiB", Dimension::kBytes), 512.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(parse_quantity("4.8 TB/s", Dimension::kBandwidth), 4.8e12);
+  EXPECT_DOUBLE_EQ(parse_quantity("400 Gb/s", Dimension::kBandwidth), 50e9);
+  EXPECT_DOUBLE_EQ(parse_quantity("2 us", Dimension::kTime), 2e-6);
+  EXPECT_DOUBLE_EQ(parse_quantity("900 s", Dimension::kTime), 900.0);
+  EXPECT_DOUBLE_EQ(parse_quantity("989 TFLOPS", Dimension::kFlops), 989e12);
+  EXPECT_DOUBLE_EQ(parse_quantity("1e3GB", Dimension::kBytes), 1e12);
+  EXPECT_THROW(parse_quantity("96", Dimension::kBytes), std::invalid_argument);        // no unit
+  EXPECT_THROW(parse_quantity("96 GB/s", Dimension::kBytes), std::invalid_argument);   // wrong dimension
+  EXPECT_THROW(parse_quantity("-1 GB", Dimension::kBytes), std::invalid_argument);
+  EXPECT_THROW(parse_quantity("GB", Dimension::kBytes), std::invalid_argument);
+}
+
+TEST(Loader, MinimalScenarioGetsDefaults) {
+  TempScenario t(kMinimal, "minimal.yaml");
+  const Scenario s = load_scenario(t.path());
+  EXPECT_EQ(s.name, "minimal");
+  EXPECT_EQ(s.steps, 3);
+  EXPECT_EQ(s.seed, 0u);
+  EXPECT_EQ(s.cluster.devices(), 8);
+  EXPECT_EQ(s.placement.rollout_devices, 8);
+  EXPECT_EQ(s.rollout.precision.name, "bf16");
+  EXPECT_EQ(s.rollout.max_num_seqs, 256);
+  EXPECT_DOUBLE_EQ(s.rollout.memory_utilization, 0.85);
+  EXPECT_DOUBLE_EQ(s.cluster.device.memory_bytes, 80e9);
+  EXPECT_DOUBLE_EQ(s.cluster.intra_node.bandwidth_bytes_per_s, 450e9);
+  EXPECT_EQ(s.output.dir, (fs::path("out") / "minimal").string());
+  EXPECT_DOUBLE_EQ(s.training.efficiency.compute, 0.45);
+  EXPECT_EQ(s.workload.sequences_per_step(), 8);
+}
+
+TEST(Loader, UnknownKeyNamesFileLineColumn) {
+  const std::string e = error_of(std::string(kMinimal) + "rollout:\n  tensor_paralel: 2\n");
+  EXPECT_EQ(e.rfind("FILE:13:3: unknown key 'rollout.tensor_paralel'", 0), 0u) << e;
+  EXPECT_NE(e.find("tensor_parallel"), std::string::npos) << "should list the valid keys: " << e;
+}
+
+TEST(Loader, NumberWithoutUnitIsRejected) {
+  const std::string e = error_of(std::string(kMinimal) + "weight_sync:\n  bucket: 512\n");
+  EXPECT_EQ(e.rfind("FILE:13:11: 'weight_sync.bucket': '512' has no unit", 0), 0u) << e;
+}
+
+TEST(Loader, UnknownDeviceListsCatalog) {
+  std::string text = kMinimal;
+  text.replace(text.find("h100-sxm"), 8, "h1000");
+  const std::string e = error_of(text);
+  EXPECT_EQ(e.rfind("FILE:4:11: unknown device 'h1000'", 0), 0u) << e;
+  EXPECT_NE(e.find("h200"), std::string::npos) << e;
+}
+
+TEST(Loader, MissingRequiredKey) {
+  std::string text = kMinimal;
+  text.replace(text.find("  nodes: 1\n"), 11, "");
+  EXPECT_NE(error_of(text).find("missing required key 'cluster.nodes'"), std::string::npos) << error_of(text);
+}
+
+TEST(Loader, BadValuesAreLocated) {
+  EXPECT_NE(error_of(std::string(kMinimal) + "steps: many\n").find("FILE:12:8: 'steps' must be an integer"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {precision: fp7}\n").find("unknown recipe 'fp7'"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {tensor_parallel: 3}\n").find("must divide the 8 rollout devices"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "schedule: {mode: one-step-off}\n").find("needs placement.mode: disaggregated"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {expert_parallel: 2, tensor_parallel: 2}\n").find("needs an MoE model"),
+            std::string::npos);
+  EXPECT_NE(error_of("name: [unclosed\n").find("YAML syntax error"), std::string::npos);
+}
+
+TEST(Loader, OverridesApplyAndReportThemselves) {
+  TempScenario t(kMinimal);
+  const Scenario s = load_scenario(t.path(), {"rollout.precision=int4-w4a16-g32", "cluster.nodes=2", "rollout.tensor_parallel=2"});
+  EXPECT_EQ(s.rollout.precision.name, "int4-w4a16-g32");
+  EXPECT_EQ(s.cluster.devices(), 16);
+  EXPECT_EQ(s.rollout.tensor_parallel, 2);
+  EXPECT_EQ(error_of(kMinimal, {"rollout.precison=fp8-block"}).rfind("--set rollout.precison=fp8-block: unknown key", 0), 0u);
+  EXPECT_EQ(error_of(kMinimal, {"cluster.nodes=two"}).rfind("--set cluster.nodes=two: 'cluster.nodes' must be an integer", 0), 0u);
+  EXPECT_NE(error_of(kMinimal, {"novalue"}).find("expected dotted.key=value"), std::string::npos);
+}
+
+TEST(Loader, InlineRecipeOverridesBase) {
+  TempScenario t(std::string(kMinimal) +
+                 "rollout:\n  precision:\n    base: fp8-block\n    kv_cache: fp8-e4m3/tensor\n    lm_head: {weight: fp8-e4m3/channel}\n");
+  const Scenario s = load_scenario(t.path());
+  EXPECT_EQ(s.rollout.precision.linear.weight.str(), "fp8-e4m3/block128x128");
+  EXPECT_EQ(s.rollout.kv_cache.str(), "fp8-e4m3/tensor");
+  EXPECT_EQ(s.rollout.precision.lm_head.weight.str(), "fp8-e4m3/channel");
+  EXPECT_EQ(s.rollout.precision.lm_head.activation.str(), "bf16");
+}
+
+TEST(Loader, InlineDeviceAndModel) {
+  TempScenario t(R"(name: inline
+model:
+  name: my-30b-a3b
+  layers: 48
+  hidden: 2048
+  intermediate: 6144
+  heads: 32
+  kv_heads: 4
+  head_dim: 128
+  vocab: 151936
+  tied_embeddings: false
+  moe: {experts: 128, active: 8, expert_intermediate: 768, shared_experts: 0, dense_layers: 0}
+cluster:
+  device:
+    name: h20
+    memory: 96 GB
+    memory_bandwidth: 4.0 TB/s
+    compute: {bf16: 148 TFLOPS, fp8: 296 TFLOPS}
+    intra_node: {bandwidth: 450 GB/s, latency: 2 us}
+    inter_node: {bandwidth: 50 GB/s, latency: 5 us}
+  nodes: 1
+  devices_per_node: 8
+workload:
+  prompts_per_step: 1
+  samples_per_prompt: 1
+  prompt_tokens: {dist: uniform, min: 10, max: 20}
+  response_tokens: {dist: lognormal, median: 100, sigma: 0.5, max: 400}
+)");
+  const Scenario s = load_scenario(t.path());
+  EXPECT_EQ(s.model.params().total(), sim::catalog_model("qwen3-30b-a3b").params().total());
+  EXPECT_DOUBLE_EQ(s.cluster.device.rate(models::ComputeType::kFp8), 296e12);
+  EXPECT_DOUBLE_EQ(s.cluster.device.memory_bytes, 96e9);
+}
+
+TEST(Loader, HfConfigOfSmolLM2) {
+  const fs::path cfg = fs::path(RLSIM_SHARED_DIR) / "models/smollm2-135m-tokenizer/config.json";
+  if (!fs::exists(cfg)) GTEST_SKIP() << "shared models not present at " << cfg;
+  TempScenario t(std::string(kMinimal).replace(std::string(kMinimal).find("model: qwen3-8b"), 15,
+                                                 "model: {hf_config: " + fs::absolute(cfg).string() + "}"));
+  const Scenario s = load_scenario(t.path());
+  EXPECT_EQ(s.model.layers, 30);
+  EXPECT_EQ(s.model.hidden, 576);
+  EXPECT_EQ(s.model.kv_heads, 3);
+  EXPECT_EQ(s.model.head_dim, 64);
+  EXPECT_TRUE(s.model.tied_embeddings);
+  // SmolLM2-135M has 134,515,008 parameters (model card).
+  EXPECT_EQ(s.model.params().total(), 134515008);
+}
+
+TEST(Loader, HfConfigErrorsNameTheFile) {
+  TempScenario t("{}");
+  const auto cfg = (t.dir() / "config.json").string();
+  std::ofstream(cfg) << R"({"hidden_size": 64})";
+  try {
+    model_from_hf_config(cfg);
+    FAIL() << "expected an error";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: missing integer key 'num_hidden_layers'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Distribution, CsvColumnAndErrors) {
+  TempScenario t(std::string(kMinimal).replace(std::string(kMinimal).find("{dist: fixed, value: 200}"), 25,
+                                                 "{dist: csv, file: lengths.csv, column: response_length}"));
+  std::ofstream(t.dir() / "lengths.csv") << "id,response_length\n1,100\n2,\"300\"\n3,500\n";
+  const Scenario s = load_scenario(t.path());
+  EXPECT_EQ(s.workload.response_tokens.samples, (std::vector<std::int64_t>{100, 300, 500}));
+  EXPECT_DOUBLE_EQ(s.workload.response_tokens.mean(), 300.0);
+  Rng rng(3);
+  for (int i = 0; i < 100; ++i) {
+    const auto v = s.workload.response_tokens.sample(rng);
+    EXPECT_TRUE(v == 100 || v == 300 || v == 500);
+  }
+  std::ofstream(t.dir() / "lengths.csv") << "id,response_length\n1,100\n2,abc\n";
+  try {
+    load_scenario(t.path());
+    FAIL();
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("lengths.csv:3: column 'response_length' must hold a positive integer"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Distribution, LognormalMedianAndTruncation) {
+  LengthDist d;
+  d.kind = LengthDist::Kind::kLognormal;
+  d.median = 3000;
+  d.sigma = 0.9;
+  d.max = 20480;
+  Rng rng(11);
+  std::vector<std::int64_t> v;
+  for (int i = 0; i < 20001; ++i) v.push_back(d.sample(rng));
+  std::nth_element(v.begin(), v.begin() + 10000, v.end());
+  EXPECT_NEAR(static_cast<double>(v[10000]), 3000.0, 90.0);  // sample median within 3 %
+  EXPECT_EQ(*std::max_element(v.begin(), v.end()), 20480);   // P(X > 20480) = 1.7 %: hits the cap
+  EXPECT_GE(*std::min_element(v.begin(), v.end()), 1);
+}
+
+TEST(Loader, ResolvedYamlReloads) {
+  TempScenario t(kMinimal);
+  const Scenario s = load_scenario(t.path(), {"rollout.precision=fp8-block"});
+  TempScenario again(resolved_yaml(s));
+  const Scenario s2 = load_scenario(again.path());
+  EXPECT_EQ(s2.rollout.precision, s.rollout.precision);
+  EXPECT_EQ(s2.model.params().total(), s.model.params().total());
+  EXPECT_DOUBLE_EQ(s2.cluster.device.memory_bandwidth_bytes_per_s, s.cluster.device.memory_bandwidth_bytes_per_s);
+  EXPECT_EQ(resolved_yaml(s2), resolved_yaml(s));
+}
+
+}  // namespace
+}  // namespace rlsim::sim
