@@ -31,10 +31,20 @@ install_missing() {
 
 build() {
   install_missing
+  mkdir -p build
   if [ ! -f build/CMakeCache.txt ]; then
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRLSIM_WERROR=ON >&2
+    echo "rlsim.sh: configuring (build/)" >&2
+    if ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRLSIM_WERROR=ON >build/configure.log 2>&1; then
+      cat build/configure.log >&2
+      exit 1
+    fi
   fi
-  cmake --build build -j "$(nproc)" >&2
+  # The build log is shown only when the build fails.
+  if ! cmake --build build -j "$(nproc)" >build/build.log 2>&1; then
+    cat build/build.log >&2
+    echo "rlsim.sh: build failed (log: build/build.log)" >&2
+    exit 1
+  fi
 }
 
 cmd="${1:-run}"

@@ -680,6 +680,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     s.workload.prompt_tokens = parse_dist(Map(src, w.require("prompt_tokens"), "workload.prompt_tokens"), base_dir);
     s.workload.response_tokens = parse_dist(Map(src, w.require("response_tokens"), "workload.response_tokens"), base_dir);
     w.finish({"prompts_per_step", "samples_per_prompt", "prompt_tokens", "response_tokens"});
+    if (static_cast<std::int64_t>(s.workload.prompts_per_step) * s.workload.samples_per_prompt > 100'000'000) {
+      src.fail(w.node(), "workload", "prompts_per_step x samples_per_prompt must be at most 100,000,000 sequences per step");
+    }
   }
 
   // rollout
@@ -798,6 +801,19 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       if (t.pipeline_parallel > s.model.layers) {
         src.fail(m.get("pipeline_parallel"), "training.pipeline_parallel", "training.pipeline_parallel exceeds the model's layers");
       }
+    }
+  }
+
+  // Every recipe's GEMMs need a tensor-core rate on the device (after fallback to wider types).
+  for (const auto& [role, recipe] : {std::pair<std::string, const Recipe*>{"rollout", &s.rollout.precision},
+                                     std::pair<std::string, const Recipe*>{"training", &s.training.precision}}) {
+    const auto want = recipe->linear.compute(recipe->mode);
+    if (!s.cluster.device.effective(want)) {
+      const YAML::Node where = root[role] && root[role]["precision"] ? root[role]["precision"] : root["cluster"]["device"];
+      src.fail(where, role + ".precision",
+               fmt::format("device '{}' has no compute rate usable for the {} recipe '{}' ({} GEMMs); add a '{}' rate to "
+                           "cluster.device.compute",
+                           s.cluster.device.name, role, recipe->name, models::compute_name(want), models::compute_name(want)));
     }
   }
 

@@ -131,6 +131,16 @@ TEST(Loader, BadValuesAreLocated) {
   EXPECT_NE(error_of("name: [unclosed\n").find("YAML syntax error"), std::string::npos);
 }
 
+TEST(Loader, RecipeNeedsAComputeRateOnTheDevice) {
+  std::string text = kMinimal;
+  text.replace(text.find("  device: h100-sxm\n"), 19,
+               "  device: {name: fp8only, memory: 64 GB, memory_bandwidth: 2 TB/s, compute: {fp8: 1000 TFLOPS}}\n");
+  EXPECT_NE(error_of(text).find("device 'fp8only' has no compute rate usable for the rollout recipe 'bf16'"), std::string::npos)
+      << error_of(text);
+  TempScenario t(text);
+  EXPECT_NO_THROW(load_scenario(t.path(), {"rollout.precision=fp8-block", "training.precision=fp8-block"}));
+}
+
 TEST(Loader, OverridesApplyAndReportThemselves) {
   TempScenario t(kMinimal);
   const Scenario s = load_scenario(t.path(), {"rollout.precision=int4-w4a16-g32", "cluster.nodes=2", "rollout.tensor_parallel=2"});
