@@ -208,7 +208,7 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
                        j["preemptions"].get<std::int64_t>());
   }
   const double cap = s.cluster.device.memory_bytes;
-  out << fmt::format("  peak memory per device: rollout {} / {} ({:.0f} %), training {} / {} ({:.0f} %)\n",
+  if (!r.steps.empty()) out << fmt::format("  peak memory per device: rollout {} / {} ({:.0f} %), training {} / {} ({:.0f} %)\n",
                      format_quantity(r.peak_rollout_bytes, Dimension::kBytes), format_quantity(cap, Dimension::kBytes),
                      100 * r.peak_rollout_bytes / cap, format_quantity(r.peak_training_bytes, Dimension::kBytes),
                      format_quantity(cap, Dimension::kBytes), 100 * r.peak_training_bytes / cap);

@@ -33,10 +33,11 @@ int cmd_run(const RunOptions& o) {
   std::vector<std::string> overrides = o.set;
   if (o.seed >= 0) overrides.push_back("seed=" + std::to_string(o.seed));
   if (o.steps > 0) overrides.push_back("steps=" + std::to_string(o.steps));
-  if (!o.out.empty()) overrides.push_back("output.dir=" + o.out);
-  if (o.no_plots) overrides.push_back("output.plots=false");
-  if (o.no_trace) overrides.push_back("output.trace=false");
   sim::Scenario s = sim::load_scenario(o.scenario, overrides);
+  // Set directly, not as YAML overrides: a path may hold characters YAML would interpret.
+  if (!o.out.empty()) s.output.dir = o.out;
+  if (o.no_plots) s.output.plots = false;
+  if (o.no_trace) s.output.trace = false;
   if (o.print_config) {
     std::cout << sim::resolved_yaml(s);
     return 0;

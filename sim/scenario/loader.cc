@@ -34,9 +34,15 @@ struct Source {
     for (const auto& [p, text] : overrides) {
       if (path == p || path.starts_with(p + ".")) throw ScenarioError("--set " + text + ": " + what);
     }
+    // An error on a mapping whose members were overridden mentions those overrides.
+    std::string with;
+    for (const auto& [p, text] : overrides) {
+      if (path.empty() || p.starts_with(path + ".")) with += (with.empty() ? " (with --set " : ", --set ") + text;
+    }
+    if (!with.empty()) with += ")";
     const YAML::Mark m = node.Mark();
-    if (m.is_null()) throw ScenarioError(fmt::format("{}: {}", file, what));
-    throw ScenarioError(fmt::format("{}:{}:{}: {}", file, m.line + 1, m.column + 1, what));
+    if (m.is_null()) throw ScenarioError(fmt::format("{}: {}{}", file, what, with));
+    throw ScenarioError(fmt::format("{}:{}:{}: {}{}", file, m.line + 1, m.column + 1, what, with));
   }
 };
 

@@ -77,6 +77,9 @@ check "another seed changes requests.csv" bash -c "! cmp -s '$WORK/a/requests.cs
 "$RLSIM" run "$WORK/base.yaml" --out "$WORK/a" -q --no-plots --no-trace
 check "rerun replaces the directory" test ! -e "$WORK/a/trace.json"
 
+"$RLSIM" run "$WORK/base.yaml" --out "$WORK/odd: [dir]" -q --no-plots
+check "an output path with YAML characters is taken literally" test -s "$WORK/odd: [dir]/summary.json"
+
 # --- not fitting is a result, exit 0 ------------------------------------------------------------
 "$RLSIM" run "$WORK/base.yaml" --set model=deepseek-v3 --out "$WORK/oom" -q
 check "oom: exit 0" test $? -eq 0
