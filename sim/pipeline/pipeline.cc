@@ -64,7 +64,7 @@ class Simulation {
   double rollout_weights_bytes_ = 0;  // whole model in the rollout recipe
   double kv_pool_bytes_ = 0;          // per device
   // live allocation ids
-  MemoryLedger::AllocId rollout_w_ = 0, kv_ = 0, buffers_ = 0, optimizer_ = 0, grads_ = 0;
+  MemoryLedger::AllocId rollout_w_ = 0, kv_ = 0, buffers_ = 0, optimizer_ = 0;
   bool rollout_w_live_ = false;
 };
 
@@ -216,13 +216,16 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
 std::vector<Simulation::Stage> Simulation::sync_stages(int) {
   auto& tl = train_ledger();
   auto& rl = rollout_ledger();
+  // verl's FSDP path gathers the full BF16 state dict before sending (the SGLang RL memory
+  // blog's 15.4 GB all-gather buffer for a 7B model); Megatron exports one bucket at a time.
   const double full_bf16 = static_cast<double>(s_.model.params().total()) * 2.0;
+  const double gather_bytes =
+      s_.training.backend == TrainingBackend::kFsdp ? full_bf16 : std::min(full_bf16, s_.weight_sync.bucket_bytes);
   auto gather_id = std::make_shared<MemoryLedger::AllocId>();
   std::vector<Stage> out;
   out.push_back(Stage{"weight_sync", "sync", r_.sync.total(),
-                      [this, &tl, &rl, full_bf16, gather_id] {
-                        // verl gathers the full state dict (summon_full_params) before sending.
-                        *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", full_bf16);
+                      [this, &tl, &rl, gather_bytes, gather_id] {
+                        *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes);
                         if (!rollout_w_live_) {
                           rollout_w_ = rl.allocate(queue_.now(), "rollout_weights", r_.rollout_cost.weight_bytes_per_device);
                           rollout_w_live_ = true;

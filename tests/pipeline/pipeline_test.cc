@@ -141,5 +141,21 @@ TEST(Pipeline, DisaggregatedUsesNcclBroadcast) {
   EXPECT_EQ(co.ledgers.size(), 1u);
 }
 
+TEST(Pipeline, SyncGatherBufferFollowsTheBackend) {
+  NullSink sink;
+  auto gather_peak = [](const SimResult& r) {
+    double peak = 0;
+    for (const auto& e : r.ledgers.back().events()) {
+      if (e.tag == "sync_gather_buffer" && e.delta_bytes > 0) peak = std::max(peak, e.delta_bytes);
+    }
+    return peak;
+  };
+  const SimResult fsdp = simulate(load_text(kBase), sink);
+  const SimResult megatron = simulate(load_text(kBase, {"training.backend=megatron", "weight_sync.bucket=1 GB"}), sink);
+  const double full = static_cast<double>(catalog_model("qwen3-8b").params().total()) * 2.0;
+  EXPECT_DOUBLE_EQ(gather_peak(fsdp), full);
+  EXPECT_DOUBLE_EQ(gather_peak(megatron), 1e9);
+}
+
 }  // namespace
 }  // namespace rlsim::sim
