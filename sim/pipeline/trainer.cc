@@ -9,6 +9,13 @@ namespace rlsim::sim {
 
 namespace {
 double elem_bytes(models::Element e) { return models::traits(e).bits / 8.0; }
+
+// Bytes per parameter of the FP32 master copy mixed-precision Adam keeps when its states are
+// FP32 but the parameters are stored narrower (Micikevicius et al. 2018, "Mixed Precision
+// Training"); 0 when the parameters already are the master copy.
+double master_copy_bytes(const TrainingConfig& t) {
+  return t.optimizer.state == models::Element::kFp32 && elem_bytes(t.precision.master_weights) < 4.0 ? 4.0 : 0.0;
+}
 }  // namespace
 
 TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placement.train_devices) {
@@ -82,8 +89,7 @@ TrainTimes TrainerCostModel::phase_times(const TrainBatch& b) const {
   // master; write params, m, v, master.
   const double state = elem_bytes(t.optimizer.state);
   const double master = elem_bytes(t.precision.master_weights);
-  const double master_copy = (t.optimizer.state == models::Element::kFp32 && master < 4.0) ? 4.0 : 0.0;
-  const double bytes_per_param = 2 * master + 4.0 + 4 * state + 2 * master_copy;
+  const double bytes_per_param = 2 * master + 4.0 + 4 * state + 2 * master_copy_bytes(t);
   const double adam = params_ / devices_ * bytes_per_param /
                       (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
   update += adam * t.mini_batches * t.ppo_epochs;
@@ -100,7 +106,7 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   mem.params = shard * master;
   mem.grads = shard * 4.0;
   const double states = t.optimizer.name == "sgd" ? 1.0 : 2.0;
-  const double master_copy = (t.optimizer.state == models::Element::kFp32 && master < 4.0) ? 4.0 : 0.0;
+  const double master_copy = master_copy_bytes(t);
   mem.optimizer = shard * (states * elem_bytes(t.optimizer.state) + master_copy);
   mem.reference = t.reference_model ? shard * 2.0 : 0.0;
   // One micro-batch of tokens on a device (sequences are packed up to micro_batch_tokens, but a
@@ -166,9 +172,7 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
 
 double TrainerCostModel::optimizer_offload_s() const {
   const auto& t = s_.training;
-  const double master = elem_bytes(t.precision.master_weights);
-  const double master_copy = (t.optimizer.state == models::Element::kFp32 && master < 4.0) ? 4.0 : 0.0;
-  const double bytes = params_ / devices_ * (2.0 * elem_bytes(t.optimizer.state) + master_copy);
+  const double bytes = params_ / devices_ * (2.0 * elem_bytes(t.optimizer.state) + master_copy_bytes(t));
   return bytes / s_.cluster.host_link.bandwidth_bytes_per_s + s_.cluster.host_link.latency_s;
 }
 
