@@ -61,7 +61,6 @@ class Simulation {
   std::vector<std::vector<Request>> step_requests_;
   std::vector<std::unique_ptr<RolloutEngine>> engines_;
   std::vector<TrainBatch> batches_;
-  double rollout_weights_bytes_ = 0;  // whole model in the rollout recipe
   double kv_pool_bytes_ = 0;          // per device
   // live allocation ids
   MemoryLedger::AllocId rollout_w_ = 0, kv_ = 0, buffers_ = 0, optimizer_ = 0;
@@ -277,9 +276,8 @@ SimResult Simulation::run() {
     ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
     ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
   }
-  models::Recipe rollout_recipe = s_.rollout.precision;
-  rollout_weights_bytes_ = weight_bytes(s_.model, rollout_recipe);
-  r_.sync = trainer_.weight_sync(rollout_weights_bytes_, s_.placement.rollout_devices, s_.rollout.tensor_parallel);
+  r_.sync = trainer_.weight_sync(weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
+                                 s_.rollout.tensor_parallel);
   step_requests_.resize(static_cast<std::size_t>(s_.steps));
   batches_.resize(static_cast<std::size_t>(s_.steps));
   r_.steps.resize(static_cast<std::size_t>(s_.steps));
