@@ -172,7 +172,27 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
                   {"kv_capacity_tokens_per_engine", r.kv_capacity_tokens},
                   {"max_running_sequences", r.max_running},
                   {"kv_limited", r.kv_limited}};
-  j["weight_sync_s"] = {{"gather", r.sync.gather}, {"transfer", r.sync.transfer}, {"quantize", r.sync.quantize}, {"load", r.sync.load}};
+  j["weight_sync_s"] = {{"gather", r.sync.gather},       {"transfer", r.sync.transfer}, {"quantize", r.sync.quantize},
+                        {"repack", r.sync.repack},       {"load", r.sync.load},         {"total", r.sync.total()}};
+  j["idle_ratio"] = {{"rollout", r.rollout_idle_ratio()}, {"trainer", r.trainer_idle_ratio()}};
+  {
+    double sum = 0, seqs = 0, stale = 0;
+    int worst = 0;
+    std::int64_t interrupted = 0;
+    for (const auto& st : r.steps) {
+      const double n = static_cast<double>(s.workload.sequences_per_step());
+      sum += st.staleness_mean * n;
+      seqs += n;
+      stale += static_cast<double>(st.stale_sequences);
+      worst = std::max(worst, st.staleness_max);
+      interrupted += st.interruptions;
+    }
+    j["staleness"] = {{"mean", seqs > 0 ? sum / seqs : 0.0},
+                      {"max", worst},
+                      {"stale_fraction", seqs > 0 ? stale / seqs : 0.0},
+                      {"partial_rollout_interruptions", interrupted}};
+  }
+  j["tokens"] = {{"generated", r.tokens_generated}, {"recomputed", r.tokens_recomputed}, {"left_in_flight_sequences", r.left_in_flight}};
   j["events"] = r.events;
   j["schedule"] = std::string(sim::schedule_name(s.schedule.mode));
   j["placement"] = std::string(sim::placement_name(s.placement.mode));
@@ -206,6 +226,9 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
     out << fmt::format("  rollout share {:.1f} %, generated {:.0f} tokens/s, {} preemptions\n",
                        100.0 * j["rollout_share"].get<double>(), j["generated_tokens_per_s"].get<double>(),
                        j["preemptions"].get<std::int64_t>());
+    out << fmt::format("  idle ratio: rollout devices {:.1f} %, trainer {:.1f} %; staleness of consumed samples: mean {:.2f}, max {}\n",
+                       100 * r.rollout_idle_ratio(), 100 * r.trainer_idle_ratio(), j["staleness"]["mean"].get<double>(),
+                       j["staleness"]["max"].get<int>());
   }
   const double cap = s.cluster.device.memory_bytes;
   if (!r.steps.empty()) out << fmt::format("  peak memory per device: rollout {} / {} ({:.0f} %), training {} / {} ({:.0f} %)\n",
@@ -294,10 +317,13 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
       write_text(tmp / "memory.csv", t);
     }
     {
-      std::string t = "step,index,engine,prompt_tokens,response_tokens,admit_s,first_token_s,finish_s,preemptions\n";
+      std::string t =
+          "step,index,engine,prompt_tokens,response_tokens,admit_s,first_token_s,finish_s,preemptions,group,policy_version,"
+          "staleness,interruptions\n";
       for (const auto& q : r.requests) {
-        t += fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{}\n", q.step, q.index, q.engine, q.prompt_tokens, q.response_tokens,
-                         sim::to_seconds(q.admit_ns), sim::to_seconds(q.first_token_ns), sim::to_seconds(q.finish_ns), q.preemptions);
+        t += fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", q.step, q.index, q.engine, q.prompt_tokens,
+                         q.response_tokens, sim::to_seconds(q.admit_ns), sim::to_seconds(q.first_token_ns),
+                         sim::to_seconds(q.finish_ns), q.preemptions, q.group, q.version, q.step - q.version, q.interruptions);
       }
       write_text(tmp / "requests.csv", t);
     }

@@ -24,4 +24,9 @@ double broadcast_s(double bytes, int n, const models::Link& link, double eff) {
   return bytes / (link.bandwidth_bytes_per_s * eff) + (n - 1) * link.latency_s;
 }
 
+double all_to_all_s(double bytes, int n, const models::Link& link, double eff) {
+  if (n <= 1 || bytes <= 0) return 0.0;
+  return (n - 1) * (bytes / n) / (link.bandwidth_bytes_per_s * eff) + (n - 1) * link.latency_s;
+}
+
 }  // namespace rlsim::sim

@@ -28,4 +28,10 @@ double all_reduce_s(double bytes, int n, const models::Link& link, double eff);
 /// bytes / (B eff) + (n-1) a (large-message limit). Zero for n <= 1.
 double broadcast_s(double bytes, int n, const models::Link& link, double eff);
 
+/// All-to-all (MoE dispatch / combine) where each of n ranks sends `bytes` in total, spread
+/// evenly over all n ranks (its own share stays local): (n-1)/n * bytes / (B eff) + (n-1) a
+/// (pairwise exchange, n-1 rounds; the model of DeepEP / NCCL all-to-all at large messages).
+/// Zero for n <= 1.
+double all_to_all_s(double bytes, int n, const models::Link& link, double eff);
+
 }  // namespace rlsim::sim

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <memory>
 
 #include <fmt/format.h>
@@ -11,6 +12,12 @@
 #include "sim/scenario/units.h"
 
 namespace rlsim::sim {
+
+double copy_s(double bytes, const models::Link& link) {
+  if (bytes <= 0) return 0.0;
+  return bytes / link.bandwidth_bytes_per_s + link.latency_s;
+}
+
 namespace {
 
 // Largest number of engines whose individual iterations are written to the trace (beyond it
@@ -33,6 +40,9 @@ class Simulation {
 
   void sample_step(int step);
   void start_rollout(int step, std::function<void()> done);
+  void run_sync_schedule();
+  void run_one_step_off();
+  void run_async();
   // Runs a sequence of (phase, role, seconds) as consecutive events, then `done`.
   struct Stage {
     std::string phase;
@@ -44,6 +54,9 @@ class Simulation {
   void run_stages(int step, std::vector<Stage> stages, std::size_t i, std::function<void()> done);
   std::vector<Stage> training_stages(int step);
   std::vector<Stage> sync_stages(int step);
+  std::vector<Stage> sleep_stages();
+  void finish_step(int step);
+  TrainBatch batch_of(const std::vector<Request*>& reqs) const;
   // Attributes subsequent peaks of the role's device group to the role (colocated: one group).
   void set_phase(const std::string& role) {
     (role == "rollout" ? rollout_ledger() : train_ledger()).set_phase(role);
@@ -62,32 +75,46 @@ class Simulation {
   std::vector<std::unique_ptr<RolloutEngine>> engines_;
   std::vector<TrainBatch> batches_;
   double kv_pool_bytes_ = 0;          // per device
+  int version_ = 0;                   // weight updates delivered to the rollout engines
   // live allocation ids
-  MemoryLedger::AllocId rollout_w_ = 0, kv_ = 0, buffers_ = 0, optimizer_ = 0;
+  MemoryLedger::AllocId rollout_w_ = 0, kv_ = 0, buffers_ = 0, optimizer_ = 0, params_ = 0, reference_ = 0;
   bool rollout_w_live_ = false;
+  bool rollout_w_on_host_ = false;    // colocated, sleep level 1: weights parked in host memory
+  // async schedule: every request ever dispatched (stable addresses)
+  std::deque<Request> stream_;
+  std::vector<std::vector<Request*>> consumed_;
 };
+
+TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
+  TrainBatch b;
+  for (const Request* q : reqs) {
+    const double len = static_cast<double>(q->prompt_tokens + q->response_tokens);
+    b.tokens += len;
+    b.attention_flops += s_.model.causal_attention_flops(len);
+    b.max_sequence = std::max(b.max_sequence, len);
+  }
+  return b;
+}
 
 void Simulation::sample_step(int step) {
   Rng rng(mix_seed(s_.seed) + static_cast<std::uint64_t>(step));
   const auto& w = s_.workload;
   std::vector<Request> reqs(static_cast<std::size_t>(w.sequences_per_step()));
-  TrainBatch batch;
   for (int p = 0; p < w.prompts_per_step; ++p) {
     const std::int64_t prompt = w.prompt_tokens.sample(rng);  // the n samples share their prompt
     for (int j = 0; j < w.samples_per_prompt; ++j) {
       Request& q = reqs[static_cast<std::size_t>(p * w.samples_per_prompt + j)];
       q.step = step;
       q.index = p * w.samples_per_prompt + j;
+      q.group = static_cast<std::int64_t>(step) * w.prompts_per_step + p;
       q.prompt_tokens = prompt;
       q.response_tokens = w.response_tokens.sample(rng);
-      const double len = static_cast<double>(q.prompt_tokens + q.response_tokens);
-      batch.tokens += len;
-      batch.attention_flops += s_.model.causal_attention_flops(len);
-      batch.max_sequence = std::max(batch.max_sequence, len);
     }
   }
   step_requests_[static_cast<std::size_t>(step)] = std::move(reqs);
-  batches_[static_cast<std::size_t>(step)] = batch;
+  std::vector<Request*> ptrs;
+  for (auto& q : step_requests_[static_cast<std::size_t>(step)]) ptrs.push_back(&q);
+  batches_[static_cast<std::size_t>(step)] = batch_of(ptrs);
 }
 
 void Simulation::record_phase(int step, const std::string& phase, const std::string& role, TimeNs start, TimeNs end) {
@@ -104,6 +131,7 @@ void Simulation::start_rollout(int step, std::function<void()> done) {
   set_phase("rollout");
   auto& led = rollout_ledger();
   if (colocated()) {
+    // Wake-up: the KV cache and buffers are re-allocated (weights came back with the sync).
     if (!rollout_w_live_) {
       rollout_w_ = led.allocate(start, "rollout_weights", r_.rollout_cost.weight_bytes_per_device);
       rollout_w_live_ = true;
@@ -111,29 +139,12 @@ void Simulation::start_rollout(int step, std::function<void()> done) {
     kv_ = led.allocate(start, "kv_cache", kv_pool_bytes_);
     buffers_ = led.allocate(start, "rollout_buffers", s_.rollout.activation_buffer_bytes);
   }
+  for (auto& q : reqs) q.version = version_;
   const int engines = r_.engines;
   auto remaining = std::make_shared<int>(engines);
-  auto finish = [this, step, start, remaining, done, engines] {
+  auto finish = [this, step, start, remaining, done] {
     if (--*remaining > 0) return;
-    const TimeNs end = queue_.now();
-    record_phase(step, "rollout", "rollout", start, end);
-    auto& rec = r_.steps[static_cast<std::size_t>(step)];
-    for (int e = 0; e < engines; ++e) {
-      const auto& st = engines_[static_cast<std::size_t>(e)]->stats();
-      rec.preemptions += st.preemptions;
-      r_.max_running = std::max(r_.max_running, st.max_running);
-      r_.kv_limited = r_.kv_limited || st.kv_limited;
-      r_.decode_memory_bound_s += st.memory_bound_s;
-      r_.decode_compute_bound_s += st.compute_bound_s;
-    }
-    if (colocated()) {
-      // Sleep (vLLM sleep mode level 2): KV cache and weights are discarded, not copied.
-      auto& l = rollout_ledger();
-      l.free(end, kv_);
-      l.free(end, buffers_);
-      l.free(end, rollout_w_);
-      rollout_w_live_ = false;
-    }
+    record_phase(step, "rollout", "rollout", start, queue_.now());
     done();
   };
   const auto n = static_cast<int>(reqs.size());
@@ -144,7 +155,6 @@ void Simulation::start_rollout(int step, std::function<void()> done) {
     for (int i = lo; i < hi; ++i) mine.push_back(&reqs[static_cast<std::size_t>(i)]);
     engines_[static_cast<std::size_t>(e)]->start(std::move(mine), finish);
   }
-  for (const auto& q : reqs) r_.steps[static_cast<std::size_t>(step)].generated_tokens += q.response_tokens;
 }
 
 void Simulation::run_stages(int step, std::vector<Stage> stages, std::size_t i, std::function<void()> done) {
@@ -161,9 +171,38 @@ void Simulation::run_stages(int step, std::vector<Stage> stages, std::size_t i, 
   queue_.schedule_at(end, [this, step, stages = std::move(stages), i, start, done = std::move(done)]() mutable {
     const Stage& s = stages[i];
     if (s.after) s.after();
-    if (s.seconds > 0) record_phase(step, s.phase, s.role, start, queue_.now());
+    if (s.seconds > 0) {
+      record_phase(step, s.phase, s.role, start, queue_.now());
+      if (s.role == "rollout") {
+        for (auto& b : r_.engine_busy_s) b += s.seconds;
+      } else {
+        r_.trainer_busy_s += s.seconds;
+      }
+    }
     run_stages(step, std::move(stages), i + 1, std::move(done));
   });
+}
+
+std::vector<Simulation::Stage> Simulation::sleep_stages() {
+  // Colocated: the engine sleeps while the trainer runs (vLLM sleep mode). The KV cache and
+  // buffers are discarded at once; at level 1 the weights are copied to host memory over the
+  // host link (and back at wake-up, before the weight sync), at level 2 they are discarded.
+  std::vector<Stage> out;
+  if (!colocated()) return out;
+  auto& led = rollout_ledger();
+  const double w = r_.rollout_cost.weight_bytes_per_device;
+  const bool offload = s_.rollout.sleep_level == 1;
+  out.push_back(Stage{"offload", "rollout", offload ? copy_s(w, s_.cluster.host_link) : 0.0,
+                      [this, &led] {
+                        led.free(queue_.now(), kv_);
+                        led.free(queue_.now(), buffers_);
+                      },
+                      [this, &led, offload] {
+                        led.free(queue_.now(), rollout_w_);
+                        rollout_w_live_ = false;
+                        rollout_w_on_host_ = offload;
+                      }});
+  return out;
 }
 
 std::vector<Simulation::Stage> Simulation::training_stages(int step) {
@@ -178,6 +217,16 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
                           std::function<void()>([this, &led, id] { led.free(queue_.now(), *id); }));
   };
   std::vector<Stage> out;
+  const auto& host = s_.cluster.host_link;
+  if (s_.training.param_offload) {
+    // Parameters (actor and reference) come back from host memory for the training phases.
+    out.push_back(Stage{"offload", "training", copy_s(m.params + m.reference, host),
+                        [this, &led, m] {
+                          params_ = led.allocate(queue_.now(), "train_params", m.params);
+                          if (m.reference > 0) reference_ = led.allocate(queue_.now(), "reference_params", m.reference);
+                        },
+                        nullptr});
+  }
   const bool offload = s_.training.optimizer.offload;
   const double offload_s = offload ? trainer_.optimizer_offload_s() : 0.0;
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
@@ -215,22 +264,39 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
 std::vector<Simulation::Stage> Simulation::sync_stages(int) {
   auto& tl = train_ledger();
   auto& rl = rollout_ledger();
+  std::vector<Stage> out;
+  const double w = r_.rollout_cost.weight_bytes_per_device;
+  if (colocated()) {
+    // Wake-up of the weights (sleep level 1 copies them back from host memory; level 2 only
+    // re-allocates, the sync below fills them).
+    out.push_back(Stage{"offload", "sync", rollout_w_on_host_ ? copy_s(w, s_.cluster.host_link) : 0.0,
+                        [this, &rl, w] {
+                          if (!rollout_w_live_) {
+                            rollout_w_ = rl.allocate(queue_.now(), "rollout_weights", w);
+                            rollout_w_live_ = true;
+                          }
+                        },
+                        [this] { rollout_w_on_host_ = false; }});
+  }
   // verl's FSDP path gathers the full BF16 state dict before sending (the SGLang RL memory
   // blog's 15.4 GB all-gather buffer for a 7B model); Megatron exports one bucket at a time.
   const double full_bf16 = static_cast<double>(s_.model.params().total()) * 2.0;
   const double gather_bytes =
       s_.training.backend == TrainingBackend::kFsdp ? full_bf16 : std::min(full_bf16, s_.weight_sync.bucket_bytes);
   auto gather_id = std::make_shared<MemoryLedger::AllocId>();
-  std::vector<Stage> out;
   out.push_back(Stage{"weight_sync", "sync", r_.sync.total(),
-                      [this, &tl, &rl, gather_bytes, gather_id] {
-                        *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes);
-                        if (!rollout_w_live_) {
-                          rollout_w_ = rl.allocate(queue_.now(), "rollout_weights", r_.rollout_cost.weight_bytes_per_device);
-                          rollout_w_live_ = true;
-                        }
-                      },
-                      [this, &tl, gather_id] { tl.free(queue_.now(), *gather_id); }});
+                      [this, &tl, gather_bytes, gather_id] { *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes); },
+                      [this, &tl, gather_id] {
+                        tl.free(queue_.now(), *gather_id);
+                        ++version_;
+                      }});
+  if (s_.training.param_offload) {
+    const TrainMemory& m = r_.train_memory;
+    out.push_back(Stage{"offload", "sync", copy_s(m.params + m.reference, s_.cluster.host_link), nullptr, [this, &tl, m] {
+                          tl.free(queue_.now(), params_);
+                          if (m.reference > 0) tl.free(queue_.now(), reference_);
+                        }});
+  }
   return out;
 }
 
@@ -241,10 +307,11 @@ bool Simulation::check_fit() {
   const auto& rc = r_.rollout_cost;
   if (kv_bytes <= 0) {
     r_.oom = OomReport{"rollout", rollout_ledger().group(),
-                       fmt::format("rollout weights ({}) and buffers ({}) exceed the engine's budget of {} "
-                                   "(memory_utilization {:g} x {}): no room for a KV cache",
-                                   gb(rc.weight_bytes_per_device), gb(s_.rollout.activation_buffer_bytes), gb(budget),
-                                   s_.rollout.memory_utilization, gb(dev.memory_bytes)),
+                       fmt::format("rollout weights ({} per device, engine of {} devices) and buffers ({}) exceed the engine's "
+                                   "budget of {} (memory_utilization {:g} x {}): no room for a KV cache; spread the engine "
+                                   "over more devices (rollout.tensor_parallel, possibly across nodes) or use a narrower format",
+                                   gb(rc.weight_bytes_per_device), s_.rollout.tensor_parallel, gb(s_.rollout.activation_buffer_bytes),
+                                   gb(budget), s_.rollout.memory_utilization, gb(dev.memory_bytes)),
                        budget, rc.weight_bytes_per_device + s_.rollout.activation_buffer_bytes,
                        {{"rollout_weights", rc.weight_bytes_per_device}, {"rollout_buffers", s_.rollout.activation_buffer_bytes}}};
     return false;
@@ -265,6 +332,244 @@ bool Simulation::check_fit() {
   return true;
 }
 
+void Simulation::finish_step(int k) {
+  auto& rec = r_.steps[static_cast<std::size_t>(k)];
+  rec.end = queue_.now();
+  const auto& reqs = consumed_[static_cast<std::size_t>(k)];
+  double sum = 0;
+  for (const Request* q : reqs) {
+    const int stale = k - q->version;
+    sum += stale;
+    rec.staleness_max = std::max(rec.staleness_max, stale);
+    if (stale > 0) rec.stale_sequences++;
+    rec.preemptions += q->preemptions;
+    rec.interruptions += q->interruptions;
+    rec.generated_tokens += q->response_tokens;
+  }
+  rec.staleness_mean = reqs.empty() ? 0.0 : sum / static_cast<double>(reqs.size());
+  if (progress_) progress_(k + 1, s_.steps);
+}
+
+void Simulation::run_sync_schedule() {
+  // rollout -> (sleep) -> train -> (wake) sync, strictly in sequence.
+  std::function<void(int)> step_fn = [this, &step_fn](int k) {
+    if (k >= s_.steps) return;
+    r_.steps[static_cast<std::size_t>(k)].start = queue_.now();
+    start_rollout(k, [this, k, &step_fn] {
+      auto stages = sleep_stages();
+      for (auto& st : training_stages(k)) stages.push_back(std::move(st));
+      run_stages(k, std::move(stages), 0, [this, k, &step_fn] {
+        run_stages(k, sync_stages(k), 0, [this, k, &step_fn] {
+          finish_step(k);
+          queue_.schedule_in(0, [&step_fn, k] { step_fn(k + 1); });
+        });
+      });
+    });
+  };
+  queue_.schedule_at(0, [&step_fn] { step_fn(0); });
+  queue_.run();
+}
+
+void Simulation::run_one_step_off() {
+  // verl one-step-off: rollout of step k+1 overlaps training of step k (weights one step stale);
+  // weight sync k waits for the trainer (train k done) and the rollout (k+1 done).
+  std::vector<bool> rollout_done(static_cast<std::size_t>(s_.steps) + 1, false);
+  std::vector<bool> train_done(static_cast<std::size_t>(s_.steps), false);
+  std::vector<bool> sync_started(static_cast<std::size_t>(s_.steps), false);
+  std::function<void(int)> on_rollout_done, maybe_sync, start_train, start_roll;
+  start_roll = [&](int k) {
+    if (k >= s_.steps) {
+      rollout_done[static_cast<std::size_t>(k)] = true;
+      return;
+    }
+    start_rollout(k, [&, k] { on_rollout_done(k); });
+  };
+  start_train = [&](int k) {
+    run_stages(k, training_stages(k), 0, [&, k] {
+      train_done[static_cast<std::size_t>(k)] = true;
+      maybe_sync(k);
+    });
+  };
+  maybe_sync = [&](int k) {
+    if (!train_done[static_cast<std::size_t>(k)] || !rollout_done[static_cast<std::size_t>(k) + 1] ||
+        sync_started[static_cast<std::size_t>(k)]) {
+      return;
+    }
+    sync_started[static_cast<std::size_t>(k)] = true;
+    run_stages(k, sync_stages(k), 0, [&, k] {
+      finish_step(k);
+      if (k + 1 < s_.steps) {
+        r_.steps[static_cast<std::size_t>(k) + 1].start = r_.steps[static_cast<std::size_t>(k)].end;
+        start_train(k + 1);
+        start_roll(k + 2);
+      }
+    });
+  };
+  on_rollout_done = [&](int k) {
+    rollout_done[static_cast<std::size_t>(k)] = true;
+    if (k == 0) {
+      start_train(0);
+      start_roll(1);
+    } else {
+      maybe_sync(k - 1);
+    }
+  };
+  queue_.schedule_at(0, [&] { start_roll(0); });
+  queue_.run();
+}
+
+void Simulation::run_async() {
+  // verl fully_async_policy (docs/advance/fully_async.md), with trigger_parameter_sync_step = 1
+  // and require_batches x ppo_mini_batch_size = one step's prompts:
+  //  - the Rollouter streams prompt groups (n samples each) into the engines, at most
+  //    max_num_seqs sequences outstanding per engine;
+  //  - between two weight updates it starts at most (1 + staleness) x B groups minus those
+  //    already generated or in flight (num_stale_samples), B = prompts per step;
+  //  - the Trainer takes the first B finished groups (FIFO), trains, then triggers the sync;
+  //  - sync without partial rollout: no new groups are started and the sync waits for the
+  //    groups in flight to finish; with partial rollout (and staleness > 0, as in verl) the
+  //    engines pause at once, keep the generated tokens, and continue after the update.
+  const auto& w = s_.workload;
+  const int n = w.samples_per_prompt;
+  const int B = w.prompts_per_step;
+  const double s = s_.schedule.staleness;
+  const bool partial = s_.schedule.partial_rollout && s > 0;
+  const auto window = static_cast<std::int64_t>(std::floor((1.0 + s) * B + 1e-9));
+  struct Group {
+    std::size_t first = 0;  // index of its first request in stream_
+    int done = 0;
+  };
+  std::vector<Group> groups;
+  std::deque<std::int64_t> ready;  // finished groups, FIFO
+  std::int64_t quota = window, started = 0, in_flight = 0;
+  bool draining = false;
+  bool finished_all = false;
+  int step = 0;
+  bool trainer_busy = false;
+  TimeNs waiting_since = 0;
+
+  auto sample_group = [&](std::int64_t g) {
+    Rng rng(mix_seed(s_.seed ^ 0xA5A5A5A5A5A5A5A5ULL) + static_cast<std::uint64_t>(g));
+    const std::int64_t prompt = w.prompt_tokens.sample(rng);
+    Group grp;
+    grp.first = stream_.size();
+    for (int j = 0; j < n; ++j) {
+      Request q;
+      q.group = g;
+      q.index = j;
+      q.prompt_tokens = prompt;
+      q.response_tokens = w.response_tokens.sample(rng);
+      q.version = version_;
+      stream_.push_back(q);
+    }
+    groups.push_back(grp);
+  };
+
+  std::function<void()> dispatch, try_train, maybe_sync;
+  dispatch = [&] {
+    if (draining || finished_all) return;
+    while (started < quota) {
+      // the engine with the fewest outstanding sequences that can take a whole group
+      int best = -1;
+      for (int e = 0; e < r_.engines; ++e) {
+        const int o = engines_[static_cast<std::size_t>(e)]->outstanding();
+        if (o + n > s_.rollout.max_num_seqs && o > 0) continue;
+        if (best < 0 || o < engines_[static_cast<std::size_t>(best)]->outstanding()) best = e;
+      }
+      if (best < 0) return;
+      const auto g = static_cast<std::int64_t>(groups.size());
+      sample_group(g);
+      ++started;
+      ++in_flight;
+      for (int j = 0; j < n; ++j) engines_[static_cast<std::size_t>(best)]->submit(&stream_[groups.back().first + static_cast<std::size_t>(j)]);
+    }
+  };
+  auto idle_all = [&] {
+    for (const auto& e : engines_) {
+      if (e->outstanding() > 0) return false;
+    }
+    return true;
+  };
+  auto begin_sync = [&](int k) {
+    // The trainer waited for the rollouter to drain: exposed rollout time.
+    const TimeNs now = queue_.now();
+    if (now > waiting_since) record_phase(k, "rollout", "rollout", waiting_since, now);
+    run_stages(k, sync_stages(k), 0, [&, k] {
+      finish_step(k);
+      step = k + 1;
+      trainer_busy = false;
+      if (step >= s_.steps) {
+        finished_all = true;
+        return;
+      }
+      r_.steps[static_cast<std::size_t>(step)].start = queue_.now();
+      waiting_since = queue_.now();
+      // New window: (1 + staleness) B minus what is already generated or in flight.
+      quota = std::max<std::int64_t>(0, window - static_cast<std::int64_t>(ready.size()) - in_flight);
+      started = 0;
+      draining = false;
+      for (auto& e : engines_) e->resume();
+      dispatch();
+      try_train();
+    });
+  };
+  maybe_sync = [&] {
+    if (!draining || !trainer_busy) return;
+    if (!idle_all()) return;
+    begin_sync(step);
+  };
+  try_train = [&] {
+    if (trainer_busy || finished_all || static_cast<int>(ready.size()) < B) return;
+    trainer_busy = true;
+    const int k = step;
+    auto& reqs = consumed_[static_cast<std::size_t>(k)];
+    for (int i = 0; i < B; ++i) {
+      const Group& grp = groups[static_cast<std::size_t>(ready.front())];
+      ready.pop_front();
+      for (int j = 0; j < n; ++j) {
+        Request* q = &stream_[grp.first + static_cast<std::size_t>(j)];
+        q->step = k;
+        q->index = i * n + j;
+        reqs.push_back(q);
+      }
+    }
+    batches_[static_cast<std::size_t>(k)] = batch_of(reqs);
+    const TimeNs now = queue_.now();
+    if (now > waiting_since) record_phase(k, "rollout", "rollout", waiting_since, now);
+    run_stages(k, training_stages(k), 0, [&, k] {
+      waiting_since = queue_.now();
+      draining = true;
+      if (partial) {
+        for (auto& e : engines_) e->pause();
+        begin_sync(k);
+      } else {
+        maybe_sync();
+      }
+    });
+  };
+  for (auto& e : engines_) {
+    e->set_callbacks(
+        [&](Request* q) {
+          Group& grp = groups[static_cast<std::size_t>(q->group)];
+          if (++grp.done == n) {
+            --in_flight;
+            ready.push_back(q->group);
+            try_train();
+          }
+          dispatch();
+        },
+        [&] { maybe_sync(); });
+  }
+  r_.steps[0].start = 0;
+  queue_.schedule_at(0, [&] { dispatch(); });
+  while (!finished_all && queue_.step()) {
+  }
+  r_.left_in_flight = 0;
+  for (const auto& q : stream_) {
+    if (q.step < 0) r_.left_in_flight++;
+  }
+}
+
 SimResult Simulation::run() {
   const int devices = s_.cluster.devices();
   r_.rollout_cost = RolloutCostModel::build(s_);
@@ -278,15 +583,24 @@ SimResult Simulation::run() {
   }
   r_.sync = trainer_.weight_sync(weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
                                  s_.rollout.tensor_parallel);
+  const bool async = s_.schedule.mode == ScheduleMode::kAsync;
   step_requests_.resize(static_cast<std::size_t>(s_.steps));
   batches_.resize(static_cast<std::size_t>(s_.steps));
+  consumed_.resize(static_cast<std::size_t>(s_.steps));
   r_.steps.resize(static_cast<std::size_t>(s_.steps));
+  TrainBatch largest;
   for (int k = 0; k < s_.steps; ++k) {
     r_.steps[static_cast<std::size_t>(k)].step = k;
-    sample_step(k);
+    if (!async) {
+      sample_step(k);
+      for (auto& q : step_requests_[static_cast<std::size_t>(k)]) consumed_[static_cast<std::size_t>(k)].push_back(&q);
+      largest.max_sequence = std::max(largest.max_sequence, batches_[static_cast<std::size_t>(k)].max_sequence);
+    }
   }
-  TrainBatch largest;
-  for (const auto& b : batches_) largest.max_sequence = std::max(largest.max_sequence, b.max_sequence);
+  if (async) {
+    // Batches are formed as groups finish: size the activation peak for the longest possible sequence.
+    largest.max_sequence = static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
+  }
   r_.train_memory = trainer_.memory(largest);
 
   if (!check_fit()) {
@@ -298,12 +612,16 @@ SimResult Simulation::run() {
     engines_.push_back(std::make_unique<RolloutEngine>(r_.rollout_cost, queue_, sink_, e, r_.kv_capacity_tokens,
                                                        s_.rollout.max_num_seqs, s_.output.trace && e < kMaxTracedEngines));
   }
+  r_.engine_busy_s.assign(static_cast<std::size_t>(r_.engines), 0.0);
   // Resident training state from t = 0: parameters, reference parameters, optimizer states (the
-  // latter on the host when optimizer.offload is set, brought in around the actor update).
+  // latter on the host when optimizer.offload is set, brought in around the actor update;
+  // parameters on the host when training.param_offload is set, brought in for training and sync).
   auto& tl = train_ledger();
   tl.set_phase("training");
-  tl.allocate(0, "train_params", r_.train_memory.params);
-  if (r_.train_memory.reference > 0) tl.allocate(0, "reference_params", r_.train_memory.reference);
+  if (!s_.training.param_offload) {
+    params_ = tl.allocate(0, "train_params", r_.train_memory.params);
+    if (r_.train_memory.reference > 0) reference_ = tl.allocate(0, "reference_params", r_.train_memory.reference);
+  }
   if (!s_.training.optimizer.offload) optimizer_ = tl.allocate(0, "optimizer", r_.train_memory.optimizer);
   if (!colocated()) {
     rollout_ledger().set_phase("rollout");
@@ -313,80 +631,26 @@ SimResult Simulation::run() {
     rollout_w_live_ = true;
   }
 
-  auto step_done = [this](int k) {
-    auto& rec = r_.steps[static_cast<std::size_t>(k)];
-    rec.end = queue_.now();
-    if (progress_) progress_(k + 1, s_.steps);
-  };
-
-  if (s_.schedule.mode == ScheduleMode::kSync) {
-    // rollout -> train -> sync, strictly in sequence.
-    std::function<void(int)> step_fn = [this, &step_fn, step_done](int k) {
-      if (k >= s_.steps) return;
-      r_.steps[static_cast<std::size_t>(k)].start = queue_.now();
-      start_rollout(k, [this, k, &step_fn, step_done] {
-        run_stages(k, training_stages(k), 0, [this, k, &step_fn, step_done] {
-          run_stages(k, sync_stages(k), 0, [this, k, &step_fn, step_done] {
-            step_done(k);
-            queue_.schedule_in(0, [&step_fn, k] { step_fn(k + 1); });
-          });
-        });
-      });
-    };
-    queue_.schedule_at(0, [&step_fn] { step_fn(0); });
-    queue_.run();
-  } else if (s_.schedule.mode == ScheduleMode::kOneStepOff) {
-    // verl one-step-off: rollout of step k+1 overlaps training of step k (weights one step
-    // stale); weight sync k waits for the trainer (train k done) and the rollout (k+1 done).
-    std::vector<bool> rollout_done(static_cast<std::size_t>(s_.steps) + 1, false);
-    std::vector<bool> train_done(static_cast<std::size_t>(s_.steps), false);
-    std::vector<bool> sync_started(static_cast<std::size_t>(s_.steps), false);
-    std::function<void(int)> on_rollout_done, maybe_sync, start_train, start_roll;
-    start_roll = [&](int k) {
-      if (k >= s_.steps) {
-        rollout_done[static_cast<std::size_t>(k)] = true;
-        return;
-      }
-      start_rollout(k, [&, k] { on_rollout_done(k); });
-    };
-    start_train = [&](int k) {
-      run_stages(k, training_stages(k), 0, [&, k] {
-        train_done[static_cast<std::size_t>(k)] = true;
-        maybe_sync(k);
-      });
-    };
-    maybe_sync = [&](int k) {
-      if (!train_done[static_cast<std::size_t>(k)] || !rollout_done[static_cast<std::size_t>(k) + 1] ||
-          sync_started[static_cast<std::size_t>(k)]) {
-        return;
-      }
-      sync_started[static_cast<std::size_t>(k)] = true;
-      run_stages(k, sync_stages(k), 0, [&, k] {
-        step_done(k);
-        if (k + 1 < s_.steps) {
-          r_.steps[static_cast<std::size_t>(k) + 1].start = r_.steps[static_cast<std::size_t>(k)].end;
-          start_train(k + 1);
-          start_roll(k + 2);
-        }
-      });
-    };
-    on_rollout_done = [&](int k) {
-      rollout_done[static_cast<std::size_t>(k)] = true;
-      if (k == 0) {
-        start_train(0);
-        start_roll(1);
-      } else {
-        maybe_sync(k - 1);
-      }
-    };
-    queue_.schedule_at(0, [&] { start_roll(0); });
-    queue_.run();
-    // A rollout of step k+2 may be cut by the end of the simulation: only steps 0..steps-1 count.
-  } else {
-    throw ScenarioError(s_.file + ": schedule.mode async is not simulated yet (sync and one-step-off are); "
-                        "use --set schedule.mode=one-step-off for an overlapped schedule");
+  switch (s_.schedule.mode) {
+    case ScheduleMode::kSync: run_sync_schedule(); break;
+    case ScheduleMode::kOneStepOff: run_one_step_off(); break;
+    case ScheduleMode::kAsync: run_async(); break;
   }
   r_.events = queue_.events_run();
+  r_.wall_s = r_.steps.empty() ? 0.0 : to_seconds(r_.steps.back().end);
+  // Stop every engine at the end of the last step (async: work in flight is cut there), so busy
+  // time is accounted up to the wall-clock end.
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    engines_[e]->pause();
+    const auto& st = engines_[e]->stats();
+    r_.engine_busy_s[e] += st.busy_s;
+    r_.max_running = std::max(r_.max_running, st.max_running);
+    r_.kv_limited = r_.kv_limited || st.kv_limited;
+    r_.decode_memory_bound_s += st.memory_bound_s;
+    r_.decode_compute_bound_s += st.compute_bound_s;
+    r_.tokens_generated += st.tokens_generated;
+    r_.tokens_recomputed += st.tokens_recomputed;
+  }
   // Tear-down: release what stays resident across steps, so every allocation has its free.
   for (auto& l : ledgers_) {
     l.free_all(queue_.now());
@@ -411,13 +675,27 @@ SimResult Simulation::run() {
     r_.peak_training_bytes = ledgers_.back().peak();
   }
   for (int k = 0; k < s_.steps; ++k) {
-    for (auto& q : step_requests_[static_cast<std::size_t>(k)]) r_.requests.push_back(q);
+    auto reqs = consumed_[static_cast<std::size_t>(k)];
+    std::sort(reqs.begin(), reqs.end(), [](const Request* a, const Request* b) { return a->index < b->index; });
+    for (const Request* q : reqs) r_.requests.push_back(*q);
   }
   r_.ledgers = std::move(ledgers_);
   return std::move(r_);
 }
 
 }  // namespace
+
+double SimResult::rollout_idle_ratio() const {
+  if (wall_s <= 0 || engine_busy_s.empty()) return 0.0;
+  double busy = 0;
+  for (double b : engine_busy_s) busy += b;
+  return std::max(0.0, 1.0 - busy / (wall_s * static_cast<double>(engine_busy_s.size())));
+}
+
+double SimResult::trainer_idle_ratio() const {
+  if (wall_s <= 0) return 0.0;
+  return std::max(0.0, 1.0 - trainer_busy_s / wall_s);
+}
 
 SimResult simulate(const Scenario& s, TraceSink& sink, const ProgressFn& progress) {
   Simulation sim(s, sink, progress);

@@ -37,6 +37,12 @@ struct StepRecord {
   std::map<std::string, double> phase_s;  // wall time of each phase in this step
   std::int64_t generated_tokens = 0;
   std::int64_t preemptions = 0;
+  std::int64_t interruptions = 0;  // partial rollout: pauses across a weight update, summed over sequences
+  // Off-policyness of the consumed batch: staleness of a sequence = policy version consuming it
+  // (weight updates so far) - version that started generating it (0 = on-policy).
+  double staleness_mean = 0;
+  int staleness_max = 0;
+  std::int64_t stale_sequences = 0;
   double step_s() const { return to_seconds(end - start); }
 };
 
@@ -66,10 +72,22 @@ struct SimResult {
   double decode_memory_bound_s = 0, decode_compute_bound_s = 0;
   SyncTimes sync;
   std::uint64_t events = 0;
+  // Utilisation (verl fully_async_policy reports trainer/idle_ratio and rollouter/idle_ratio).
+  double wall_s = 0;                      // end of the last step
+  std::vector<double> engine_busy_s;      // per engine: iterations in flight, plus sleep/wake copies
+  double trainer_busy_s = 0;              // training phases, offload copies and weight syncs
+  double rollout_idle_ratio() const;      // 1 - sum(engine busy) / (engines x wall)
+  double trainer_idle_ratio() const;      // 1 - trainer busy / wall
+  std::int64_t tokens_generated = 0;      // decoded by all engines (including sequences left in flight)
+  std::int64_t tokens_recomputed = 0;     // prefill of contexts after preemption or a partial-rollout pause
+  std::int64_t left_in_flight = 0;        // async: sequences generated or started but not consumed at the end
   double peak_rollout_bytes = 0;        // per device, during rollout
   double peak_training_bytes = 0;       // per device, during training and weight sync
   bool fits() const { return !oom.has_value(); }
 };
+
+/// Seconds a `bytes` copy takes over `link` (bandwidth and latency), e.g. a host-link offload.
+double copy_s(double bytes, const models::Link& link);
 
 /// Called after each simulated step with (steps done, steps total).
 using ProgressFn = std::function<void(int, int)>;

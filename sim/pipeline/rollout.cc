@@ -86,6 +86,15 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   const double act_quant = recipe.dynamic_activation_quant() ? 4.0 * arch.layers * 2e-6 : 0.0;
   c.overhead_s = r.iteration_overhead_s + arch.layers * r.layer_overhead_s + act_quant;
   c.allreduce_bytes_per_token = arch.hidden * 2.0;
+  c.ep = arch.moe ? r.expert_parallel : 1;
+  c.moe_layers = arch.moe_layers();
+  c.dense_ffn_layers = arch.dense_ffn_layers();
+  if (arch.moe) {
+    // DeepEP-style dispatch in the activation format (FP8 when the recipe quantises activations).
+    const double act_bytes = recipe.dynamic_activation_quant() ? traits(recipe.linear.activation.element).bits / 8.0 : 2.0;
+    c.dispatch_bytes_per_token = static_cast<double>(arch.moe->active) * arch.hidden * act_bytes;
+    c.combine_bytes_per_token = static_cast<double>(arch.moe->active) * arch.hidden * 2.0;
+  }
   c.tp_link = group_link(c.tp, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   c.comm_eff = r.efficiency.comm;
   return c;
@@ -97,7 +106,12 @@ double RolloutCostModel::weights_read_bytes(double tokens) const {
 
 double RolloutCostModel::comm_s(double tokens) const {
   if (tp <= 1) return 0.0;
-  return 2.0 * layers * all_reduce_s(tokens * allreduce_bytes_per_token, tp, tp_link, comm_eff);
+  const double ar = all_reduce_s(tokens * allreduce_bytes_per_token, tp, tp_link, comm_eff);
+  if (ep <= 1) return 2.0 * layers * ar;
+  const double per_rank = tokens / ep;
+  const double a2a = all_to_all_s(per_rank * dispatch_bytes_per_token, ep, tp_link, comm_eff) +
+                     all_to_all_s(per_rank * combine_bytes_per_token, ep, tp_link, comm_eff);
+  return layers * ar + dense_ffn_layers * ar + moe_layers * a2a;
 }
 
 double RolloutCostModel::decode_memory_s(int b, double ctx) const {
@@ -161,13 +175,30 @@ RolloutEngine::RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, Tr
 }
 
 void RolloutEngine::start(std::vector<Request*> requests, std::function<void()> on_done) {
-  running_.clear();
-  waiting_.assign(requests.begin(), requests.end());
-  kv_used_ = 0;
-  stats_ = EngineStats{};
   on_done_ = std::move(on_done);
-  for (Request* r : requests) r->engine = index_;
-  queue_.schedule_in(0, [this] { advance(); });
+  for (Request* r : requests) enqueue(r);
+  if (!active_ && on_done_) {  // nothing to do (no requests): done at once
+    queue_.schedule_in(0, std::move(on_done_));
+    on_done_ = nullptr;
+  }
+}
+
+void RolloutEngine::submit(Request* r) { enqueue(r); }
+
+void RolloutEngine::enqueue(Request* r) {
+  r->engine = index_;
+  waiting_.push_back(r);
+  if (!active_ && !paused_) {
+    active_ = true;
+    pending_prefill_ = false;
+    pending_tokens_ = -1;  // an advance(), not an iteration
+    pending_ = queue_.schedule_in(0, [this] { advance(); });
+  }
+}
+
+void RolloutEngine::set_callbacks(std::function<void(Request*)> on_finish, std::function<void()> on_idle) {
+  on_finish_ = std::move(on_finish);
+  on_idle_ = std::move(on_idle);
 }
 
 void RolloutEngine::preempt_last() {
@@ -185,24 +216,95 @@ void RolloutEngine::finish_tokens(std::int64_t n) {
   const TimeNs now = queue_.now();
   kv_used_ += static_cast<double>(n) * static_cast<double>(running_.size());
   stats_.kv_peak_tokens = std::max(stats_.kv_peak_tokens, kv_used_);
+  stats_.tokens_generated += n * static_cast<std::int64_t>(running_.size());
+  std::vector<Request*> finished;
   auto keep = running_.begin();
   for (Request* r : running_) {
     r->generated += n;
-    if (r->first_token_ns < 0) r->first_token_ns = now;
+    if (n > 0 && r->first_token_ns < 0) r->first_token_ns = now;
     if (r->generated >= r->response_tokens) {
       r->finish_ns = now;
       kv_used_ -= static_cast<double>(r->context());
+      finished.push_back(r);
     } else {
       *keep++ = r;
     }
   }
   running_.erase(keep, running_.end());
   if (running_.empty()) kv_used_ = 0;  // no floating residue between batches
+  if (on_finish_) {
+    for (Request* r : finished) on_finish_(r);
+  }
+}
+
+void RolloutEngine::trace_iteration(TimeNs end) {
+  if (!trace_ || pending_label_.empty()) return;
+  sink_.span(Span{track_, pending_label_, "rollout", pending_start_, end - pending_start_, std::move(pending_args_)});
+  pending_label_.clear();
+  pending_args_.clear();
+}
+
+void RolloutEngine::schedule_iteration(TimeNs end, std::int64_t decode_tokens, bool prefill) {
+  const TimeNs now = queue_.now();
+  stats_.busy_s += to_seconds(end - now);
+  pending_start_ = now;
+  pending_end_ = end;
+  pending_tokens_ = decode_tokens;
+  pending_prefill_ = prefill;
+  pending_ = queue_.schedule_at(end, [this, decode_tokens] {
+    trace_iteration(queue_.now());
+    finish_tokens(decode_tokens);
+    advance();
+  });
+}
+
+void RolloutEngine::pause() {
+  if (paused_) return;
+  paused_ = true;
+  if (!active_) return;
+  const TimeNs now = queue_.now();
+  queue_.cancel(pending_);
+  active_ = false;
+  if (pending_tokens_ >= 0) {
+    // An iteration was in flight: give back the busy time not yet spent and keep whole tokens.
+    stats_.busy_s -= to_seconds(pending_end_ - now);
+    if (!pending_label_.empty()) pending_label_ += " (paused)";
+    trace_iteration(now);
+    if (!pending_prefill_ && pending_tokens_ > 0) {
+      const int b = static_cast<int>(running_.size());
+      const double elapsed = to_seconds(now - pending_start_);
+      std::int64_t lo = 0, hi = pending_tokens_;  // largest k with stretch(k) <= elapsed
+      while (lo < hi) {
+        const std::int64_t mid = lo + (hi - lo + 1) / 2;
+        if (to_seconds(to_ns(cost_.decode_stretch_s(b, kv_used_, mid))) <= elapsed) lo = mid;
+        else hi = mid - 1;
+      }
+      if (lo > 0) finish_tokens(lo);
+    }
+  }
+  // Running sequences lose their KV cache and wait at the head of the queue, in admission order.
+  std::sort(running_.begin(), running_.end(), [](const Request* a, const Request* b) { return a->admit_order < b->admit_order; });
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    (*it)->interruptions++;
+    waiting_.push_front(*it);
+  }
+  running_.clear();
+  kv_used_ = 0;
+}
+
+void RolloutEngine::resume() {
+  if (!paused_) return;
+  paused_ = false;
+  if (!waiting_.empty() && !active_) {
+    active_ = true;
+    pending_tokens_ = -1;
+    pending_ = queue_.schedule_in(0, [this] { advance(); });
+  }
 }
 
 void RolloutEngine::advance() {
   const TimeNs now = queue_.now();
-  // 1. Admission (FIFO; a preempted sequence re-enters at the head with its whole context).
+  // 1. Admission (FIFO; a preempted or paused sequence re-enters at the head with its whole context).
   std::vector<Request*> admitted;
   double new_tokens = 0;
   const double limit = kv_capacity_ * 0.99;  // vLLM's 1 % watermark
@@ -215,8 +317,10 @@ void RolloutEngine::advance() {
       break;
     }
     waiting_.pop_front();
+    r->engine = index_;
     r->admit_order = next_order_++;
     if (r->admit_ns < 0) r->admit_ns = now;
+    if (r->generated > 0) stats_.tokens_recomputed += r->context();
     running_.push_back(r);
     admitted.push_back(r);
     kv_used_ += static_cast<double>(r->context());
@@ -234,19 +338,17 @@ void RolloutEngine::advance() {
     stats_.iterations++;
     stats_.prefill_iterations++;
     if (trace_) {
-      sink_.span(Span{track_, fmt::format("prefill +{}", admitted.size()), "rollout", now, end - now,
-                      {{"new_tokens", new_tokens}, {"running", static_cast<double>(running_.size())}}});
+      pending_label_ = fmt::format("prefill +{}", admitted.size());
+      pending_args_ = {{"new_tokens", new_tokens}, {"running", static_cast<double>(running_.size())}};
     }
-    queue_.schedule_at(end, [this] {
-      finish_tokens(1);
-      advance();
-    });
+    schedule_iteration(end, 1, true);
     return;
   }
   if (running_.empty()) {
-    stats_.done_ns = now;
+    active_ = false;
     if (on_done_) queue_.schedule_in(0, std::move(on_done_));
     on_done_ = nullptr;
+    if (on_idle_) on_idle_();
     return;
   }
   // 2. Decode stretch until the next completion or until the KV cache is full.
@@ -256,11 +358,12 @@ void RolloutEngine::advance() {
   const auto n_safe = static_cast<std::int64_t>(std::floor((kv_capacity_ - kv_used_) / b));
   if (n_safe <= 0) {
     if (b == 1) {
-      // A single sequence larger than the whole cache: the loader's fit check prevents this.
+      // A single sequence larger than the whole cache: the pipeline's fit check prevents this.
       throw std::logic_error("RolloutEngine: one sequence exceeds the KV capacity");
     }
     preempt_last();
-    queue_.schedule_in(0, [this] { advance(); });
+    pending_tokens_ = -1;
+    pending_ = queue_.schedule_in(0, [this] { advance(); });
     return;
   }
   const std::int64_t n = std::min(n_finish, n_safe);
@@ -270,13 +373,10 @@ void RolloutEngine::advance() {
   const double mid_ctx = kv_used_ + b * (static_cast<double>(n) - 1) / 2;
   (cost_.decode_memory_s(b, mid_ctx) >= cost_.decode_compute_s(b, mid_ctx) ? stats_.memory_bound_s : stats_.compute_bound_s) += dur;
   if (trace_) {
-    sink_.span(Span{track_, fmt::format("decode b={}", b), "rollout", now, end - now,
-                    {{"batch", static_cast<double>(b)}, {"iterations", static_cast<double>(n)}, {"kv_tokens", kv_used_}}});
+    pending_label_ = fmt::format("decode b={}", b);
+    pending_args_ = {{"batch", static_cast<double>(b)}, {"iterations", static_cast<double>(n)}, {"kv_tokens", kv_used_}};
   }
-  queue_.schedule_at(end, [this, n] {
-    finish_tokens(n);
-    advance();
-  });
+  schedule_iteration(end, n, false);
 }
 
 }  // namespace rlsim::sim

@@ -31,7 +31,12 @@ double experts_touched(int experts, int active, double tokens);
 /// decode_s(b, S): b sequences each produce one token while reading S cached tokens in total:
 ///   memory  = (dense weights/TP + touched experts(b)/TP + S * kv_bytes_per_token_per_device) / (HBM B * eff_mem)
 ///   compute = (b * 2 N_active / TP + S * attention FLOPs per cached token / TP) / (rate(recipe) * eff_compute)
-///   time    = max(memory, compute) + 2 * layers * all_reduce(b * hidden * 2 bytes, TP) + overhead
+///   time    = max(memory, compute) + comm(b) + overhead
+///   comm(b) = 2 * layers * all_reduce(b * hidden * 2 bytes, TP) without expert parallelism; with
+///             EP > 1 the MoE layers replace their FFN all-reduce by a dispatch (b/EP tokens x top-k
+///             x hidden in the recipe's activation format) and a combine (same, BF16) all-to-all
+///             over the EP ranks: layers * all_reduce + dense layers * all_reduce + MoE layers *
+///             (a2a(dispatch) + a2a(combine)).
 /// where overhead = iteration overhead + layers * per-layer overhead (+ dynamic activation
 /// quantisation kernels when the recipe quantises activations).
 struct RolloutCostModel {
@@ -49,6 +54,10 @@ struct RolloutCostModel {
   int layers = 0;
   double allreduce_bytes_per_token = 0;  // hidden * 2 (BF16 activations)
   int tp = 1;
+  int ep = 1;
+  int dense_ffn_layers = 0, moe_layers = 0;
+  double dispatch_bytes_per_token = 0;   // top-k x hidden x activation bytes (EP dispatch)
+  double combine_bytes_per_token = 0;    // top-k x hidden x 2 (BF16 combine)
   models::Link tp_link;
   double comm_eff = 1;
 
@@ -74,55 +83,84 @@ struct RolloutCostModel {
   double prefill_s(double new_tokens, double prefill_attn, int b_decode, double ctx) const;
 };
 
-/// One rollout sequence in one step.
+/// One rollout sequence.
 struct Request {
-  int step = 0;
+  int step = -1;              // the RL step that consumes it (-1: not consumed yet)
   int engine = 0;
   int index = 0;              // index within the step (prompt-major: prompt * n + sample)
+  std::int64_t group = 0;     // prompt group (the n samples of one prompt) in dispatch order
   std::int64_t prompt_tokens = 0;
   std::int64_t response_tokens = 0;
   std::int64_t generated = 0;
   std::int64_t admit_order = 0;
-  int preemptions = 0;
+  int preemptions = 0;        // KV-full preemptions (recomputed later, vLLM's recompute policy)
+  int interruptions = 0;      // partial-rollout pauses across a weight update
+  int version = 0;            // policy version (weight updates so far) when generation started
   TimeNs admit_ns = -1;        // first admission
   TimeNs first_token_ns = -1;
   TimeNs finish_ns = -1;
   std::int64_t context() const { return prompt_tokens + generated; }
 };
 
-/// Statistics of one engine over one step.
+/// Statistics of one engine, accumulated over its whole run.
 struct EngineStats {
   std::int64_t iterations = 0;
   std::int64_t prefill_iterations = 0;
   std::int64_t preemptions = 0;
+  std::int64_t tokens_generated = 0;  // decoded tokens (recomputed context is not generation)
+  std::int64_t tokens_recomputed = 0; // prefill of contexts that had been generated before (preemption, pause)
   int max_running = 0;
   bool kv_limited = false;     // admission was refused for KV while sequence slots were free
   double memory_bound_s = 0;   // decode time where memory > compute
   double compute_bound_s = 0;
+  double busy_s = 0;           // time with an iteration in flight
   double kv_peak_tokens = 0;
-  TimeNs done_ns = 0;
 };
 
 /// A continuous-batching engine (vLLM / SGLang scheduler, as modelled): FIFO admission up to
 /// max_num_seqs while the KV cache has room for the sequence's context plus a 1 % watermark
 /// (vLLM's default); a mixed prefill iteration for each admission; decode stretches between
-/// batch changes; when the KV cache is full the last-admitted sequence is preempted and later
-/// recomputed (vLLM's recompute policy).
+/// batch changes, advanced in closed form; when the KV cache is full the last-admitted sequence
+/// is preempted and later recomputed (vLLM's recompute policy).
+///
+/// Two ways to drive it: start() hands over one step's requests and reports when all are done
+/// (synchronous and one-step-off schedules); submit() streams requests in, with a callback per
+/// finished request and pause()/resume() around a weight update (fully asynchronous schedule,
+/// partial rollout).
 class RolloutEngine {
  public:
-  /// `kv_capacity_tokens` > 0. Requests must outlive the engine's run.
+  /// `kv_capacity_tokens` > 0 (std::invalid_argument otherwise). Requests must outlive the run.
   RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, TraceSink& sink, int index,
                 double kv_capacity_tokens, int max_num_seqs, bool trace_iterations);
 
   /// Starts generating `requests` now; `on_done` runs (as an event) when all have finished.
   void start(std::vector<Request*> requests, std::function<void()> on_done);
 
+  /// Streaming use: `on_finish` runs for each finished request (inside the engine's event, after
+  /// its state is consistent; it may call submit()), `on_idle` when nothing is running or waiting.
+  void set_callbacks(std::function<void(Request*)> on_finish, std::function<void()> on_idle);
+  /// Queues one request (FIFO); the engine starts iterating if it was idle and not paused.
+  void submit(Request* r);
+
+  /// Stops now: the iteration in flight is cut at the last whole token (a decode stretch keeps the
+  /// tokens finished so far; an unfinished prefill is lost), every running sequence keeps its
+  /// generated tokens but loses its KV cache and waits at the head of the queue, to be recomputed
+  /// after resume() (partial rollout across a weight update, verl fully_async_policy).
+  void pause();
+  void resume();
+  bool paused() const { return paused_; }
+
+  /// Requests running or waiting.
+  int outstanding() const { return static_cast<int>(running_.size() + waiting_.size()); }
   const EngineStats& stats() const { return stats_; }
 
  private:
   void advance();
   void finish_tokens(std::int64_t n);
   void preempt_last();
+  void schedule_iteration(TimeNs end, std::int64_t decode_tokens, bool prefill);
+  void enqueue(Request* r);
+  void trace_iteration(TimeNs end);
 
   const RolloutCostModel& cost_;
   EventQueue& queue_;
@@ -137,6 +175,17 @@ class RolloutEngine {
   double kv_used_ = 0;
   std::int64_t next_order_ = 0;
   std::function<void()> on_done_;
+  std::function<void(Request*)> on_finish_;
+  std::function<void()> on_idle_;
+  bool active_ = false;   // an advance() or iteration event is pending
+  bool paused_ = false;
+  // The iteration in flight (for pause()).
+  EventId pending_ = 0;
+  TimeNs pending_start_ = 0, pending_end_ = 0;
+  std::int64_t pending_tokens_ = 0;  // decode tokens per sequence the event will finish
+  bool pending_prefill_ = false;
+  std::string pending_label_;  // trace span of the iteration in flight
+  std::vector<std::pair<std::string, double>> pending_args_;
   EngineStats stats_;
 };
 

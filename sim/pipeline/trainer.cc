@@ -25,6 +25,10 @@ TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placem
   rate_ = s.cluster.device.rate(recipe.linear.compute(recipe.mode)) * s.training.efficiency.compute;
   dp_link_ = group_link(devices_, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   tp_link_ = group_link(s.training.tensor_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
+  ep_link_ = group_link(s.training.expert_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
+  for (const auto& l : s.model.linear_shapes()) {
+    if (l.kind == models::LinearKind::kRoutedExpert) expert_params_ += static_cast<double>(l.count) * l.out * l.in;
+  }
 }
 
 double TrainerCostModel::forward_flops(const TrainBatch& b) const {
@@ -65,12 +69,22 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   const double tp_ar = tp > 1 ? (2.0 * flop_factor) * s_.model.layers / pp *
                                     all_reduce_s(b.tokens / dp / mb * s_.model.hidden * 2.0, tp, tp_link_, eff) * mb
                               : 0.0;
+  // Expert parallelism (Megatron expert-model parallel, sequence parallel with TP): per MoE layer
+  // a dispatch and a combine all-to-all of each rank's tokens x top-k x hidden (BF16), once per
+  // forward-equivalent pass (flop_factor), over the EP group.
+  double ep_a2a = 0;
+  const int ep = t.expert_parallel;
+  if (ep > 1 && s_.model.moe) {
+    const double tokens_rank = b.tokens / (dp * tp) / mb;
+    const double bytes = tokens_rank * s_.model.moe->active * s_.model.hidden * 2.0;
+    ep_a2a = flop_factor * 2.0 * s_.model.moe_layers() / pp * all_to_all_s(bytes, ep, ep_link_, eff) * mb;
+  }
   const double bubble = (pp - 1) / (mb + pp - 1);
   const double dp_ar = rs_passes > 0 ? all_reduce_s(params_ / (tp * pp) * 4.0, dp, dp_link_, eff) : 0.0;
   *compute += c;
-  x = tp_ar + dp_ar;
+  x = tp_ar + ep_a2a + dp_ar;
   *comm += x;
-  return (c + tp_ar) / (1.0 - bubble) + dp_ar;
+  return (c + tp_ar + ep_a2a) / (1.0 - bubble) + dp_ar;
 }
 
 TrainTimes TrainerCostModel::phase_times(const TrainBatch& b) const {
@@ -128,11 +142,19 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   const double layer_params = params_ / m.layers;
   mem.gather_buffer = t.backend == TrainingBackend::kFsdp ? 2.0 * layer_params * 2.0 : 0.0;
   if (t.backend == TrainingBackend::kMegatron) {
-    mem.params = params_ / mp * master;
+    // Dense parameters split over TP x PP; routed experts over EP x PP when EP > 1 (expert tensor
+    // parallel 1, Megatron's default with EP), else over TP x PP. Distributed optimizer: dense
+    // states sharded over DP, expert states over the expert-data-parallel group TP x DP / EP.
     const int dp = devices_ / mp;
-    mem.grads = params_ / mp * 4.0;
-    mem.optimizer = params_ / mp / dp * (states * elem_bytes(t.optimizer.state) + master_copy);  // distributed optimizer
-    mem.reference = t.reference_model ? params_ / mp * 2.0 : 0.0;
+    const int ep = s_.model.moe ? t.expert_parallel : 1;
+    const double dense = params_ - expert_params_;
+    const double here = ep > 1 ? dense / mp + expert_params_ / (ep * t.pipeline_parallel) : params_ / mp;
+    const double opt_here = ep > 1 ? dense / mp / dp + expert_params_ / (ep * t.pipeline_parallel) / (t.tensor_parallel * dp / ep)
+                                   : params_ / mp / dp;
+    mem.params = here * master;
+    mem.grads = here * 4.0;
+    mem.optimizer = opt_here * (states * elem_bytes(t.optimizer.state) + master_copy);
+    mem.reference = t.reference_model ? here * 2.0 : 0.0;
   }
   return mem;
 }
@@ -165,14 +187,14 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
   const double rollout_per_rank = rollout_weight_bytes_total / rollout_tp;
   const bool quantised = std::abs(rollout_weight_bytes_total - bf16_bytes) / bf16_bytes > 0.01;
   out.quantize = quantised ? (per_rank_bf16 + rollout_per_rank) / hbm : 0.0;
+  out.repack = quantised ? 2.0 * (2.0 * rollout_per_rank) / hbm : 0.0;
   // load_weights: copy into the engine's parameter buffers (read + write).
   out.load = 2.0 * rollout_per_rank / hbm;
   return out;
 }
 
 double TrainerCostModel::optimizer_offload_s() const {
-  const auto& t = s_.training;
-  const double bytes = params_ / devices_ * (2.0 * elem_bytes(t.optimizer.state) + master_copy_bytes(t));
+  const double bytes = memory(TrainBatch{}).optimizer;  // the states of one device, whatever the backend
   return bytes / s_.cluster.host_link.bandwidth_bytes_per_s + s_.cluster.host_link.latency_s;
 }
 

@@ -29,9 +29,10 @@ struct TrainTimes {
 struct SyncTimes {
   double gather = 0;    // FSDP all-gather / Megatron gather of the full BF16 weights
   double transfer = 0;  // CUDA IPC hand-over or NCCL broadcast to the rollout engines
-  double quantize = 0;  // on-the-fly quantisation to the rollout format (+ layout transform)
+  double quantize = 0;  // on-the-fly quantisation of each BF16 bucket to the rollout format
+  double repack = 0;    // reload of a quantised engine: restore the checkpoint layout, then transform again
   double load = 0;      // engine load_weights copy
-  double total() const { return gather + transfer + quantize + load; }
+  double total() const { return gather + transfer + quantize + repack + load; }
 };
 
 /// Per-device memory of the training role (bytes).
@@ -52,13 +53,25 @@ struct TrainMemory {
 /// (devices * rate(recipe) * eff_compute), overlapped with FSDP collectives (ZeRO-3: all-gather
 /// of BF16 parameters for forward and backward, reduce-scatter of FP32 gradients, per
 /// micro-batch), so a pass costs max(compute, comm). Megatron: TP all-reduces of activations
-/// (4 per layer per token, exposed), pipeline bubble (p-1)/(m+p-1), DP gradient all-reduce.
+/// (4 per layer per token, exposed), EP dispatch/combine all-to-alls per MoE layer (exposed),
+/// pipeline bubble (p-1)/(m+p-1) (Narayanan et al. 2021, eq. 1), DP gradient all-reduce.
 class TrainerCostModel {
  public:
   explicit TrainerCostModel(const Scenario& s);
 
   TrainTimes phase_times(const TrainBatch& batch) const;
   TrainMemory memory(const TrainBatch& batch) const;
+  /// Weight sync of one step. Colocated (or method cuda-ipc): FSDP/Megatron all-gather of the BF16
+  /// weights, then CUDA IPC handles per bucket. Disaggregated (or nccl-broadcast): the gather, then a
+  /// pipelined NCCL broadcast of BF16 buckets from a training rank to every rollout engine over the
+  /// inter-node links (verl one_step_off / fully_async ParameterSynchronizer). On the rollout side,
+  /// per bucket: quantisation to the rollout format (read BF16, write the format) and, for a
+  /// quantised engine, the reload sequence of vLLM / SGLang RL weight updates: restore the
+  /// checkpoint layout of the quantised tensors (undo process_weights_after_loading: FP8 scale
+  /// transposes, Marlin INT4 tile permutation, MX scale swizzles, Ascend's (in, out) weight
+  /// transpose), load, and transform again; each is a read + write of the quantised bytes at HBM
+  /// bandwidth x rollout memory efficiency. `rollout_weight_bytes_total` is the full model in the
+  /// rollout recipe's formats (bytes).
   SyncTimes weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const;
   /// Time to move the optimizer states of one device over the host link (one direction).
   double optimizer_offload_s() const;
@@ -77,6 +90,8 @@ class TrainerCostModel {
   double rate_ = 0;
   models::Link dp_link_;
   models::Link tp_link_;
+  models::Link ep_link_;
+  double expert_params_ = 0;  // routed-expert parameters (all MoE layers)
 };
 
 }  // namespace rlsim::sim

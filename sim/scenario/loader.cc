@@ -718,6 +718,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     r.iteration_overhead_s = it_default;
     r.layer_overhead_s = layer_default;
     r.activation_buffer_bytes = buffers_default;
+    r.sleep_level = vllm ? 1 : 2;
     if (m) {
       if (m->has("kv_cache")) {
         r.kv_cache = m->choice<Format>("kv_cache", r.kv_cache,
@@ -726,6 +727,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       }
       r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", 256, 1, 1 << 20));
       r.memory_utilization = m->number("memory_utilization", 0.85, 0.05, 1.0);
+      r.sleep_level = static_cast<int>(m->integer("sleep_level", r.sleep_level, 1, 2));
       r.activation_buffer_bytes = m->quantity("activation_buffers", buffers_default, Dimension::kBytes);
       if (m->has("overheads")) {
         Map o(src, m->get("overheads"), "rollout.overheads");
@@ -741,7 +743,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         e.finish({"memory", "compute", "comm"});
       }
       m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
-                 "memory_utilization", "activation_buffers", "overheads", "efficiency"});
+                 "memory_utilization", "sleep_level", "activation_buffers", "overheads", "efficiency"});
       if (r.tensor_parallel % r.expert_parallel != 0) {
         src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel must divide rollout.tensor_parallel");
       }
@@ -775,6 +777,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       t.recompute_old_logprob = m.boolean("recompute_old_logprob", true);
       t.reference_model = m.boolean("reference_model", true);
       t.activation_checkpointing = m.boolean("activation_checkpointing", true);
+      t.param_offload = m.boolean("param_offload", false);
       if (m.has("optimizer")) {
         Map o(src, m.get("optimizer"), "training.optimizer");
         t.optimizer.name = o.choice<std::string>("name", "adam", {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
@@ -791,7 +794,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       }
       m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",
                 "mini_batches", "micro_batch_tokens", "recompute_old_logprob", "reference_model",
-                "activation_checkpointing", "optimizer", "efficiency"});
+                "activation_checkpointing", "param_offload", "optimizer", "efficiency"});
       const int mp = t.tensor_parallel * t.pipeline_parallel;
       if (s.placement.train_devices % mp != 0) {
         src.fail(m.node(), "training", fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices",
@@ -803,6 +806,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       }
       if (t.expert_parallel > 1 && !s.model.moe) {
         src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel > 1 needs an MoE model");
+      }
+      if (t.expert_parallel > 1 && t.backend != TrainingBackend::kMegatron) {
+        src.fail(m.get("expert_parallel"), "training.expert_parallel",
+                 "training.expert_parallel > 1 needs backend: megatron (FSDP shards experts like any other weight)");
       }
       if (t.pipeline_parallel > s.model.layers) {
         src.fail(m.get("pipeline_parallel"), "training.pipeline_parallel", "training.pipeline_parallel exceeds the model's layers");

@@ -136,6 +136,7 @@ std::string resolved_yaml(const Scenario& s) {
   recipe(e, "precision", r.precision);
   e << YAML::Key << "kv_cache" << YAML::Value << r.kv_cache.str();
   e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value << r.memory_utilization;
+  e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level;
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
   e << YAML::Key << "overheads" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "iteration" << YAML::Value
     << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value << q(r.layer_overhead_s, Dimension::kTime) << YAML::EndMap;
@@ -150,7 +151,7 @@ std::string resolved_yaml(const Scenario& s) {
     << YAML::Value << t.ppo_epochs << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key << "micro_batch_tokens"
     << YAML::Value << t.micro_batch_tokens << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob
     << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing" << YAML::Value
-    << t.activation_checkpointing;
+    << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.optimizer.name
     << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key << "offload"
     << YAML::Value << t.optimizer.offload << YAML::EndMap;

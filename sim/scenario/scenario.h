@@ -69,6 +69,11 @@ struct RolloutConfig {
   models::Format kv_cache;     // resolved: rollout.kv_cache, else the recipe's
   int max_num_seqs = 256;
   double memory_utilization = 0.85;
+  /// Colocated placement: what the engine does with its memory while the trainer runs (vLLM
+  /// sleep mode): 1 = weights offloaded to host memory and copied back at wake-up, KV cache
+  /// discarded; 2 = weights and KV cache discarded (the weight sync refills them). Default: 1 for
+  /// vLLM (its default level), 2 for SGLang (release_memory_occupation drops weights).
+  int sleep_level = 1;
   double activation_buffer_bytes = 0;  // CUDA graphs, activations, sampler workspace
   double iteration_overhead_s = 0;     // scheduler + sampling per engine step
   double layer_overhead_s = 0;         // non-GEMM kernels per layer per step (norms, rope, launch)
@@ -93,6 +98,9 @@ struct TrainingConfig {
   bool recompute_old_logprob = true;
   bool reference_model = true;
   bool activation_checkpointing = true;
+  /// Parameters (actor and reference) live in host memory outside the training phases and the
+  /// weight sync (verl fsdp_config.param_offload / megatron.param_offload).
+  bool param_offload = false;
   OptimizerConfig optimizer;
   Efficiency efficiency;
 };
