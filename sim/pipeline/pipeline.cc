@@ -227,7 +227,8 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
                         },
                         nullptr});
   }
-  const bool offload = s_.training.optimizer.offload;
+  const bool cpu_opt = trainer_.cpu_optimizer();
+  const bool offload = s_.training.optimizer.offload && !cpu_opt;
   const double offload_s = offload ? trainer_.optimizer_offload_s() : 0.0;
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
   {
@@ -258,6 +259,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   if (offload) {
     out.push_back(Stage{"offload", "training", offload_s, nullptr, [this, &led] { led.free(queue_.now(), optimizer_); }});
   }
+  if (cpu_opt) out.push_back(Stage{"offload", "training", trainer_.cpu_optimizer_s(), nullptr, nullptr});
   return out;
 }
 

@@ -79,7 +79,10 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
     const double bytes = tokens_rank * s_.model.moe->active * s_.model.hidden * 2.0;
     ep_a2a = flop_factor * 2.0 * s_.model.moe_layers() / pp * all_to_all_s(bytes, ep, ep_link_, eff) * mb;
   }
-  const double bubble = (pp - 1) / (mb + pp - 1);
+  // The pipeline flushes at every optimizer step: the bubble counts the micro-batches of one
+  // mini-batch in the update, of the whole batch in forward-only passes.
+  const double mb_flush = std::max(1.0, rs_passes > 0 ? mb / t.mini_batches : mb);
+  const double bubble = (pp - 1) / (mb_flush + pp - 1);
   const double dp_ar = rs_passes > 0 ? all_reduce_s(params_ / (tp * pp) * 4.0, dp, dp_link_, eff) : 0.0;
   *compute += c;
   x = tp_ar + ep_a2a + dp_ar;
@@ -106,7 +109,7 @@ TrainTimes TrainerCostModel::phase_times(const TrainBatch& b) const {
   const double bytes_per_param = 2 * master + 4.0 + 4 * state + 2 * master_copy_bytes(t);
   const double adam = params_ / devices_ * bytes_per_param /
                       (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
-  update += adam * t.mini_batches * t.ppo_epochs;
+  if (!cpu_optimizer()) update += adam * t.mini_batches * t.ppo_epochs;  // else on the host (cpu_optimizer_s)
   out.actor_update = update;
   return out;
 }
@@ -196,6 +199,20 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
 double TrainerCostModel::optimizer_offload_s() const {
   const double bytes = memory(TrainBatch{}).optimizer;  // the states of one device, whatever the backend
   return bytes / s_.cluster.host_link.bandwidth_bytes_per_s + s_.cluster.host_link.latency_s;
+}
+
+bool TrainerCostModel::cpu_optimizer() const {
+  return s_.training.optimizer.offload && s_.training.backend == TrainingBackend::kMegatron;
+}
+
+double TrainerCostModel::cpu_optimizer_s() const {
+  const auto& t = s_.training;
+  const TrainMemory m = memory(TrainBatch{});
+  const double shard_params = m.grads / 4.0;  // parameters this device holds (FP32 gradients)
+  const double copies = shard_params * (4.0 + 2.0) / s_.cluster.host_link.bandwidth_bytes_per_s;
+  const int per_node = std::min(s_.cluster.devices_per_node, devices_);
+  const double adam = shard_params * per_node / kCpuAdamParamsPerSPerNode;
+  return (std::max(copies, adam) + 2.0 * s_.cluster.host_link.latency_s) * t.mini_batches * t.ppo_epochs;
 }
 
 }  // namespace rlsim::sim

@@ -46,6 +46,11 @@ struct TrainMemory {
   double gather_buffer = 0; // unsharded parameters during compute (FSDP: one layer; sync: all)
 };
 
+/// Host-CPU Adam throughput of one node (parameters per second): PyTorch's CPU Adam takes 1.39 s
+/// per billion parameters on a two-socket server (Ren et al. 2021, "ZeRO-Offload", sec. 5.1 /
+/// Table 3); Megatron's HybridDeviceOptimizer runs torch.optim on the CPU shard.
+inline constexpr double kCpuAdamParamsPerSPerNode = 1e9 / 1.39;
+
 /// Training cost model over `train_devices` devices.
 ///
 /// FLOPs (Narayanan et al. 2021, sec. 5.1): forward = 2 N_active T + attention; backward = 2x
@@ -73,8 +78,17 @@ class TrainerCostModel {
   /// bandwidth x rollout memory efficiency. `rollout_weight_bytes_total` is the full model in the
   /// rollout recipe's formats (bytes).
   SyncTimes weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const;
-  /// Time to move the optimizer states of one device over the host link (one direction).
+  /// FSDP optimizer offload (verl optimizer_offload): time to move one device's optimizer states
+  /// over the host link, one direction (they come in for the update and go out after it).
   double optimizer_offload_s() const;
+  /// Megatron CPU optimizer (optimizer_cpu_offload, offload fraction 1): the states never leave
+  /// host memory; per optimizer step FP32 gradients go to the host and BF16 parameters come back
+  /// over the host link, overlapped with the Adam step on the host CPU
+  /// (overlap_cpu_optimizer_d2h_h2d), whose rate is kCpuAdamParamsPerSPerNode shared by the node's
+  /// devices. Seconds per RL step (all mini-batches and epochs).
+  double cpu_optimizer_s() const;
+  /// Whether optimizer states stay in host memory for the whole run (Megatron + optimizer.offload).
+  bool cpu_optimizer() const;
 
   int devices() const { return devices_; }
   double forward_flops(const TrainBatch& batch) const;

@@ -709,7 +709,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     // sampler time, and non-GEMM kernel time per layer per step under CUDA graphs.
     const bool vllm = r.engine == RolloutEngineKind::kVllm;
     const double it_default = vllm ? 2e-3 : 1.5e-3;
-    const double layer_default = 20e-6;
+    // Eager mode (vLLM enforce_eager, verl's rollout default through mid-2025) launches every
+    // kernel from Python: ~20 kernels per layer at ~10 us each, 200 us per layer (assumption).
+    r.enforce_eager = m && m->boolean("enforce_eager", false);
+    const double layer_default = r.enforce_eager ? 200e-6 : 20e-6;
     // SGLang RL memory blog: 1-3 GB CUDA graphs + 3-7 GB buffers per GPU; 5 GB taken.
     const double buffers_default = 5e9;
     // Decode kernels stream weights and KV at ~80 % of peak HBM bandwidth (a pure device copy
@@ -743,7 +746,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         e.finish({"memory", "compute", "comm"});
       }
       m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
-                 "memory_utilization", "sleep_level", "activation_buffers", "overheads", "efficiency"});
+                 "memory_utilization", "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
       if (r.tensor_parallel % r.expert_parallel != 0) {
         src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel must divide rollout.tensor_parallel");
       }

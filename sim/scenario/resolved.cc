@@ -136,7 +136,7 @@ std::string resolved_yaml(const Scenario& s) {
   recipe(e, "precision", r.precision);
   e << YAML::Key << "kv_cache" << YAML::Value << r.kv_cache.str();
   e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value << r.memory_utilization;
-  e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level;
+  e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level << YAML::Key << "enforce_eager" << YAML::Value << r.enforce_eager;
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
   e << YAML::Key << "overheads" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "iteration" << YAML::Value
     << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value << q(r.layer_overhead_s, Dimension::kTime) << YAML::EndMap;

@@ -74,6 +74,7 @@ struct RolloutConfig {
   /// discarded; 2 = weights and KV cache discarded (the weight sync refills them). Default: 1 for
   /// vLLM (its default level), 2 for SGLang (release_memory_occupation drops weights).
   int sleep_level = 1;
+  bool enforce_eager = false;          // no CUDA graphs: per-layer launch overhead 200 us instead of 20 us
   double activation_buffer_bytes = 0;  // CUDA graphs, activations, sampler workspace
   double iteration_overhead_s = 0;     // scheduler + sampling per engine step
   double layer_overhead_s = 0;         // non-GEMM kernels per layer per step (norms, rope, launch)
