@@ -568,7 +568,10 @@ void Simulation::run_async() {
   }
   r_.left_in_flight = 0;
   for (const auto& q : stream_) {
-    if (q.step < 0) r_.left_in_flight++;
+    if (q.step < 0) {
+      r_.left_in_flight++;
+      r_.left_in_flight_tokens += q.generated;
+    }
   }
 }
 

@@ -80,7 +80,8 @@ struct SimResult {
   double trainer_idle_ratio() const;      // 1 - trainer busy / wall
   std::int64_t tokens_generated = 0;      // decoded by all engines (including sequences left in flight)
   std::int64_t tokens_recomputed = 0;     // prefill of contexts after preemption or a partial-rollout pause
-  std::int64_t left_in_flight = 0;        // async: sequences generated or started but not consumed at the end
+  std::int64_t left_in_flight = 0;        // async: sequences dispatched but not consumed at the end
+  std::int64_t left_in_flight_tokens = 0; // tokens those sequences had generated
   double peak_rollout_bytes = 0;        // per device, during rollout
   double peak_training_bytes = 0;       // per device, during training and weight sync
   bool fits() const { return !oom.has_value(); }

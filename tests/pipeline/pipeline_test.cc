@@ -2,6 +2,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <cmath>
+
+#include "sim/pipeline/collectives.h"
 
 #include "sim/pipeline/pipeline.h"
 
@@ -155,6 +159,214 @@ TEST(Pipeline, SyncGatherBufferFollowsTheBackend) {
   const double full = static_cast<double>(catalog_model("qwen3-8b").params().total()) * 2.0;
   EXPECT_DOUBLE_EQ(gather_peak(fsdp), full);
   EXPECT_DOUBLE_EQ(gather_peak(megatron), 1e9);
+}
+
+
+// --- schedules, placement, offload, MoE, multi-node (issue 3) ---------------------------------
+
+const char* kDisagg = R"(name: async test
+seed: 5
+steps: 6
+model: qwen3-8b
+cluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}
+placement: {mode: disaggregated, rollout_devices: 4, train_devices: 4}
+workload:
+  prompts_per_step: 16
+  samples_per_prompt: 8
+  prompt_tokens: {dist: uniform, min: 100, max: 400}
+  response_tokens: {dist: lognormal, median: 1000, sigma: 1.0, max: 8192}
+rollout: {memory_utilization: 0.8, max_num_seqs: 64}
+)";
+
+// Conservation: every consumed sequence is generated exactly once (tokens decoded by the engines
+// = tokens of consumed sequences + tokens of those left in flight), no sequence is consumed twice,
+// every allocation is freed, and no device is busy longer than the wall clock.
+void expect_conserved(const Scenario& s, const SimResult& r) {
+  ASSERT_TRUE(r.fits());
+  ASSERT_EQ(r.requests.size(), static_cast<std::size_t>(s.steps * s.workload.sequences_per_step()));
+  std::int64_t consumed_tokens = 0;
+  std::set<std::pair<std::int64_t, int>> seen;  // (group, sample)
+  for (const auto& q : r.requests) {
+    EXPECT_EQ(q.generated, q.response_tokens);
+    consumed_tokens += q.generated;
+    EXPECT_TRUE(seen.insert({q.group, q.index % s.workload.samples_per_prompt}).second) << "group " << q.group;
+    EXPECT_LE(q.finish_ns, r.steps[static_cast<std::size_t>(q.step)].end);
+    EXPECT_GE(q.step, q.version);
+  }
+  EXPECT_EQ(r.tokens_generated, consumed_tokens + r.left_in_flight_tokens);
+  for (const auto& l : r.ledgers) EXPECT_EQ(l.live_allocations(), 0u) << l.group();
+  ASSERT_EQ(r.engine_busy_s.size(), static_cast<std::size_t>(r.engines));
+  const bool shared = s.placement.mode == PlacementMode::kColocated;
+  for (double b : r.engine_busy_s) {
+    EXPECT_GT(b, 0);
+    EXPECT_LE(b + (shared ? r.trainer_busy_s : 0.0), r.wall_s * (1 + 1e-9));
+  }
+  EXPECT_LE(r.trainer_busy_s, r.wall_s * (1 + 1e-9));
+  EXPECT_GE(r.rollout_idle_ratio(), 0);
+  EXPECT_GE(r.trainer_idle_ratio(), 0);
+}
+
+TEST(Schedules, SyncAndOneStepOffConserve) {
+  for (const char* mode : {"sync", "one-step-off"}) {
+    NullSink sink;
+    const Scenario s = load_text(kDisagg, {std::string("schedule.mode=") + mode});
+    const SimResult r = simulate(s, sink);
+    SCOPED_TRACE(mode);
+    expect_conserved(s, r);
+    EXPECT_EQ(r.left_in_flight, 0);
+  }
+  NullSink sink;
+  const Scenario s = load_text(kBase);  // colocated
+  expect_conserved(s, simulate(s, sink));
+}
+
+TEST(Schedules, AsyncConservesWithAndWithoutPartialRollout) {
+  for (const char* partial : {"false", "true"}) {
+    NullSink sink;
+    const Scenario s = load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=0.5",
+                                           std::string("schedule.partial_rollout=") + partial});
+    const SimResult r = simulate(s, sink);
+    SCOPED_TRACE(partial);
+    expect_conserved(s, r);
+    std::int64_t interrupted = 0;
+    for (const auto& st : r.steps) {
+      interrupted += st.interruptions;
+      // At most (1 + staleness) x B groups per window: a batch's samples are at most one version
+      // behind here (the window is 1.5 batches).
+      EXPECT_LE(st.staleness_max, 1);
+    }
+    if (std::string(partial) == "true") {
+      EXPECT_GT(interrupted, 0) << "partial rollout pauses sequences across weight updates";
+      EXPECT_GT(r.tokens_recomputed, 0) << "paused sequences lose their KV cache";
+    } else {
+      EXPECT_EQ(interrupted, 0);
+    }
+  }
+}
+
+TEST(Schedules, AsyncStalenessZeroIsOnPolicyAndStalenessBuysThroughput) {
+  NullSink a, b;
+  const Scenario s0 = load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=0"});
+  const Scenario s1 = load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=1"});
+  const SimResult r0 = simulate(s0, a);
+  const SimResult r1 = simulate(s1, b);
+  expect_conserved(s0, r0);
+  expect_conserved(s1, r1);
+  for (const auto& st : r0.steps) {
+    EXPECT_EQ(st.staleness_max, 0);
+    EXPECT_EQ(st.stale_sequences, 0);
+  }
+  std::int64_t stale = 0;
+  for (const auto& st : r1.steps) stale += st.stale_sequences;
+  EXPECT_GT(stale, 0);
+  // Overlap: the staleness window lets rollout run during training.
+  EXPECT_LT(r1.wall_s, r0.wall_s);
+  EXPECT_LT(r1.trainer_idle_ratio(), r0.trainer_idle_ratio());
+}
+
+TEST(Placement, ColocatedSleepLevelOneCopiesWeightsOverTheHostLink) {
+  NullSink a, b;
+  const Scenario l1 = load_text(kBase, {"rollout.sleep_level=1"});
+  const Scenario l2 = load_text(kBase, {"rollout.sleep_level=2"});
+  const SimResult r1 = simulate(l1, a);
+  const SimResult r2 = simulate(l2, b);
+  const double w = r1.rollout_cost.weight_bytes_per_device;
+  // Level 1: weights go to host memory after the rollout and come back before the sync.
+  const double expect = 2 * copy_s(w, l1.cluster.host_link);
+  EXPECT_NEAR(r1.steps[0].phase_s.at("offload"), expect, 1e-6);
+  EXPECT_EQ(r2.steps[0].phase_s.count("offload") ? r2.steps[0].phase_s.at("offload") : 0.0, 0.0);
+  // Either way the KV cache is gone while the trainer runs: the memory ledger shows it.
+  const auto& ev = r1.ledgers.front().events();
+  bool kv_freed_before_training = false;
+  for (std::size_t i = 0; i < ev.size(); ++i) {
+    if (ev[i].tag == "kv_cache" && ev[i].delta_bytes < 0) {
+      for (std::size_t j = i; j < ev.size(); ++j) {
+        if (ev[j].tag == "grads" && ev[j].delta_bytes > 0) kv_freed_before_training = true;
+      }
+      break;
+    }
+  }
+  EXPECT_TRUE(kv_freed_before_training);
+}
+
+TEST(Placement, OptimizerAndParamOffloadCostTimeAndMemory) {
+  NullSink a, b;
+  const Scenario base = load_text(kBase);
+  const Scenario off = load_text(kBase, {"training.optimizer.offload=true", "training.param_offload=true"});
+  const SimResult rb = simulate(base, a);
+  const SimResult ro = simulate(off, b);
+  // Offloaded training state is absent during the rollout: the rollout-phase peak drops by it.
+  EXPECT_NEAR(rb.peak_rollout_bytes - ro.peak_rollout_bytes,
+              rb.train_memory.optimizer + rb.train_memory.params + rb.train_memory.reference, 1.0);
+  const TrainerCostModel tc(off);
+  const double per_step = 2 * tc.optimizer_offload_s() + 2 * copy_s(ro.train_memory.params + ro.train_memory.reference, off.cluster.host_link);
+  EXPECT_NEAR(ro.steps[1].phase_s.at("offload") - rb.steps[1].phase_s.at("offload"), per_step, 1e-6);
+}
+
+TEST(MoE, ExpertParallelReplacesFfnAllReduceByAllToAll) {
+  const Scenario tp = load_text(kBase, {"model=qwen3-30b-a3b", "rollout.tensor_parallel=4"});
+  const Scenario ep = load_text(kBase, {"model=qwen3-30b-a3b", "rollout.tensor_parallel=4", "rollout.expert_parallel=4"});
+  const auto ct = RolloutCostModel::build(tp);
+  const auto ce = RolloutCostModel::build(ep);
+  const double tokens = 64;
+  const auto& link = tp.cluster.intra_node;
+  const double ar = all_reduce_s(tokens * tp.model.hidden * 2.0, 4, link, tp.rollout.efficiency.comm);
+  EXPECT_NEAR(ct.comm_s(tokens), 2 * tp.model.layers * ar, 1e-12);
+  const double k = tp.model.moe->active;
+  const double a2a = all_to_all_s(tokens / 4 * k * tp.model.hidden * 2.0, 4, link, tp.rollout.efficiency.comm);
+  // bf16 recipe: dispatch and combine both in BF16
+  EXPECT_NEAR(ce.comm_s(tokens), tp.model.layers * ar + tp.model.moe_layers() * 2 * a2a, 1e-12);
+  // Decode touches E (1 - (1 - k/E)^b) experts.
+  const double E = tp.model.moe->experts;
+  EXPECT_NEAR(ct.weights_read_bytes(tokens) - ct.dense_bytes_per_device,
+              E * (1 - std::pow(1 - k / E, tokens)) * ct.expert_bytes_per_device, 1e-3);
+}
+
+TEST(MoE, MegatronExpertParallelSplitsExpertsAndPaysAllToAll) {
+  const char* text = R"(name: ep
+model: qwen3-30b-a3b
+cluster: {device: h100-sxm, nodes: 2, devices_per_node: 8}
+workload:
+  prompts_per_step: 16
+  samples_per_prompt: 8
+  prompt_tokens: {dist: fixed, value: 256}
+  response_tokens: {dist: fixed, value: 1024}
+training: {backend: megatron, tensor_parallel: 2, pipeline_parallel: 1, expert_parallel: 1}
+)";
+  const Scenario s1 = load_text(text);
+  const Scenario s8 = load_text(text, {"training.expert_parallel=8"});
+  const TrainerCostModel t1(s1), t8(s8);
+  TrainBatch b;
+  b.tokens = 16 * 8 * 1280;
+  b.max_sequence = 1280;
+  const auto m1 = t1.memory(b), m8 = t8.memory(b);
+  EXPECT_LT(m8.params, m1.params);  // experts over EP=8 instead of TP=2
+  EXPECT_GT(t8.phase_times(b).comm_s, t1.phase_times(b).comm_s);
+}
+
+TEST(MultiNode, EngineAcrossNodesPaysInterNodeAllReduce) {
+  const Scenario one = load_text(kBase, {"cluster.nodes=2", "rollout.tensor_parallel=8"});
+  const Scenario two = load_text(kBase, {"cluster.nodes=2", "rollout.tensor_parallel=16"});
+  const auto c1 = RolloutCostModel::build(one);
+  const auto c2 = RolloutCostModel::build(two);
+  EXPECT_DOUBLE_EQ(c1.tp_link.bandwidth_bytes_per_s, one.cluster.intra_node.bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(c2.tp_link.bandwidth_bytes_per_s, two.cluster.inter_node.bandwidth_bytes_per_s);
+  EXPECT_NEAR(c2.comm_s(32), 2 * two.model.layers * all_reduce_s(32 * two.model.hidden * 2.0, 16, two.cluster.inter_node, two.rollout.efficiency.comm), 1e-12);
+  EXPECT_GT(c2.comm_s(32), c1.comm_s(32));
+}
+
+TEST(WeightSync, QuantisedEngineReloadCostsRestoreLoadTransform) {
+  const Scenario bf = load_text(kBase);
+  const Scenario q = load_text(kBase, {"rollout.precision=int4-w4a16-g32"});
+  const TrainerCostModel tb(bf), tq(q);
+  const double wb = weight_bytes(bf.model, bf.rollout.precision), wq = weight_bytes(q.model, q.rollout.precision);
+  const auto sb = tb.weight_sync(wb, 8, 1), sq = tq.weight_sync(wq, 8, 1);
+  EXPECT_EQ(sb.quantize, 0.0);
+  EXPECT_EQ(sb.repack, 0.0);
+  const double hbm = q.cluster.device.memory_bandwidth_bytes_per_s * q.rollout.efficiency.memory;
+  EXPECT_NEAR(sq.repack, 4 * wq / hbm, 1e-9);
+  EXPECT_NEAR(sq.quantize, (static_cast<double>(q.model.params().total()) * 2 + wq) / hbm, 1e-9);
+  EXPECT_NEAR(sq.load, 2 * wq / hbm, 1e-9);
 }
 
 }  // namespace

@@ -44,6 +44,14 @@ TEST_P(EveryScenario, RunsFitsAndConserves) {
   EXPECT_LT(j["rollout_share"].get<double>(), 1);
   EXPECT_LE(j["peak_memory_bytes"]["rollout"].get<double>(), s.cluster.device.memory_bytes);
   EXPECT_LE(j["peak_memory_bytes"]["training"].get<double>(), s.cluster.device.memory_bytes);
+  // Conservation: tokens decoded = tokens of consumed sequences (+ those left in flight, async),
+  // and no device is busy longer than the wall clock.
+  std::int64_t consumed = 0;
+  for (const auto& q : r.requests) consumed += q.generated;
+  EXPECT_EQ(r.tokens_generated, consumed + r.left_in_flight_tokens);
+  const bool shared = s.placement.mode == sim::PlacementMode::kColocated;
+  for (double b : r.engine_busy_s) EXPECT_LE(b + (shared ? r.trainer_busy_s : 0.0), r.wall_s * (1 + 1e-9));
+  EXPECT_LE(r.trainer_busy_s, r.wall_s * (1 + 1e-9));
 }
 
 std::vector<std::string> scenario_files() {
@@ -81,6 +89,110 @@ TEST(PublishedFigures, VerlFp8RolloutSpeedupQwen3_8B) {
   EXPECT_LE(speedup, 0.23);
   // The training phases are untouched by the rollout precision.
   EXPECT_DOUBLE_EQ(mean_phase(bf16, "actor_update"), mean_phase(fp8, "actor_update"));
+}
+
+double mean_step(const sim::SimResult& r, std::size_t from = 0) {
+  double sum = 0;
+  for (std::size_t i = from; i < r.steps.size(); ++i) sum += r.steps[i].step_s();
+  return sum / static_cast<double>(r.steps.size() - from);
+}
+
+void figure(const std::string& what, double predicted, double published) {
+  std::cout << "[ figure ] " << what << ": predicted " << predicted << ", published " << published << " ("
+            << 100 * (predicted / published - 1) << " %)\n";
+}
+
+// verl docs/advance/one_step_off.md: Qwen2.5-Math-7B DAPO on 16 x H20; colocated sync step 749 s,
+// one-step-off (4 rollout + 12 training GPUs) 520 s. Tolerance +-15 % on each step time: the
+// published step also holds reward scoring and data movement that rlsim does not model (749 s
+// against 695 s of gen + old_log_prob + update_actor), and the response-length distribution is an
+// assumption (only the 20,480 maximum is published). One-step-off is compared in steady state
+// (steps after the first, which cannot overlap anything).
+TEST(PublishedFigures, VerlOneStepOffQwen25Math7B_16xH20) {
+  const auto sync = run("verl-qwen2.5-math-7b-h20-colocate-sync.yaml");
+  const auto off = run("verl-qwen2.5-math-7b-h20-one-step-off.yaml");
+  ASSERT_TRUE(sync.fits());
+  ASSERT_TRUE(off.fits());
+  const double t_sync = mean_step(sync), t_off = mean_step(off, 1);
+  figure("colocated sync step s", t_sync, 749);
+  figure("one-step-off step s", t_off, 520);
+  EXPECT_NEAR(t_sync, 749, 0.15 * 749);
+  EXPECT_NEAR(t_off, 520, 0.15 * 520);
+  EXPECT_GT(t_sync / t_off, 1.15) << "published speed-up 1.44x";
+  // One-step-off trains on samples one policy version old.
+  for (std::size_t i = 1; i < off.steps.size(); ++i) EXPECT_EQ(off.steps[i].staleness_max, 1);
+}
+
+// verl DeepSeek-V3 671B on 96 x H20 (docs/perf/dpsk.md; ANCHORS.md): mean response 1,960 tokens,
+// rollout 1,050 s, step 1,700 s, 66 GB per GPU. Tolerance: +-25 % on rollout and step (eager-mode
+// TP 32 decode across four nodes and the per-tensor resharding path are modelled by their
+// launch, all-reduce and copy costs only; the published step includes reward and data-movement
+// time outside the model), +-15 % on memory, +-5 % on the mean response (the workload's input).
+TEST(PublishedFigures, VerlDeepSeekV3_96xH20) {
+  const sim::Scenario s = sim::load_scenario((scenario_dir() / "verl-deepseek-v3-h20-96.yaml").string());
+  sim::NullSink sink;
+  const auto r = sim::simulate(s, sink);
+  ASSERT_TRUE(r.fits()) << r.oom->reason;
+  double resp = 0;
+  for (const auto& q : r.requests) resp += static_cast<double>(q.response_tokens);
+  resp /= static_cast<double>(r.requests.size());
+  figure("DeepSeek-V3 mean response tokens", resp, 1960);
+  figure("DeepSeek-V3 rollout s", mean_phase(r, "rollout"), 1050);
+  figure("DeepSeek-V3 step s", mean_step(r), 1700);
+  figure("DeepSeek-V3 GPU memory GB", r.peak_training_bytes / 1e9, 66);
+  EXPECT_NEAR(resp, 1960, 0.05 * 1960);
+  EXPECT_NEAR(mean_phase(r, "rollout"), 1050, 0.25 * 1050);
+  EXPECT_NEAR(mean_step(r), 1700, 0.25 * 1700);
+  EXPECT_NEAR(std::max(r.peak_training_bytes, r.peak_rollout_bytes) / 1e9, 66, 0.15 * 66);
+}
+
+// SGLang RL memory blog (ANCHORS.md): colocated Qwen2.5-7B on 8 x H200: training peak 38-53 GB,
+// rollout 80-115 GB per GPU, CUDA-IPC weight update under 0.5 s. Tolerance: the published bands.
+TEST(PublishedFigures, SglangQwen25_7BColocatedMemory_8xH200) {
+  const auto r = run("sglang-qwen2.5-7b-h200-colocated-memory.yaml");
+  ASSERT_TRUE(r.fits());
+  figure("Qwen2.5-7B training peak GB", r.peak_training_bytes / 1e9, 45.5);
+  figure("Qwen2.5-7B rollout peak GB", r.peak_rollout_bytes / 1e9, 97.5);
+  EXPECT_GE(r.peak_training_bytes, 38e9);
+  EXPECT_LE(r.peak_training_bytes, 53e9);
+  EXPECT_GE(r.peak_rollout_bytes, 80e9);
+  EXPECT_LE(r.peak_rollout_bytes, 115e9);
+  EXPECT_LT(r.sync.total(), 0.5);
+}
+
+// slime INT4 QAT blog (ANCHORS.md): Kimi-K2 in FP8 does not fit one 8 x H200 node and needs two;
+// INT4 W4A16 g32 fits one node and rolls out faster than two-node FP8. Tolerance: the fit results
+// exactly; the speed-up must exceed 5 % (the blog gives the direction, not a number).
+TEST(PublishedFigures, SlimeKimiK2Int4OneNodeBeatsFp8TwoNodes_H200) {
+  const auto int4 = run("slime-kimi-k2-int4-h200-1node.yaml");
+  const auto fp8 = run("slime-kimi-k2-fp8-h200-2node.yaml");
+  const auto fp8_one = run("slime-kimi-k2-fp8-h200-2node.yaml", {"cluster.nodes=33", "placement.rollout_devices=8",
+                                                                "rollout.tensor_parallel=8", "rollout.expert_parallel=8"});
+  ASSERT_TRUE(int4.fits());
+  ASSERT_TRUE(fp8.fits());
+  ASSERT_FALSE(fp8_one.fits());
+  EXPECT_EQ(fp8_one.oom->role, "rollout");
+  const double speedup = mean_phase(fp8, "rollout") / mean_phase(int4, "rollout");
+  std::cout << "[ figure ] Kimi-K2 rollout: INT4 1 node " << mean_phase(int4, "rollout") << " s, FP8 2 nodes "
+            << mean_phase(fp8, "rollout") << " s (INT4 " << speedup << "x faster; published: faster)\n";
+  EXPECT_GT(speedup, 1.05);
+}
+
+// Ascend 950DT (MXFP8) beside H200 (FP8 block-wise) on the same workload. Datasheet ratios
+// (ANCHORS.md): HBM 4.0 vs 4.8 TB/s bounds memory-bound decode at 1.2x, MXFP8 weights carry 3 %
+// more bytes (one E8M0 per 32) and per-iteration overheads are equal, so the 950DT's rollout takes
+// 1.0-1.3x the H200's; training is bound by the BF16 rate, 989 vs 500 TFLOPS (catalog default).
+TEST(PublishedFigures, Ascend950DtMxfp8BesideH200) {
+  const auto npu = run("ascend-950dt-qwen3-8b-mxfp8.yaml");
+  const auto gpu = run("h200-qwen3-8b-fp8-block.yaml");
+  ASSERT_TRUE(npu.fits());
+  ASSERT_TRUE(gpu.fits());
+  const double rollout = mean_phase(npu, "rollout") / mean_phase(gpu, "rollout");
+  const double train = mean_phase(npu, "actor_update") / mean_phase(gpu, "actor_update");
+  std::cout << "[ figure ] 950DT / H200: rollout " << rollout << "x, actor update " << train << "x\n";
+  EXPECT_GE(rollout, 1.0);
+  EXPECT_LE(rollout, 1.3);
+  EXPECT_NEAR(train, 989.0 / 500.0, 0.05 * 989.0 / 500.0);
 }
 
 }  // namespace
