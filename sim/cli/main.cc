@@ -2,7 +2,10 @@
 // make failed; 2 bad input (file:line:column where there is one); 3 internal error (a bug).
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -113,6 +116,64 @@ int cmd_catalog(const std::string& what) {
   return 0;
 }
 
+// `rlsim bench sim` (issue 3): 10 steps of a 1,024-device asynchronous pipeline, 512 prompts x 16
+// samples, 20K max response. Target: under 2 s wall on one core.
+constexpr const char* kBenchSimScenario = R"(name: bench sim - 1024 x H100, async (staleness 0.5, partial rollout), Qwen3-8B
+seed: 1
+steps: 10
+model: qwen3-8b
+cluster: {device: h100-sxm, nodes: 128, devices_per_node: 8}
+placement: {mode: disaggregated, rollout_devices: 512, train_devices: 512}
+schedule: {mode: async, staleness: 0.5, partial_rollout: true}
+workload:
+  prompts_per_step: 512
+  samples_per_prompt: 16
+  prompt_tokens: {dist: lognormal, median: 300, sigma: 0.4, max: 2048}
+  response_tokens: {dist: lognormal, median: 3000, sigma: 0.9, max: 20480}
+rollout: {tensor_parallel: 1, precision: fp8-block, memory_utilization: 0.85}
+training: {backend: fsdp, precision: bf16, mini_batches: 4, micro_batch_tokens: 24576}
+output: {plots: false, trace: false}
+)";
+
+int cmd_bench(const std::string& what, int repeat) {
+  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim)");
+  namespace fs = std::filesystem;
+  const fs::path p = fs::temp_directory_path() / fmt::format("rlsim_bench_sim_{}.yaml", ::getpid());
+  {
+    std::ofstream f(p);
+    f << kBenchSimScenario;
+  }
+  sim::Scenario s;
+  try {
+    s = sim::load_scenario(p.string());
+  } catch (...) {
+    fs::remove(p);
+    throw;
+  }
+  fs::remove(p);
+  std::cout << fmt::format("rlsim bench sim: {}\n", s.name);
+  std::cout << fmt::format("  {} devices ({} rollout engines, {} training), {} steps of {} x {} sequences, max response {}\n",
+                           s.cluster.devices(), s.placement.rollout_devices / s.rollout.tensor_parallel, s.placement.train_devices,
+                           s.steps, s.workload.prompts_per_step, s.workload.samples_per_prompt,
+                           s.workload.response_tokens.upper_bound());
+  double best = 1e300;
+  for (int i = 0; i < repeat; ++i) {
+    sim::NullSink sink;
+    const auto t0 = std::chrono::steady_clock::now();
+    const sim::SimResult r = sim::simulate(s, sink);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, wall);
+    double step = 0;
+    for (const auto& st : r.steps) step += st.step_s();
+    std::cout << fmt::format("  run {}: wall {:.3f} s, {} events, {:.0f} events/s; simulated {:.1f} s ({:.1f} s per step), "
+                             "{} tokens generated\n",
+                             i + 1, wall, r.events, static_cast<double>(r.events) / wall, r.wall_s,
+                             step / static_cast<double>(r.steps.size()), r.tokens_generated);
+  }
+  std::cout << fmt::format("  best wall {:.3f} s (target: under 2 s on one core)\n", best);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,6 +200,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"devices", "models", "recipes", "formats"}))
       ->capture_default_str();
 
+  std::string bench_what = "sim";
+  int bench_repeat = 3;
+  auto* bench = app.add_subcommand("bench", "Run a built-in benchmark and print measured figures (single-threaded)");
+  bench->add_option("what", bench_what, "sim: 10 steps of a 1,024-device async pipeline")
+      ->check(CLI::IsMember({"sim"}))
+      ->capture_default_str();
+  bench->add_option("--repeat", bench_repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -154,6 +223,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) return cmd_run(ro);
     if (*catalog) return cmd_catalog(catalog_what);
+    if (*bench) return cmd_bench(bench_what, bench_repeat);
   } catch (const sim::ScenarioError& e) {
     std::cerr << "rlsim: error: " << e.what() << "\n";
     return 2;

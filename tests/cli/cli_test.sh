@@ -99,5 +99,20 @@ check "--print-config shows the resolved recipe" grep -q "fp8-e4m3/block128x128"
 "$RLSIM" run "$WORK/resolved.yaml" --out "$WORK/r" -q
 check "resolved config runs" test $? -eq 0
 
+# --- benchmark ---------------------------------------------------------------------------------
+"$RLSIM" bench sim --repeat 1 >"$WORK/bench" 2>&1
+check "bench sim exits 0" test $? -eq 0
+check "bench sim prints events/s" grep -q "events/s" "$WORK/bench"
+"$RLSIM" bench nope >/dev/null 2>&1
+check "bench: unknown benchmark is bad input (2)" test $? -eq 2
+
+# --- async schedule end to end: staleness and idle ratios in summary.json ------------------------
+"$RLSIM" run "$WORK/base.yaml" --out "$WORK/async" -q --no-plots --set placement.mode=disaggregated \
+  --set placement.rollout_devices=4 --set placement.train_devices=4 --set schedule.mode=async --set schedule.partial_rollout=true
+check "async: exit 0" test $? -eq 0
+check "async: summary has staleness" grep -q '"stale_fraction"' "$WORK/async/summary.json"
+check "async: summary has idle ratios" grep -q '"idle_ratio"' "$WORK/async/summary.json"
+check "async: requests.csv has staleness" grep -q "policy_version,staleness" "$WORK/async/requests.csv"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
