@@ -322,6 +322,18 @@ TEST(MoE, ExpertParallelReplacesFfnAllReduceByAllToAll) {
               E * (1 - std::pow(1 - k / E, tokens)) * ct.expert_bytes_per_device, 1e-3);
 }
 
+TEST(MoE, RouterPrecisionComesFromTheRecipe) {
+  const auto arch = catalog_model("qwen3-30b-a3b");
+  models::Recipe a = models::builtin_recipe("fp8-block");
+  models::Recipe b = a;
+  a.router.weight = models::Format{models::Element::kBf16, {}};
+  b.router.weight = models::Format{models::Element::kFp32, {}};
+  const unsigned router = 1u << static_cast<unsigned>(models::LinearKind::kRouter);
+  EXPECT_NEAR(weight_bytes(arch, b, router, false) - weight_bytes(arch, a, router, false),
+              2.0 * static_cast<double>(arch.params().router), 1.0);
+  EXPECT_NEAR(weight_bytes(arch, b) - weight_bytes(arch, a), 2.0 * static_cast<double>(arch.params().router), 1.0);
+}
+
 TEST(MoE, MegatronExpertParallelSplitsExpertsAndPaysAllToAll) {
   const char* text = R"(name: ep
 model: qwen3-30b-a3b
