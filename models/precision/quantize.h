@@ -1,0 +1,67 @@
+// Element codecs: bit-exact encode / decode of one value in each element format of the trait table
+// (format.h), round-to-nearest-even with saturation. The scaled quantisers (tensor, channel,
+// group, block, MX, NVFP4) are built on these.
+//
+// Sources, per format:
+//  - FP8 E4M3 / E5M2: OCP 8-bit Floating Point Specification (OFP8) v1.0, sec. 5.1 (encodings,
+//    table 1: E4M3 bias 7, max 448, NaN = S.1111.111, no infinities; E5M2 bias 15, max 57344, IEEE
+//    infinities and NaNs) and sec. 5.2 (conversion: round to nearest even; saturating mode clamps
+//    finite overflow and infinities to the largest normal, NaN stays NaN).
+//  - FP4 E2M1: OCP Microscaling Formats (MX) v1.0, sec. 5.3.3 (bias 1, values +-{0, 0.5, 1, 1.5, 2,
+//    3, 4, 6}, no infinities or NaN; conversion of NaN is implementation-defined: here NaN -> +0 and
+//    reported as saturated, since the MX scale carries NaN for its block, sec. 6.3).
+//  - E8M0: MX v1.0 sec. 5.4.1 (2^(code - 127), code 0xFF = NaN, no zero, no sign).
+//  - BF16 / FP16: IEEE 754-2019 binary16 and the bfloat16 truncation of binary32; with saturation
+//    (the rule of every conversion here) finite overflow clamps to the largest finite value.
+//  - INT8 / INT4: symmetric integer levels [-127, 127] and [-7, 7] (slime / Kimi-K2 W4A16, see
+//    ANCHORS.md), optionally the full two's-complement range [-128, 127] / [-8, 7].
+#pragma once
+
+#include <cstdint>
+
+#include "models/precision/format.h"
+
+namespace rlsim::models {
+
+/// Bit layout of a binary floating-point element (sign bit, exp_bits, man_bits).
+struct FloatLayout {
+  int exp_bits = 0;
+  int man_bits = 0;
+  int bias = 0;
+  bool ieee_specials = false;  // all-ones exponent = Inf / NaN (IEEE, E5M2)
+  bool e4m3_nan = false;       // only S.1111.111 is NaN; the rest of the top binade is finite (E4M3)
+  bool has_nan = true;         // false: no NaN encoding (E2M1)
+};
+
+/// Layout of a float element (bf16, fp16, fp8-e4m3, fp8-e5m2, fp4-e2m1). Throws
+/// std::invalid_argument for other elements.
+FloatLayout float_layout(Element e);
+
+/// Options of a conversion.
+struct CodecOptions {
+  bool full_int_range = false;  // int elements: [-2^(b-1), 2^(b-1)-1] instead of symmetric +-(2^(b-1)-1)
+};
+
+/// Encodes `x` into the element's bit pattern (low `bits` bits of the result). Round to nearest,
+/// ties to even; finite overflow and infinities saturate to the largest finite magnitude (except
+/// in fp32, which is exact or overflows to Inf as IEEE); NaN becomes the format's canonical NaN
+/// (positive, all-ones payload) or +0 where the format has none. For int elements the result is
+/// the two's-complement level. `*saturated`, when given, is set when the value was clamped or had
+/// no encoding. E8M0 rounds a positive value down to a power of two (floor(log2 x), the MX v1.0
+/// sec. 6.3 scale rule) and clamps the exponent to [-127, 127]; it throws std::invalid_argument for
+/// a value <= 0 (a scale is a positive power of two). hif8 and hif4 have no codec yet
+/// (std::invalid_argument).
+std::uint32_t encode(Element e, double x, bool* saturated = nullptr, const CodecOptions& opt = {});
+
+/// Decodes a bit pattern (only the low `bits` bits are read) into its value; NaN patterns decode
+/// to a quiet NaN, E5M2 / IEEE infinities to +-Inf. int elements decode two's complement.
+double decode(Element e, std::uint32_t code);
+
+/// decode(encode(x)): the value `x` becomes in format `e`.
+double round_to(Element e, double x, bool* saturated = nullptr, const CodecOptions& opt = {});
+
+/// Largest finite magnitude of `e` (the trait table's max_finite; for int elements with
+/// full_int_range the negative end is one further).
+double max_finite(Element e);
+
+}  // namespace rlsim::models
