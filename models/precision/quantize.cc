@@ -1,5 +1,6 @@
 #include "models/precision/quantize.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -183,6 +184,155 @@ double decode(Element e, std::uint32_t code) {
 
 double round_to(Element e, double x, bool* saturated, const CodecOptions& opt) {
   return decode(e, encode(e, x, saturated, opt));
+}
+
+namespace {
+
+struct BlockShape {
+  std::int64_t rows = 1, cols = 1;
+};
+
+BlockShape block_shape(const Scaling& sc, std::int64_t rows, std::int64_t cols) {
+  switch (sc.kind) {
+    case ScaleKind::kNone:
+    case ScaleKind::kTensor: return {rows, cols};
+    case ScaleKind::kChannel:
+    case ScaleKind::kToken: return {1, cols};
+    case ScaleKind::kBlockMxN: return {sc.rows, sc.cols};
+    case ScaleKind::kGroup1xN:
+    case ScaleKind::kGroupN:
+    case ScaleKind::kMx32:
+    case ScaleKind::kNv16: return {1, sc.cols};
+  }
+  return {rows, cols};
+}
+
+// Exponent of the element's largest normal (MX v1.0 sec. 6.3 emax_elem).
+int emax(Element e) {
+  int ex = 0;
+  std::frexp(max_finite(e), &ex);
+  return ex - 1;
+}
+
+}  // namespace
+
+QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
+  if (rows <= 0 || cols <= 0) throw std::invalid_argument("quantize: shape must be positive");
+  if (static_cast<std::int64_t>(x.size()) != rows * cols) {
+    throw std::invalid_argument("quantize: " + std::to_string(x.size()) + " values for a " + std::to_string(rows) + " x " +
+                                std::to_string(cols) + " tensor");
+  }
+  QuantizedTensor q;
+  q.format = f;
+  q.rows = rows;
+  q.cols = cols;
+  const BlockShape b = block_shape(f.scaling, rows, cols);
+  q.block_rows = b.rows;
+  q.block_cols = b.cols;
+  const std::int64_t grid_r = (rows + b.rows - 1) / b.rows, grid_c = (cols + b.cols - 1) / b.cols;
+  q.codes.assign(x.size(), 0);
+  q.scales.assign(static_cast<std::size_t>(grid_r * grid_c), 1.0);
+  q.scale_codes.assign(q.scales.size(), 0);
+  const Element el = f.element;
+  const Element scale_el = traits(f.scaling.kind).scale_element;
+  const double elem_max = max_finite(el);
+  if (f.scaling.kind == ScaleKind::kNv16) {
+    double amax = 0;
+    for (double v : x) {
+      if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+    }
+    q.tensor_scale = amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0;
+  }
+  for (std::int64_t br = 0; br < grid_r; ++br) {
+    for (std::int64_t bc = 0; bc < grid_c; ++bc) {
+      const std::int64_t r0 = br * b.rows, r1 = std::min(rows, r0 + b.rows);
+      const std::int64_t c0 = bc * b.cols, c1 = std::min(cols, c0 + b.cols);
+      double amax = 0;
+      bool nan = false;
+      for (std::int64_t r = r0; r < r1; ++r) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const double v = x[static_cast<std::size_t>(r * cols + c)];
+          if (std::isnan(v)) nan = true;
+          else if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+        }
+      }
+      const auto idx = static_cast<std::size_t>(br * grid_c + bc);
+      double scale = 1.0;
+      std::uint32_t scale_code = 0;
+      switch (f.scaling.kind) {
+        case ScaleKind::kNone: break;
+        case ScaleKind::kMx32: {
+          if (nan) {
+            scale = std::numeric_limits<double>::quiet_NaN();
+            scale_code = 0xFFu;
+            break;
+          }
+          int shared = -127;
+          if (amax > 0) {
+            int ex = 0;
+            std::frexp(amax, &ex);
+            shared = std::clamp(ex - 1 - emax(el), -127, 127);
+          }
+          scale_code = static_cast<std::uint32_t>(shared + 127);
+          scale = std::ldexp(1.0, shared);
+          break;
+        }
+        case ScaleKind::kNv16: {
+          scale_code = encode(Element::kFp8E4M3, amax / 6.0 / q.tensor_scale);
+          scale = decode(Element::kFp8E4M3, scale_code);
+          break;
+        }
+        default: {
+          scale = amax > 0 ? amax / elem_max : 1.0;
+          scale_code = encode(scale_el, scale);
+          scale = decode(scale_el, scale_code);
+          if (!(scale > 0)) scale = 1.0;  // a scale below the storage type's range: keep the block exact at 0
+          break;
+        }
+      }
+      q.scales[idx] = scale;
+      q.scale_codes[idx] = scale_code;
+      const double denom = scale * q.tensor_scale;
+      for (std::int64_t r = r0; r < r1; ++r) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          bool sat = false;
+          const double v = denom > 0 && std::isfinite(denom) ? x[i] / denom : (std::isnan(denom) ? x[i] : 0.0);
+          q.codes[i] = encode(el, v, &sat);
+          if (sat) q.saturated++;
+        }
+      }
+    }
+  }
+  return q;
+}
+
+std::vector<double> dequantize(const QuantizedTensor& q) {
+  std::vector<double> out(q.codes.size());
+  const std::int64_t grid_c = (q.cols + q.block_cols - 1) / q.block_cols;
+  for (std::int64_t r = 0; r < q.rows; ++r) {
+    for (std::int64_t c = 0; c < q.cols; ++c) {
+      const auto i = static_cast<std::size_t>(r * q.cols + c);
+      const double scale = q.scales[static_cast<std::size_t>((r / q.block_rows) * grid_c + c / q.block_cols)];
+      out[i] = decode(q.format.element, q.codes[i]) * scale * q.tensor_scale;
+    }
+  }
+  return out;
+}
+
+std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
+  return dequantize(quantize(f, rows, cols, x));
+}
+
+double sqnr_db(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size()) throw std::invalid_argument("sqnr_db: sizes differ");
+  double sig = 0, noise = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    sig += x[i] * x[i];
+    noise += (x[i] - y[i]) * (x[i] - y[i]);
+  }
+  if (noise == 0) return std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(sig / noise);
 }
 
 }  // namespace rlsim::models

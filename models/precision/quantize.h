@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "models/precision/format.h"
 
@@ -63,5 +64,44 @@ double round_to(Element e, double x, bool* saturated = nullptr, const CodecOptio
 /// Largest finite magnitude of `e` (the trait table's max_finite; for int elements with
 /// full_int_range the negative end is one further).
 double max_finite(Element e);
+
+/// A [rows, cols] tensor quantised to a Format (cols = the inner, reduction dimension). Scales
+/// are per block of block_rows x block_cols elements, the block grid row-major and ceil-divided
+/// (a ragged edge block gets its own scale over the elements it has).
+struct QuantizedTensor {
+  Format format;
+  std::int64_t rows = 0, cols = 0;
+  std::int64_t block_rows = 1, block_cols = 1;
+  std::vector<std::uint32_t> codes;        // rows x cols element codes (low bits)
+  std::vector<double> scales;              // decoded scale of each block (1 for unscaled)
+  std::vector<std::uint32_t> scale_codes;  // each scale in its storage element (fp32 bits, bf16, e8m0, e4m3)
+  double tensor_scale = 1.0;               // NVFP4 second-level FP32 scale, else 1
+  std::int64_t saturated = 0;              // elements clamped or without an encoding
+};
+
+/// Quantises `x` (row-major, rows x cols values). Scale rules:
+///  - tensor / channel / token / group1xN / blockMxN: FP32 scale = amax / max_finite(element)
+///    (DeepSeek-V3 sec. 3.3: amax / 448 for E4M3); groupN: the same, stored in BF16 (slime W4A16:
+///    max|w| / 7 for symmetric INT4); a block of zeros gets scale 1.
+///  - mx32 (OCP MX v1.0 sec. 6.3): shared exponent floor(log2 amax) - emax(element), emax the
+///    exponent of the element's largest normal (E4M3 8, E5M2 15, E2M1 2), stored as E8M0 and
+///    clamped to [-127, 127]; elements beyond the element's range saturate; a block holding a
+///    NaN gets the NaN scale 0xFF.
+///  - nv16 (NVIDIA NVFP4): FP32 tensor scale = amax(tensor) / (448 x 6); per 16 elements an E4M3
+///    scale = round_e4m3(amax(block) / 6 / tensor scale); elements = E2M1(x / (scale x tensor scale)).
+/// Throws std::invalid_argument when x.size() != rows x cols, for non-positive shapes, or for
+/// an element without a codec (hif8, hif4).
+QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x);
+
+/// The values a quantised tensor stands for: element value x block scale x tensor scale (NaN
+/// where the scale is NaN).
+std::vector<double> dequantize(const QuantizedTensor& q);
+
+/// Fake quantisation (QAT forward): quantise then dequantise, in one call. Equal, value for
+/// value, to dequantize(quantize(...)) by construction (it is that composition).
+std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x);
+
+/// Signal-to-quantisation-noise ratio in dB: 10 log10(sum x^2 / sum (x - y)^2); +Inf when exact.
+double sqnr_db(const std::vector<double>& x, const std::vector<double>& y);
 
 }  // namespace rlsim::models
