@@ -56,6 +56,17 @@ class Simulation {
   std::vector<Stage> sync_stages(int step);
   std::vector<Stage> sleep_stages();
   void finish_step(int step);
+  // Allocates the rollout weights on the rollout ledger now, unless they are live already.
+  void ensure_rollout_weights() {
+    if (rollout_w_live_) return;
+    rollout_w_ = rollout_ledger().allocate(queue_.now(), "rollout_weights", r_.rollout_cost.weight_bytes_per_device);
+    rollout_w_live_ = true;
+  }
+  // Allocates the actor (and reference) parameters on the training ledger now.
+  void allocate_params() {
+    params_ = train_ledger().allocate(queue_.now(), "train_params", r_.train_memory.params);
+    if (r_.train_memory.reference > 0) reference_ = train_ledger().allocate(queue_.now(), "reference_params", r_.train_memory.reference);
+  }
   TrainBatch batch_of(const std::vector<Request*>& reqs) const;
   // Attributes subsequent peaks of the role's device group to the role (colocated: one group).
   void set_phase(const std::string& role) {
@@ -112,9 +123,9 @@ void Simulation::sample_step(int step) {
     }
   }
   step_requests_[static_cast<std::size_t>(step)] = std::move(reqs);
-  std::vector<Request*> ptrs;
-  for (auto& q : step_requests_[static_cast<std::size_t>(step)]) ptrs.push_back(&q);
-  batches_[static_cast<std::size_t>(step)] = batch_of(ptrs);
+  auto& consumed = consumed_[static_cast<std::size_t>(step)];
+  for (auto& q : step_requests_[static_cast<std::size_t>(step)]) consumed.push_back(&q);
+  batches_[static_cast<std::size_t>(step)] = batch_of(consumed);
 }
 
 void Simulation::record_phase(int step, const std::string& phase, const std::string& role, TimeNs start, TimeNs end) {
@@ -132,10 +143,7 @@ void Simulation::start_rollout(int step, std::function<void()> done) {
   auto& led = rollout_ledger();
   if (colocated()) {
     // Wake-up: the KV cache and buffers are re-allocated (weights came back with the sync).
-    if (!rollout_w_live_) {
-      rollout_w_ = led.allocate(start, "rollout_weights", r_.rollout_cost.weight_bytes_per_device);
-      rollout_w_live_ = true;
-    }
+    ensure_rollout_weights();
     kv_ = led.allocate(start, "kv_cache", kv_pool_bytes_);
     buffers_ = led.allocate(start, "rollout_buffers", s_.rollout.activation_buffer_bytes);
   }
@@ -221,10 +229,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   if (s_.training.param_offload) {
     // Parameters (actor and reference) come back from host memory for the training phases.
     out.push_back(Stage{"offload", "training", copy_s(m.params + m.reference, host),
-                        [this, &led, m] {
-                          params_ = led.allocate(queue_.now(), "train_params", m.params);
-                          if (m.reference > 0) reference_ = led.allocate(queue_.now(), "reference_params", m.reference);
-                        },
+                        [this] { allocate_params(); },
                         nullptr});
   }
   const bool cpu_opt = trainer_.cpu_optimizer();
@@ -265,19 +270,13 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
 
 std::vector<Simulation::Stage> Simulation::sync_stages(int) {
   auto& tl = train_ledger();
-  auto& rl = rollout_ledger();
   std::vector<Stage> out;
   const double w = r_.rollout_cost.weight_bytes_per_device;
   if (colocated()) {
     // Wake-up of the weights (sleep level 1 copies them back from host memory; level 2 only
     // re-allocates, the sync below fills them).
     out.push_back(Stage{"offload", "sync", rollout_w_on_host_ ? copy_s(w, s_.cluster.host_link) : 0.0,
-                        [this, &rl, w] {
-                          if (!rollout_w_live_) {
-                            rollout_w_ = rl.allocate(queue_.now(), "rollout_weights", w);
-                            rollout_w_live_ = true;
-                          }
-                        },
+                        [this] { ensure_rollout_weights(); },
                         [this] { rollout_w_on_host_ = false; }});
   }
   // verl's FSDP path gathers the full BF16 state dict before sending (the SGLang RL memory
@@ -492,10 +491,12 @@ void Simulation::run_async() {
     }
     return true;
   };
+  // The trainer's wait for samples (a batch, or the drain before a sync): exposed rollout time.
+  auto record_wait = [&](int k) {
+    if (queue_.now() > waiting_since) record_phase(k, "rollout", "rollout", waiting_since, queue_.now());
+  };
   auto begin_sync = [&](int k) {
-    // The trainer waited for the rollouter to drain: exposed rollout time.
-    const TimeNs now = queue_.now();
-    if (now > waiting_since) record_phase(k, "rollout", "rollout", waiting_since, now);
+    record_wait(k);
     run_stages(k, sync_stages(k), 0, [&, k] {
       finish_step(k);
       step = k + 1;
@@ -536,8 +537,7 @@ void Simulation::run_async() {
       }
     }
     batches_[static_cast<std::size_t>(k)] = batch_of(reqs);
-    const TimeNs now = queue_.now();
-    if (now > waiting_since) record_phase(k, "rollout", "rollout", waiting_since, now);
+    record_wait(k);
     run_stages(k, training_stages(k), 0, [&, k] {
       waiting_since = queue_.now();
       draining = true;
@@ -598,7 +598,6 @@ SimResult Simulation::run() {
     r_.steps[static_cast<std::size_t>(k)].step = k;
     if (!async) {
       sample_step(k);
-      for (auto& q : step_requests_[static_cast<std::size_t>(k)]) consumed_[static_cast<std::size_t>(k)].push_back(&q);
       largest.max_sequence = std::max(largest.max_sequence, batches_[static_cast<std::size_t>(k)].max_sequence);
     }
   }
@@ -623,17 +622,13 @@ SimResult Simulation::run() {
   // parameters on the host when training.param_offload is set, brought in for training and sync).
   auto& tl = train_ledger();
   tl.set_phase("training");
-  if (!s_.training.param_offload) {
-    params_ = tl.allocate(0, "train_params", r_.train_memory.params);
-    if (r_.train_memory.reference > 0) reference_ = tl.allocate(0, "reference_params", r_.train_memory.reference);
-  }
+  if (!s_.training.param_offload) allocate_params();
   if (!s_.training.optimizer.offload) optimizer_ = tl.allocate(0, "optimizer", r_.train_memory.optimizer);
   if (!colocated()) {
     rollout_ledger().set_phase("rollout");
-    rollout_w_ = rollout_ledger().allocate(0, "rollout_weights", r_.rollout_cost.weight_bytes_per_device);
+    ensure_rollout_weights();
     rollout_ledger().allocate(0, "kv_cache", kv_pool_bytes_);
     rollout_ledger().allocate(0, "rollout_buffers", s_.rollout.activation_buffer_bytes);
-    rollout_w_live_ = true;
   }
 
   switch (s_.schedule.mode) {

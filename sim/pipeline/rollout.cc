@@ -188,12 +188,7 @@ void RolloutEngine::submit(Request* r) { enqueue(r); }
 void RolloutEngine::enqueue(Request* r) {
   r->engine = index_;
   waiting_.push_back(r);
-  if (!active_ && !paused_) {
-    active_ = true;
-    pending_prefill_ = false;
-    pending_tokens_ = -1;  // an advance(), not an iteration
-    pending_ = queue_.schedule_in(0, [this] { advance(); });
-  }
+  if (!active_ && !paused_) schedule_advance();
 }
 
 void RolloutEngine::set_callbacks(std::function<void(Request*)> on_finish, std::function<void()> on_idle) {
@@ -258,6 +253,12 @@ void RolloutEngine::schedule_iteration(TimeNs end, std::int64_t decode_tokens, b
   });
 }
 
+void RolloutEngine::schedule_advance() {
+  active_ = true;
+  pending_tokens_ = -1;  // an advance(), not an iteration: pause() has nothing to cut
+  pending_ = queue_.schedule_in(0, [this] { advance(); });
+}
+
 void RolloutEngine::pause() {
   if (paused_) return;
   paused_ = true;
@@ -295,11 +296,7 @@ void RolloutEngine::pause() {
 void RolloutEngine::resume() {
   if (!paused_) return;
   paused_ = false;
-  if (!waiting_.empty() && !active_) {
-    active_ = true;
-    pending_tokens_ = -1;
-    pending_ = queue_.schedule_in(0, [this] { advance(); });
-  }
+  if (!waiting_.empty() && !active_) schedule_advance();
 }
 
 void RolloutEngine::advance() {
@@ -362,8 +359,7 @@ void RolloutEngine::advance() {
       throw std::logic_error("RolloutEngine: one sequence exceeds the KV capacity");
     }
     preempt_last();
-    pending_tokens_ = -1;
-    pending_ = queue_.schedule_in(0, [this] { advance(); });
+    schedule_advance();
     return;
   }
   const std::int64_t n = std::min(n_finish, n_safe);

@@ -160,6 +160,7 @@ class RolloutEngine {
   void preempt_last();
   void schedule_iteration(TimeNs end, std::int64_t decode_tokens, bool prefill);
   void enqueue(Request* r);
+  void schedule_advance();
   void trace_iteration(TimeNs end);
 
   const RolloutCostModel& cost_;
