@@ -286,7 +286,10 @@ QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, 
           scale = amax > 0 ? amax / elem_max : 1.0;
           scale_code = encode(scale_el, scale);
           scale = decode(scale_el, scale_code);
-          if (!(scale > 0)) scale = 1.0;  // a scale below the storage type's range: keep the block exact at 0
+          if (!(scale > 0)) {  // a scale below the storage type's range: store 1 (the block's values round to 0)
+            scale_code = encode(scale_el, 1.0);
+            scale = 1.0;
+          }
           break;
         }
       }
