@@ -103,6 +103,10 @@ Format parse_format(std::string_view text) {
   }
   Format f{*e, {}};
   if (slash == std::string_view::npos) return f;
+  if (*e == Element::kHif4) {
+    throw std::invalid_argument("'" + std::string(text) +
+                                "': hif4 carries its own three-level scale per 64 elements (arXiv 2602.11287); write 'hif4'");
+  }
   const std::string_view sc = text.substr(slash + 1);
   const std::string bad = "unknown scaling '" + std::string(sc) +
                           "' (expected tensor, channel, token, group1xN, blockMxN, groupN, mx32, nv16)";

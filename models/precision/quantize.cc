@@ -11,6 +11,8 @@
 namespace rlsim::models {
 namespace {
 
+constexpr std::int64_t kHif4Block = 64;  // arXiv 2602.11287 sec. 3: one HiF4 unit
+
 std::uint32_t mask(int bits) { return bits >= 32 ? 0xFFFFFFFFu : (1u << bits) - 1u; }
 
 void flag(bool* p) {
@@ -90,6 +92,92 @@ double decode_float(const FloatLayout& l, int bits, std::uint32_t code) {
 
 int int_bits(Element e) { return traits(e).bits; }
 
+// --- HiFloat8 (arXiv 2409.16626 sec. 2) -------------------------------------------------------
+// Byte S | Dot | Em | M. Dot is a prefix code giving the stored exponent width D:
+//   '11' D=4 (Em 4 bits, M 1 bit), '10' D=3 (Em 3, M 2), '01' D=2 (Em 2, M 3), '001' D=1 (Em 1,
+//   M 3), '0001' D=0 (no Em, M 3), '0000' denormal (M 3 bits hold the exponent: 2^(M - 23)).
+// Em is sign-magnitude with an implicit leading 1 on the magnitude (sec. 2.2): D=1 gives +-1,
+// D=2 +-{2,3}, D=3 +-{4..7}, D=4 +-{8..15}. Value 2^E x 1.M. Specials (sec. 2.3, table 4): 0x00
+// zero (the only zero), 0x80 NaN, 0x6F / 0xEF +-Inf (the D=4, E=+15, M=1 patterns), so the
+// largest finite value is 2^15 = 32768 and the smallest 2^-22 (38 binades).
+constexpr double kHif8Max = 32768.0;
+constexpr int kHif8MinExp = -22;  // smallest denormal 2^-22
+constexpr int kHif8MinNormalExp = -15;
+
+// Mantissa bits of the binade 2^e (sec. 2.1: 3 bits for |E| <= 3, 2 for 4..7, 1 for 8..15; the
+// denormal binades below 2^-15 have none).
+int hif8_mantissa_bits(int e) {
+  if (e < kHif8MinNormalExp) return 0;
+  const int a = e < 0 ? -e : e;
+  return a <= 3 ? 3 : (a <= 7 ? 2 : 1);
+}
+
+std::uint32_t encode_hif8(double x, bool* saturated) {
+  if (std::isnan(x)) return 0x80u;
+  const std::uint32_t sign = std::signbit(x) ? 0x80u : 0u;
+  const double a = std::fabs(x);
+  if (a == 0) return 0;  // one zero: -0 encodes as 0x00
+  double r;
+  if (std::isinf(a)) {
+    r = std::numeric_limits<double>::infinity();
+  } else {
+    int e2 = 0;
+    std::frexp(a, &e2);
+    const int e = std::max(e2 - 1, kHif8MinExp);  // below 2^-22 round against the smallest quantum
+    const double quantum = std::ldexp(1.0, e - hif8_mantissa_bits(e));
+    r = std::nearbyint(a / quantum) * quantum;  // ties to even on the significand (see encode())
+  }
+  if (r > kHif8Max) {
+    flag(saturated);
+    r = kHif8Max;
+  }
+  if (r == 0) return 0;
+  int e2 = 0;
+  std::frexp(r, &e2);
+  const int e = e2 - 1;
+  if (e < kHif8MinNormalExp) return sign | static_cast<std::uint32_t>(e + 23);  // denormal, Dot '0000'
+  const int m = hif8_mantissa_bits(e);
+  const auto man = static_cast<std::uint32_t>(std::ldexp(r, m - e)) - (1u << m);
+  const std::uint32_t es = e < 0 ? 1u : 0u;
+  const auto mag = static_cast<std::uint32_t>(e < 0 ? -e : e);
+  if (mag >= 8) return sign | (0x3u << 5) | (es << 4) | ((mag - 8) << 1) | man;
+  if (mag >= 4) return sign | (0x2u << 5) | (es << 4) | ((mag - 4) << 2) | man;
+  if (mag >= 2) return sign | (0x1u << 5) | (es << 4) | ((mag - 2) << 3) | man;
+  if (mag == 1) return sign | (0x1u << 4) | (es << 3) | man;
+  return sign | (0x1u << 3) | man;
+}
+
+double decode_hif8(std::uint32_t code) {
+  code &= 0xFFu;
+  if (code == 0x80u) return std::numeric_limits<double>::quiet_NaN();
+  const bool neg = (code & 0x80u) != 0;
+  const std::uint32_t v = code & 0x7Fu;
+  double r;
+  if (v == 0) {
+    r = 0;
+  } else if (v == 0x6Fu) {
+    r = std::numeric_limits<double>::infinity();
+  } else {
+    int es = 0, mag = 0, mbits = 0;
+    std::uint32_t man = 0;
+    if ((v >> 5) == 3) {
+      es = (v >> 4) & 1u, mag = 8 + static_cast<int>((v >> 1) & 7u), mbits = 1, man = v & 1u;
+    } else if ((v >> 5) == 2) {
+      es = (v >> 4) & 1u, mag = 4 + static_cast<int>((v >> 2) & 3u), mbits = 2, man = v & 3u;
+    } else if ((v >> 5) == 1) {
+      es = (v >> 4) & 1u, mag = 2 + static_cast<int>((v >> 3) & 1u), mbits = 3, man = v & 7u;
+    } else if ((v >> 4) == 1) {
+      es = (v >> 3) & 1u, mag = 1, mbits = 3, man = v & 7u;
+    } else if ((v >> 3) == 1) {
+      mbits = 3, man = v & 7u;
+    } else {
+      return (neg ? -1.0 : 1.0) * std::ldexp(1.0, static_cast<int>(v & 7u) - 23);
+    }
+    r = std::ldexp(1.0 + static_cast<double>(man) / (1 << mbits), es ? -mag : mag);
+  }
+  return neg ? -r : r;
+}
+
 }  // namespace
 
 FloatLayout float_layout(Element e) {
@@ -99,6 +187,7 @@ FloatLayout float_layout(Element e) {
     case Element::kFp8E4M3: return {4, 3, 7, false, true, true};
     case Element::kFp8E5M2: return {5, 2, 15, true, false, true};
     case Element::kFp4E2M1: return {2, 1, 1, false, false, false};
+    case Element::kHif4: return {1, 2, 1, false, false, false};  // S1E1M2 (arXiv 2602.11287 sec. 3)
     default: throw std::invalid_argument("float_layout: " + std::string(traits(e).name) + " is not a binary float element");
   }
 }
@@ -117,6 +206,7 @@ std::uint32_t encode(Element e, double x, bool* saturated, const CodecOptions& o
     case Element::kFp8E4M3:
     case Element::kFp8E5M2:
     case Element::kFp4E2M1:
+    case Element::kHif4:
       return encode_float(float_layout(e), traits(e).bits, x, saturated);
     case Element::kInt8:
     case Element::kInt4: {
@@ -149,10 +239,9 @@ std::uint32_t encode(Element e, double x, bool* saturated, const CodecOptions& o
       return static_cast<std::uint32_t>(k + 127);
     }
     case Element::kHif8:
-    case Element::kHif4:
-      break;
+      return encode_hif8(x, saturated);
   }
-  throw std::invalid_argument("encode: no element codec for " + std::string(traits(e).name) + " yet");
+  throw std::invalid_argument("encode: unknown element");
 }
 
 double decode(Element e, std::uint32_t code) {
@@ -163,6 +252,7 @@ double decode(Element e, std::uint32_t code) {
     case Element::kFp8E4M3:
     case Element::kFp8E5M2:
     case Element::kFp4E2M1:
+    case Element::kHif4:
       return decode_float(float_layout(e), traits(e).bits, code);
     case Element::kInt8:
     case Element::kInt4: {
@@ -176,10 +266,9 @@ double decode(Element e, std::uint32_t code) {
       if (code == 0xFFu) return std::numeric_limits<double>::quiet_NaN();
       return std::ldexp(1.0, static_cast<int>(code) - 127);
     case Element::kHif8:
-    case Element::kHif4:
-      break;
+      return decode_hif8(code);
   }
-  throw std::invalid_argument("decode: no element codec for " + std::string(traits(e).name) + " yet");
+  throw std::invalid_argument("decode: unknown element");
 }
 
 double round_to(Element e, double x, bool* saturated, const CodecOptions& opt) {
@@ -192,7 +281,9 @@ struct BlockShape {
   std::int64_t rows = 1, cols = 1;
 };
 
-BlockShape block_shape(const Scaling& sc, std::int64_t rows, std::int64_t cols) {
+BlockShape block_shape(const Format& f, std::int64_t rows, std::int64_t cols) {
+  if (f.element == Element::kHif4) return {1, kHif4Block};
+  const Scaling& sc = f.scaling;
   switch (sc.kind) {
     case ScaleKind::kNone:
     case ScaleKind::kTensor: return {rows, cols};
@@ -214,94 +305,217 @@ int emax(Element e) {
   return ex - 1;
 }
 
-}  // namespace
+// HiF8 is tapered: it has 3 mantissa bits only for |E| <= 3. Scaling the amax to max_finite
+// (2^15), as for the uniform formats, would leave the whole tensor at 1 mantissa bit; rlsim's rule
+// scales by a power of two (exact in the FP32 scale) that puts the amax in the binade [8, 16), the
+// top of the 3-bit region, so values down to amax / 2^6 keep 3 mantissa bits.
+constexpr int kHif8ScaleTargetExp = 3;
 
-QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
+// E6M2 level-1 scale of HiF4 (arXiv 2602.11287 sec. 3): unsigned, bias 48, 2 mantissa bits, no
+// zero and no subnormals; 0xFF is NaN, so the range is [2^-48, 1.5 x 2^15 = 49152]. Round to
+// nearest even, saturating at both ends (a block of zeros gets the smallest scale).
+constexpr int kE6M2Bias = 48;
+std::uint32_t encode_e6m2(double x) {
+  if (std::isnan(x)) return 0xFFu;
+  const double lo = std::ldexp(1.0, -kE6M2Bias), hi = 49152.0;
+  if (!(x > lo)) return 0;
+  if (x >= hi) return 0xFEu;
+  int e2 = 0;
+  std::frexp(x, &e2);
+  const int e = e2 - 1;
+  const double quantum = std::ldexp(1.0, e - 2);
+  const double r = std::min(std::nearbyint(x / quantum) * quantum, hi);
+  std::frexp(r, &e2);
+  const int er = e2 - 1;
+  const auto man = static_cast<std::uint32_t>(std::ldexp(r, 2 - er)) - 4u;
+  return (static_cast<std::uint32_t>(er + kE6M2Bias) << 2) | man;
+}
+double decode_e6m2(std::uint32_t code) {
+  code &= 0xFFu;
+  if (code == 0xFFu) return std::numeric_limits<double>::quiet_NaN();
+  return std::ldexp(1.0 + static_cast<double>(code & 3u) / 4.0, static_cast<int>(code >> 2) - kE6M2Bias);
+}
+
+// The scale of one block: what quantize() stores and fake_quantize() divides by.
+struct BlockScale {
+  double scale = 1.0;        // decoded level-1 scale (NaN for a NaN block of MX / HiF4)
+  std::uint32_t code = 0;    // the scale in its storage element; HiF4: the 32-bit metadata word
+};
+
+// HiF4 metadata word of one 64-block (rlsim's bit order): bits 31..24 the E6M2 level-1 scale,
+// bits 23..16 one E1 micro-exponent per 8 elements (bit 16 + j for elements 8j..8j+7), bits
+// 15..0 one E1 micro-exponent per 4 elements (bit k for elements 4k..4k+3).
+// Element multiplier: scale x 2^(e1_8 + e1_4), so an element reaches 1.75 x 4 = 7 scale units.
+double hif4_multiplier(std::uint32_t meta, std::int64_t i /* index within the block */) {
+  const double s1 = decode_e6m2(meta >> 24);
+  const int e8 = static_cast<int>((meta >> (16 + i / 8)) & 1u);
+  const int e4 = static_cast<int>((meta >> (i / 4)) & 1u);
+  return std::ldexp(s1, e8 + e4);
+}
+
+// Level-by-level rule of arXiv 2602.11287 sec. 3 (BF16 -> HiF4 conversion): level 1
+// s = E6M2(amax64 / 7); level 2, per 8 elements, e1_8 = 1 when amax8 / s >= 4; level 3, per 4
+// elements, e1_4 = 1 when amax4 / (s 2^e1_8) >= 2. (The paper rounds amax / 7 to BF16 before E6M2;
+// rlsim rounds once, which differs only on double-rounding ties.) A NaN in the block gives the
+// NaN scale 0xFF; infinities are left out of the amax and saturate.
+std::uint32_t hif4_metadata(const double* x, std::int64_t n) {
+  double amax = 0;
+  bool nan = false;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) nan = true;
+    else if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
+  }
+  if (nan) return 0xFFu << 24;
+  const std::uint32_t s_code = encode_e6m2(amax / 7.0);
+  const double s = decode_e6m2(s_code);
+  std::uint32_t meta = s_code << 24;
+  for (std::int64_t j = 0; j * 8 < n; ++j) {
+    auto group_amax = [&](std::int64_t b, std::int64_t len) {
+      double m = 0;
+      for (std::int64_t i = b; i < std::min(n, b + len); ++i) {
+        if (std::isfinite(x[i])) m = std::max(m, std::fabs(x[i]));
+      }
+      return m;
+    };
+    const int e8 = group_amax(j * 8, 8) / s >= 4.0 ? 1 : 0;
+    meta |= static_cast<std::uint32_t>(e8) << (16 + j);
+    for (std::int64_t k = 2 * j; k < 2 * j + 2 && k * 4 < n; ++k) {
+      if (group_amax(k * 4, 4) / std::ldexp(s, e8) >= 2.0) meta |= 1u << k;
+    }
+  }
+  return meta;
+}
+
+// Everything of a quantisation that does not depend on where its codes go.
+struct Plan {
+  BlockShape b;
+  std::int64_t grid_r = 0, grid_c = 0;
+  double tensor_scale = 1.0;
+};
+
+Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
   if (rows <= 0 || cols <= 0) throw std::invalid_argument("quantize: shape must be positive");
   if (static_cast<std::int64_t>(x.size()) != rows * cols) {
     throw std::invalid_argument("quantize: " + std::to_string(x.size()) + " values for a " + std::to_string(rows) + " x " +
                                 std::to_string(cols) + " tensor");
   }
-  QuantizedTensor q;
-  q.format = f;
-  q.rows = rows;
-  q.cols = cols;
-  const BlockShape b = block_shape(f.scaling, rows, cols);
-  q.block_rows = b.rows;
-  q.block_cols = b.cols;
-  const std::int64_t grid_r = (rows + b.rows - 1) / b.rows, grid_c = (cols + b.cols - 1) / b.cols;
-  q.codes.assign(x.size(), 0);
-  q.scales.assign(static_cast<std::size_t>(grid_r * grid_c), 1.0);
-  q.scale_codes.assign(q.scales.size(), 0);
-  const Element el = f.element;
-  const Element scale_el = traits(f.scaling.kind).scale_element;
-  const double elem_max = max_finite(el);
+  if (f.element == Element::kHif4 && f.scaling.kind != ScaleKind::kNone) {
+    throw std::invalid_argument("quantize: hif4 carries its own three-level block scale; write 'hif4' without a scaling");
+  }
+  if (traits(f.element).scale_only) throw std::invalid_argument("quantize: e8m0 is a scale element only");
+  Plan p;
+  p.b = block_shape(f, rows, cols);
+  p.grid_r = (rows + p.b.rows - 1) / p.b.rows;
+  p.grid_c = (cols + p.b.cols - 1) / p.b.cols;
   if (f.scaling.kind == ScaleKind::kNv16) {
     double amax = 0;
     for (double v : x) {
       if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
     }
-    q.tensor_scale = amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0;
+    p.tensor_scale = amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0;
   }
-  for (std::int64_t br = 0; br < grid_r; ++br) {
-    for (std::int64_t bc = 0; bc < grid_c; ++bc) {
-      const std::int64_t r0 = br * b.rows, r1 = std::min(rows, r0 + b.rows);
-      const std::int64_t c0 = bc * b.cols, c1 = std::min(cols, c0 + b.cols);
-      double amax = 0;
-      bool nan = false;
-      for (std::int64_t r = r0; r < r1; ++r) {
-        for (std::int64_t c = c0; c < c1; ++c) {
-          const double v = x[static_cast<std::size_t>(r * cols + c)];
-          if (std::isnan(v)) nan = true;
-          else if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+  return p;
+}
+
+// Scale of block (r0..r1, c0..c1). For HiF4 the caller passes one row segment (block_rows = 1).
+BlockScale block_scale(const Format& f, const Plan& p, std::int64_t cols, const std::vector<double>& x, std::int64_t r0,
+                       std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+  const Element el = f.element;
+  if (el == Element::kHif4) {
+    const std::uint32_t meta = hif4_metadata(&x[static_cast<std::size_t>(r0 * cols + c0)], c1 - c0);
+    return {decode_e6m2(meta >> 24), meta};
+  }
+  double amax = 0;
+  bool nan = false;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    for (std::int64_t c = c0; c < c1; ++c) {
+      const double v = x[static_cast<std::size_t>(r * cols + c)];
+      if (std::isnan(v)) nan = true;
+      else if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+    }
+  }
+  BlockScale bs;
+  switch (f.scaling.kind) {
+    case ScaleKind::kNone: return bs;
+    case ScaleKind::kMx32: {
+      if (nan) return {std::numeric_limits<double>::quiet_NaN(), 0xFFu};
+      int shared = -127;
+      if (amax > 0) {
+        int ex = 0;
+        std::frexp(amax, &ex);
+        shared = std::clamp(ex - 1 - emax(el), -127, 127);
+      }
+      return {std::ldexp(1.0, shared), static_cast<std::uint32_t>(shared + 127)};
+    }
+    case ScaleKind::kNv16: {
+      bs.code = encode(Element::kFp8E4M3, amax / 6.0 / p.tensor_scale);
+      bs.scale = decode(Element::kFp8E4M3, bs.code);
+      return bs;
+    }
+    default: {
+      const Element scale_el = traits(f.scaling.kind).scale_element;
+      double s = 1.0;
+      if (amax > 0) {
+        if (el == Element::kHif8) {
+          int ex = 0;
+          std::frexp(amax, &ex);
+          s = std::ldexp(1.0, ex - 1 - kHif8ScaleTargetExp);
+        } else {
+          s = amax / max_finite(el);
         }
       }
-      const auto idx = static_cast<std::size_t>(br * grid_c + bc);
-      double scale = 1.0;
-      std::uint32_t scale_code = 0;
-      switch (f.scaling.kind) {
-        case ScaleKind::kNone: break;
-        case ScaleKind::kMx32: {
-          if (nan) {
-            scale = std::numeric_limits<double>::quiet_NaN();
-            scale_code = 0xFFu;
-            break;
-          }
-          int shared = -127;
-          if (amax > 0) {
-            int ex = 0;
-            std::frexp(amax, &ex);
-            shared = std::clamp(ex - 1 - emax(el), -127, 127);
-          }
-          scale_code = static_cast<std::uint32_t>(shared + 127);
-          scale = std::ldexp(1.0, shared);
-          break;
-        }
-        case ScaleKind::kNv16: {
-          scale_code = encode(Element::kFp8E4M3, amax / 6.0 / q.tensor_scale);
-          scale = decode(Element::kFp8E4M3, scale_code);
-          break;
-        }
-        default: {
-          scale = amax > 0 ? amax / elem_max : 1.0;
-          scale_code = encode(scale_el, scale);
-          scale = decode(scale_el, scale_code);
-          if (!(scale > 0)) {  // a scale below the storage type's range: store 1 (the block's values round to 0)
-            scale_code = encode(scale_el, 1.0);
-            scale = 1.0;
-          }
-          break;
-        }
+      bs.code = encode(scale_el, s);
+      bs.scale = decode(scale_el, bs.code);
+      if (!(bs.scale > 0)) {  // a scale below the storage type's range: store 1 (the block's values round to 0)
+        bs.code = encode(scale_el, 1.0);
+        bs.scale = 1.0;
       }
-      q.scales[idx] = scale;
-      q.scale_codes[idx] = scale_code;
-      const double denom = scale * q.tensor_scale;
+      return bs;
+    }
+  }
+}
+
+// The divisor of element (r, c) of a block (scale x tensor scale; HiF4 adds its micro-exponents).
+double element_divisor(const Format& f, const BlockScale& bs, double tensor_scale, std::int64_t c_in_block) {
+  if (f.element == Element::kHif4) return hif4_multiplier(bs.code, c_in_block);
+  return bs.scale * tensor_scale;
+}
+
+// x / divisor as the element sees it: a NaN divisor (NaN block) passes x through so the element
+// records NaN where it can; a zero divisor (an NVFP4 block scale that underflows E4M3, or a block
+// of zeros) makes the element 0.
+double scaled_input(double x, double divisor) {
+  if (std::isnan(divisor)) return x;
+  return divisor == 0 ? 0.0 : x / divisor;
+}
+
+}  // namespace
+
+QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
+  const Plan p = make_plan(f, rows, cols, x);
+  QuantizedTensor q;
+  q.format = f;
+  q.rows = rows;
+  q.cols = cols;
+  q.block_rows = p.b.rows;
+  q.block_cols = p.b.cols;
+  q.tensor_scale = p.tensor_scale;
+  q.codes.assign(x.size(), 0);
+  q.scales.assign(static_cast<std::size_t>(p.grid_r * p.grid_c), 1.0);
+  q.scale_codes.assign(q.scales.size(), 0);
+  for (std::int64_t br = 0; br < p.grid_r; ++br) {
+    for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+      const std::int64_t r0 = br * p.b.rows, r1 = std::min(rows, r0 + p.b.rows);
+      const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+      const BlockScale bs = block_scale(f, p, cols, x, r0, r1, c0, c1);
+      const auto idx = static_cast<std::size_t>(br * p.grid_c + bc);
+      q.scales[idx] = bs.scale;
+      q.scale_codes[idx] = bs.code;
       for (std::int64_t r = r0; r < r1; ++r) {
         for (std::int64_t c = c0; c < c1; ++c) {
           const auto i = static_cast<std::size_t>(r * cols + c);
           bool sat = false;
-          const double v = denom > 0 && std::isfinite(denom) ? x[i] / denom : (std::isnan(denom) ? x[i] : 0.0);
-          q.codes[i] = encode(el, v, &sat);
+          q.codes[i] = encode(f.element, scaled_input(x[i], element_divisor(f, bs, p.tensor_scale, c - c0)), &sat);
           if (sat) q.saturated++;
         }
       }
@@ -310,21 +524,50 @@ QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, 
   return q;
 }
 
+double decode_scale(const Format& f, std::uint32_t code) {
+  if (f.element == Element::kHif4) return decode_e6m2(code >> 24);
+  if (f.scaling.kind == ScaleKind::kNone) return 1.0;
+  return decode(traits(f.scaling.kind).scale_element, code);
+}
+
 std::vector<double> dequantize(const QuantizedTensor& q) {
   std::vector<double> out(q.codes.size());
   const std::int64_t grid_c = (q.cols + q.block_cols - 1) / q.block_cols;
+  const bool hif4 = q.format.element == Element::kHif4;
   for (std::int64_t r = 0; r < q.rows; ++r) {
     for (std::int64_t c = 0; c < q.cols; ++c) {
       const auto i = static_cast<std::size_t>(r * q.cols + c);
-      const double scale = q.scales[static_cast<std::size_t>((r / q.block_rows) * grid_c + c / q.block_cols)];
-      out[i] = decode(q.format.element, q.codes[i]) * scale * q.tensor_scale;
+      const auto b = static_cast<std::size_t>((r / q.block_rows) * grid_c + c / q.block_cols);
+      const double mult = hif4 ? hif4_multiplier(q.scale_codes[b], c % q.block_cols) : q.scales[b] * q.tensor_scale;
+      out[i] = decode(q.format.element, q.codes[i]) * mult;
     }
   }
   return out;
 }
 
-std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
-  return dequantize(quantize(f, rows, cols, x));
+std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x,
+                                  std::int64_t* saturated) {
+  const Plan p = make_plan(f, rows, cols, x);
+  std::vector<double> out(x.size());
+  std::int64_t sat_count = 0;
+  for (std::int64_t br = 0; br < p.grid_r; ++br) {
+    for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+      const std::int64_t r0 = br * p.b.rows, r1 = std::min(rows, r0 + p.b.rows);
+      const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+      const BlockScale bs = block_scale(f, p, cols, x, r0, r1, c0, c1);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          const double d = element_divisor(f, bs, p.tensor_scale, c - c0);
+          bool sat = false;
+          out[i] = round_to(f.element, scaled_input(x[i], d), &sat) * d;
+          if (sat) sat_count++;
+        }
+      }
+    }
+  }
+  if (saturated) *saturated = sat_count;
+  return out;
 }
 
 double sqnr_db(const std::vector<double>& x, const std::vector<double>& y) {

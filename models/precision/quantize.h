@@ -15,6 +15,14 @@
 //    (the rule of every conversion here) finite overflow clamps to the largest finite value.
 //  - INT8 / INT4: symmetric integer levels [-127, 127] and [-7, 7] (slime / Kimi-K2 W4A16, see
 //    ANCHORS.md), optionally the full two's-complement range [-128, 127] / [-8, 7].
+//  - HiF8: HiFloat8, arXiv 2409.16626 sec. 2 (dot-coded exponent width, table 2; sign-magnitude
+//    exponent with implicit leading bit; denormals 2^-22..2^-16; specials of sec. 2.3: one zero
+//    0x00, NaN 0x80, +-Inf 0x6F / 0xEF; largest finite 2^15). The paper's default rounding is
+//    ties-away (TA, sec. 3); rlsim rounds ties to even like every other element here. Where a
+//    binade has no mantissa bit (the denormals) a tie goes to the larger power of two.
+//  - HiF4: HiFloat4, arXiv 2602.11287 sec. 3: 64-element units of S1E1M2 elements (bias 1, values
+//    +-{0, .25, .5, .75, 1, 1.25, 1.5, 1.75}, no NaN / Inf) with 32 bits of metadata: an E6M2
+//    level-1 scale and one-bit micro-exponents per 8 and per 4 elements (see quantize()).
 #pragma once
 
 #include <cstdint>
@@ -50,8 +58,8 @@ struct CodecOptions {
 /// the two's-complement level. `*saturated`, when given, is set when the value was clamped or had
 /// no encoding. E8M0 rounds a positive value down to a power of two (floor(log2 x), the MX v1.0
 /// sec. 6.3 scale rule) and clamps the exponent to [-127, 127]; it throws std::invalid_argument for
-/// a value <= 0 (a scale is a positive power of two). hif8 and hif4 have no codec yet
-/// (std::invalid_argument).
+/// a value <= 0 (a scale is a positive power of two). hif8: -0 encodes as 0x00 (one zero); hif4 is
+/// the bare S1E1M2 element (its block scale is applied by quantize()).
 std::uint32_t encode(Element e, double x, bool* saturated = nullptr, const CodecOptions& opt = {});
 
 /// Decodes a bit pattern (only the low `bits` bits are read) into its value; NaN patterns decode
@@ -73,8 +81,9 @@ struct QuantizedTensor {
   std::int64_t rows = 0, cols = 0;
   std::int64_t block_rows = 1, block_cols = 1;
   std::vector<std::uint32_t> codes;        // rows x cols element codes (low bits)
-  std::vector<double> scales;              // decoded scale of each block (1 for unscaled)
-  std::vector<std::uint32_t> scale_codes;  // each scale in its storage element (fp32 bits, bf16, e8m0, e4m3)
+  std::vector<double> scales;              // decoded scale of each block (1 for unscaled; HiF4: the level-1 scale)
+  std::vector<std::uint32_t> scale_codes;  // each scale in its storage element (fp32 bits, bf16, e8m0, e4m3;
+                                           // HiF4: the 32-bit metadata word)
   double tensor_scale = 1.0;               // NVFP4 second-level FP32 scale, else 1
   std::int64_t saturated = 0;              // elements clamped or without an encoding
 };
@@ -89,17 +98,35 @@ struct QuantizedTensor {
 ///    NaN gets the NaN scale 0xFF.
 ///  - nv16 (NVIDIA NVFP4): FP32 tensor scale = amax(tensor) / (448 x 6); per 16 elements an E4M3
 ///    scale = round_e4m3(amax(block) / 6 / tensor scale); elements = E2M1(x / (scale x tensor scale)).
-/// Throws std::invalid_argument when x.size() != rows x cols, for non-positive shapes, or for
-/// an element without a codec (hif8, hif4).
+///  - hif8 with any FP32 / BF16 scaling: a power-of-two scale 2^(floor(log2 amax) - 3), which puts
+///    the block's amax in [8, 16), the top of HiF8's 3-mantissa-bit region (tapered precision: mapping
+///    the amax to 2^15 would leave one mantissa bit everywhere).
+///  - hif4 (no scaling of its own; arXiv 2602.11287 sec. 3): per 64 elements of a row, level-1
+///    scale s = E6M2(amax64 / 7) (bias 48, range [2^-48, 49152], 0xFF NaN); per 8 elements
+///    e8 = [amax8 / s >= 4]; per 4 elements e4 = [amax4 / (s 2^e8) >= 2]; element S1E1M2(x / (s
+///    2^(e8 + e4))). scale_codes holds the metadata word: bits 31..24 E6M2, 23..16 the e8 bits
+///    (bit 16 + j for elements 8j..8j+7), 15..0 the e4 bits (bit k for elements 4k..4k+3).
+/// Throws std::invalid_argument when x.size() != rows x cols, for non-positive shapes, for e8m0
+/// (a scale element only) and for hif4 with a scaling.
 QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x);
 
-/// The values a quantised tensor stands for: element value x block scale x tensor scale (NaN
-/// where the scale is NaN).
+/// The value of one block's scale code under format `f`: decode() of the scaling's storage element
+/// (FP32, BF16, E8M0, E4M3), HiF4's E6M2 level-1 scale (bits 31..24 of the metadata word), 1 for an
+/// unscaled format.
+double decode_scale(const Format& f, std::uint32_t code);
+
+/// The values a quantised tensor stands for: element value x block scale x tensor scale (HiF4:
+/// x its micro-exponents), NaN where the scale is NaN. Exact in double (every product of an
+/// element and its scales has at most 53 significant bits).
 std::vector<double> dequantize(const QuantizedTensor& q);
 
-/// Fake quantisation (QAT forward): quantise then dequantise, in one call. Equal, value for
-/// value, to dequantize(quantize(...)) by construction (it is that composition).
-std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x);
+/// Fake quantisation (the QAT forward: quantise-dequantise in place, no codes stored). Computes
+/// each block's scale with the same rule as quantize(), then round_to(element, x / scale) x scale
+/// per value; it must equal dequantize(quantize(...)) value for value (tested on every built-in
+/// recipe's formats, through packing). `saturated`, when given, receives the count of clamped
+/// values. Throws as quantize().
+std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x,
+                                  std::int64_t* saturated = nullptr);
 
 /// Signal-to-quantisation-noise ratio in dB: 10 log10(sum x^2 / sum (x - y)^2); +Inf when exact.
 double sqnr_db(const std::vector<double>& x, const std::vector<double>& y);
