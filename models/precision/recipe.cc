@@ -5,54 +5,58 @@
 namespace rlsim::models {
 namespace {
 
-const Format kBf16{Element::kBf16, {}};
-const Format kFp16{Element::kFp16, {}};
-const LinearPrecision kBf16Linear{kBf16, kBf16, Element::kFp32};
+// The built-in recipes of DESIGN.md, one row each. Formats are written as in scenario files and
+// parsed at first use; lm_head and the MoE router share the `head` format (every built-in keeps them
+// in BF16, as verl, slime and Jet-RL do); `wide` is the element of attention operands, KV cache
+// and embedding.
+struct RecipeRow {
+  std::string_view name;
+  std::string_view weight;      // linear weights
+  std::string_view activation;  // linear activations
+  std::string_view head;        // lm_head and router, weights and activations
+  std::string_view wide;        // attention operands, KV cache, embedding
+  QuantMode mode;
+  std::string_view master;      // master weights the trainer keeps
+  std::string_view source;
+};
 
-Format fmt(std::string_view s) { return parse_format(s); }
-
-Recipe make(std::string name, LinearPrecision linear, std::string source) {
-  Recipe r;
-  r.name = std::move(name);
-  r.linear = linear;
-  r.lm_head = kBf16Linear;   // every built-in keeps lm_head and router in BF16 (verl, slime, Jet-RL)
-  r.router = kBf16Linear;
-  r.source = std::move(source);
-  return r;
-}
+constexpr RecipeRow kRecipeTable[] = {
+    {"bf16", "bf16", "bf16", "bf16", "bf16", QuantMode::kReal, "bf16", "BF16 baseline"},
+    {"fp16", "fp16", "fp16", "fp16", "fp16", QuantMode::kReal, "fp32", "FP16 baseline"},
+    {"fp8-tensor", "fp8-e4m3/tensor", "fp8-e4m3/token", "bf16", "bf16", QuantMode::kReal, "bf16",
+     "vLLM fp8 (per-tensor weight, per-token dynamic activation)"},
+    {"fp8-block", "fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "bf16", "bf16", QuantMode::kReal, "bf16",
+     "DeepSeek-V3 sec. 3.3; Jet-RL arXiv 2601.14243; verl docs/advance/fp8.md"},
+    {"mxfp8", "mxfp8", "mxfp8", "bf16", "bf16", QuantMode::kReal, "bf16", "OCP MX v1.0; vllm-ascend MXFP8 (Ascend 950)"},
+    {"int4-w4a16-g32", "int4/group32", "bf16", "bf16", "bf16", QuantMode::kReal, "bf16",
+     "slime INT4 QAT (LMSYS blog, Jan 2026); Kimi-K2"},
+    {"int4-w4a16-g128", "int4/group128", "bf16", "bf16", "bf16", QuantMode::kReal, "bf16",
+     "W4A16 group-128 (GPTQ/AWQ-style recipe used by SGLang)"},
+    {"nvfp4", "nvfp4", "nvfp4", "bf16", "bf16", QuantMode::kReal, "bf16", "NVIDIA NVFP4 (Blackwell)"},
+    {"mxfp4", "mxfp4", "mxfp4", "bf16", "bf16", QuantMode::kReal, "bf16", "OCP MX v1.0 MXFP4"},
+    {"hif8", "hif8/tensor", "hif8/token", "bf16", "bf16", QuantMode::kReal, "bf16", "HiFloat8 arXiv 2409.16626 (Ascend)"},
+    {"hif4", "hif4", "hif4", "bf16", "bf16", QuantMode::kReal, "bf16",
+     "HiFloat4 arXiv 2602.11287 (W4A4 inference; Ascend 950 HiF4)"},
+    {"int4-qat-g32", "int4/group32", "bf16", "bf16", "bf16", QuantMode::kFake, "bf16",
+     "slime INT4 QAT: BF16 master weights, fake-quantised forward, straight-through backward"},
+};
 
 std::vector<Recipe> build() {
   std::vector<Recipe> v;
-  v.push_back(make("bf16", kBf16Linear, "BF16 baseline"));
-  {
-    Recipe r = make("fp16", {kFp16, kFp16, Element::kFp32}, "FP16 baseline");
-    r.attention = Element::kFp16;
-    r.kv_cache = kFp16;
-    r.embedding = kFp16;
-    r.lm_head = {kFp16, kFp16, Element::kFp32};
+  for (const RecipeRow& row : kRecipeTable) {
+    Recipe r;
+    r.name = std::string(row.name);
+    r.linear = {parse_format(row.weight), parse_format(row.activation), Element::kFp32};
+    r.lm_head = {parse_format(row.head), parse_format(row.head), Element::kFp32};
     r.router = r.lm_head;
-    r.master_weights = Element::kFp32;
-    v.push_back(r);
-  }
-  v.push_back(make("fp8-tensor", {fmt("fp8-e4m3/tensor"), fmt("fp8-e4m3/token"), Element::kFp32},
-                   "vLLM fp8 (per-tensor weight, per-token dynamic activation)"));
-  v.push_back(make("fp8-block", {fmt("fp8-e4m3/block128x128"), fmt("fp8-e4m3/group1x128"), Element::kFp32},
-                   "DeepSeek-V3 sec. 3.3; Jet-RL arXiv 2601.14243; verl docs/advance/fp8.md"));
-  v.push_back(make("mxfp8", {fmt("mxfp8"), fmt("mxfp8"), Element::kFp32},
-                   "OCP MX v1.0; vllm-ascend MXFP8 (Ascend 950)"));
-  v.push_back(make("int4-w4a16-g32", {fmt("int4/group32"), kBf16, Element::kFp32},
-                   "slime INT4 QAT (LMSYS blog, Jan 2026); Kimi-K2"));
-  v.push_back(make("int4-w4a16-g128", {fmt("int4/group128"), kBf16, Element::kFp32},
-                   "W4A16 group-128 (GPTQ/AWQ-style recipe used by SGLang)"));
-  v.push_back(make("nvfp4", {fmt("nvfp4"), fmt("nvfp4"), Element::kFp32}, "NVIDIA NVFP4 (Blackwell)"));
-  v.push_back(make("mxfp4", {fmt("mxfp4"), fmt("mxfp4"), Element::kFp32}, "OCP MX v1.0 MXFP4"));
-  v.push_back(make("hif8", {fmt("hif8/tensor"), fmt("hif8/token"), Element::kFp32},
-                   "HiFloat8 arXiv 2409.16626 (Ascend)"));
-  {
-    Recipe r = make("int4-qat-g32", {fmt("int4/group32"), kBf16, Element::kFp32},
-                    "slime INT4 QAT: BF16 master weights, fake-quantised forward, straight-through backward");
-    r.mode = QuantMode::kFake;
-    v.push_back(r);
+    const Format wide = parse_format(row.wide);
+    r.attention = wide.element;
+    r.kv_cache = wide;
+    r.embedding = wide;
+    r.mode = row.mode;
+    r.master_weights = *parse_element(row.master);
+    r.source = std::string(row.source);
+    v.push_back(std::move(r));
   }
   return v;
 }

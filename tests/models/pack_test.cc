@@ -136,5 +136,32 @@ TEST(Pack, ScalesInTheirStorageType) {
   EXPECT_THROW(unpack(bad), std::invalid_argument);
 }
 
+// Recipes: for every format a built-in recipe names, fake quantisation (the QAT forward, no codes)
+// and real quantisation (codes packed to storage, unpacked, dequantised) give identical values.
+TEST(Recipes, FakeAndRealQuantisationAgreeForEveryBuiltin) {
+  const std::int64_t rows = 67, cols = 300;  // ragged against every block size in use
+  auto x = gaussian(rows * cols, 6);
+  x[11] = 3.0;   // outliers, positive and negative, and a value past E4M3 range after scaling
+  x[400] = -9.5;
+  ASSERT_GE(builtin_recipes().size(), 12u);
+  for (const Recipe& r : builtin_recipes()) {
+    for (const Format& f : {r.linear.weight, r.linear.activation, r.lm_head.weight, r.kv_cache, r.embedding}) {
+      std::int64_t fake_sat = -1;
+      const auto fake = fake_quantize(f, rows, cols, x, &fake_sat);
+      const auto q = quantize(f, rows, cols, x);
+      const auto real = dequantize(unpack(pack(q)));
+      EXPECT_EQ(fake, real) << r.name << " " << f.str();
+      EXPECT_EQ(fake_sat, q.saturated) << r.name << " " << f.str();
+    }
+  }
+  // QAT consistency (slime): the fake-quantised forward of int4-qat-g32 sees exactly the weights the
+  // real INT4 W4A16 engine dequantises.
+  const Recipe& qat = builtin_recipe("int4-qat-g32");
+  const Recipe& w4a16 = builtin_recipe("int4-w4a16-g32");
+  EXPECT_EQ(qat.mode, QuantMode::kFake);
+  EXPECT_EQ(qat.linear.weight, w4a16.linear.weight);
+  EXPECT_EQ(fake_quantize(qat.linear.weight, rows, cols, x), dequantize(quantize(w4a16.linear.weight, rows, cols, x)));
+}
+
 }  // namespace
 }  // namespace rlsim::models
