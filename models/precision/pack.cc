@@ -108,8 +108,12 @@ PackedTensor pack(const QuantizedTensor& q, Int4Layout int4_layout) {
       p.data = pack_nibbles(q.codes, q.rows, q.cols);
     }
   } else {
-    p.data.reserve(q.codes.size() * static_cast<std::size_t>(bits / 8));
-    for (std::uint32_t c : q.codes) put_le(p.data, c, bits / 8);
+    const int b = bits / 8;
+    p.data.resize(q.codes.size() * static_cast<std::size_t>(b));
+    std::uint8_t* out = p.data.data();
+    for (std::uint32_t c : q.codes) {
+      for (int i = 0; i < b; ++i) *out++ = static_cast<std::uint8_t>(c >> (8 * i));
+    }
   }
   if (const int sb = scale_bytes(q.format); sb > 0) {
     p.scales.reserve(q.scale_codes.size() * static_cast<std::size_t>(sb));

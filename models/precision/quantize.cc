@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -393,35 +394,49 @@ struct Plan {
   double tensor_scale = 1.0;
 };
 
-Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
+// NVFP4's FP32 tensor scale from the tensor's amax over finite values (1 for an all-zero tensor).
+double nv16_tensor_scale(double amax) {
+  return amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0;
+}
+
+Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, std::size_t n_values) {
   if (rows <= 0 || cols <= 0) throw std::invalid_argument("quantize: shape must be positive");
-  if (static_cast<std::int64_t>(x.size()) != rows * cols) {
-    throw std::invalid_argument("quantize: " + std::to_string(x.size()) + " values for a " + std::to_string(rows) + " x " +
+  if (static_cast<std::int64_t>(n_values) != rows * cols) {
+    throw std::invalid_argument("quantize: " + std::to_string(n_values) + " values for a " + std::to_string(rows) + " x " +
                                 std::to_string(cols) + " tensor");
   }
   if (f.element == Element::kHif4 && f.scaling.kind != ScaleKind::kNone) {
     throw std::invalid_argument("quantize: hif4 carries its own three-level block scale; write 'hif4' without a scaling");
   }
-  if (traits(f.element).scale_only) throw std::invalid_argument("quantize: e8m0 is a scale element only");
+  if (traits(f.element).scale_only && f.scaling.kind != ScaleKind::kNone) {
+    throw std::invalid_argument("quantize: e8m0 is a scale element; it takes no scaling of its own");
+  }
   Plan p;
   p.b = block_shape(f, rows, cols);
   p.grid_r = (rows + p.b.rows - 1) / p.b.rows;
   p.grid_c = (cols + p.b.cols - 1) / p.b.cols;
+  return p;
+}
+
+Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
+  Plan p = make_plan(f, rows, cols, x.size());
   if (f.scaling.kind == ScaleKind::kNv16) {
     double amax = 0;
     for (double v : x) {
       if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
     }
-    p.tensor_scale = amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0;
+    p.tensor_scale = nv16_tensor_scale(amax);
   }
   return p;
 }
 
+// Scale of a block from its amax over finite values and whether it holds a NaN (not for HiF4).
+BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan);
+
 // Scale of block (r0..r1, c0..c1). For HiF4 the caller passes one row segment (block_rows = 1).
 BlockScale block_scale(const Format& f, const Plan& p, std::int64_t cols, const std::vector<double>& x, std::int64_t r0,
                        std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-  const Element el = f.element;
-  if (el == Element::kHif4) {
+  if (f.element == Element::kHif4) {
     const std::uint32_t meta = hif4_metadata(&x[static_cast<std::size_t>(r0 * cols + c0)], c1 - c0);
     return {decode_e6m2(meta >> 24), meta};
   }
@@ -434,6 +449,11 @@ BlockScale block_scale(const Format& f, const Plan& p, std::int64_t cols, const 
       else if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
     }
   }
+  return scale_from_amax(f, p, amax, nan);
+}
+
+BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan) {
+  const Element el = f.element;
   BlockScale bs;
   switch (f.scaling.kind) {
     case ScaleKind::kNone: return bs;
@@ -568,6 +588,207 @@ std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64
   }
   if (saturated) *saturated = sat_count;
   return out;
+}
+
+namespace {
+
+// The code encode() gives, computed from the bits of the double with integer round-to-nearest-even
+// (no libm): the fast path of the binary float elements. Equal to encode_float() for every double
+// (tested on random and edge values for each element).
+struct FastFloatEncoder {
+  int m = 0, emin = 0, bits = 0;
+  std::int64_t max_code = 0;
+  std::uint32_t nan_code = 0;
+  bool has_nan = true;
+
+  explicit FastFloatEncoder(Element e) {
+    const FloatLayout l = float_layout(e);
+    m = l.man_bits;
+    emin = 1 - l.bias;
+    bits = traits(e).bits;
+    max_code = encode(e, max_finite(e));
+    has_nan = l.has_nan;
+    nan_code = has_nan ? encode(e, std::numeric_limits<double>::quiet_NaN()) : 0;
+  }
+
+  std::uint32_t operator()(double v, std::int64_t& saturated) const {
+    const auto b = std::bit_cast<std::uint64_t>(v);
+    const auto sign = static_cast<std::uint32_t>(b >> 63) << (bits - 1);
+    const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
+    if (a > 0x7FF0000000000000ull) {  // NaN
+      if (has_nan) return nan_code;
+      ++saturated;
+      return 0;
+    }
+    const int e = static_cast<int>(a >> 52) - 1023;
+    // Bits of the 53-bit significand below the element's last mantissa bit (more for its
+    // subnormals). From 54 on the value is under half the smallest subnormal (or a double
+    // subnormal) and rounds to 0, which the capped shift of 63 also gives.
+    const int shift = std::min(52 - m + std::max(emin - e, 0), 63);
+    const std::uint64_t mant = (a & ((1ull << 52) - 1)) | (1ull << 52);
+    // Branch-free round to nearest, ties to even: add half - 1, plus 1 when the kept LSB is odd.
+    const std::uint64_t q = (mant + ((1ull << (shift - 1)) - 1) + ((mant >> shift) & 1u)) >> shift;
+    // Normal: q carries the implicit bit, so (e - emin) << m + q = (e + bias) << m | fraction, and
+    // a carry out of the mantissa bumps the exponent field by itself. Subnormal: q is the field.
+    std::int64_t code = (static_cast<std::int64_t>(std::max(e, emin) - emin) << m) + static_cast<std::int64_t>(q);
+    if (code > max_code) {
+      ++saturated;
+      code = max_code;
+    }
+    return sign | static_cast<std::uint32_t>(code);
+  }
+};
+
+struct FastIntEncoder {
+  double hi = 0, lo = 0;
+  std::uint32_t mask_bits = 0;
+  explicit FastIntEncoder(Element e) {
+    const int b = traits(e).bits;
+    hi = static_cast<double>((1 << (b - 1)) - 1);
+    lo = -hi;
+    mask_bits = mask(b);
+  }
+  std::uint32_t operator()(double v, std::int64_t& saturated) const {
+    if (std::isnan(v)) {
+      ++saturated;
+      return 0;
+    }
+    // Round to nearest even by adding and subtracting 1.5 x 2^52 (exact for |v| < 2^51; larger
+    // values are clamped first, they saturate anyway). Default rounding mode, no -ffast-math.
+    constexpr double kMagic = 6755399441055744.0;
+    const double c = std::clamp(v, -1e9, 1e9);
+    double level = (c + kMagic) - kMagic;
+    if (level > hi || level < lo) {
+      ++saturated;
+      level = level > hi ? hi : lo;
+    }
+    return static_cast<std::uint32_t>(static_cast<std::int32_t>(level)) & mask_bits;
+  }
+};
+
+struct GenericEncoder {
+  Element e;
+  std::uint32_t operator()(double v, std::int64_t& saturated) const {
+    bool sat = false;
+    const std::uint32_t c = encode(e, v, &sat);
+    if (sat) ++saturated;
+    return c;
+  }
+};
+
+// Pass 2 of the fast path: encode every element of row segments with its block's divisor.
+template <class Enc>
+void encode_blocks(const Enc& enc, const Plan& p, std::int64_t rows, std::int64_t cols, std::span<const float> x, QuantizedTensor& q) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t br = r / p.b.rows;
+    for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+      const auto blk = static_cast<std::size_t>(br * p.grid_c + bc);
+      const double d = q.scales[blk] * q.tensor_scale;
+      const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+      const float* xr = x.data() + r * cols;
+      std::uint32_t* out = q.codes.data() + r * cols;
+      if (std::isnan(d) || d == 0) {
+        for (std::int64_t c = c0; c < c1; ++c) out[c] = enc(scaled_input(static_cast<double>(xr[c]), d), q.saturated);
+      } else if (d == 1.0) {
+        for (std::int64_t c = c0; c < c1; ++c) out[c] = enc(static_cast<double>(xr[c]), q.saturated);
+      } else {
+        for (std::int64_t c = c0; c < c1; ++c) out[c] = enc(static_cast<double>(xr[c]) / d, q.saturated);
+      }
+    }
+  }
+}
+
+template <class Enc>
+void encode_hif4(const Enc& enc, std::int64_t rows, std::int64_t cols, std::span<const float> x, QuantizedTensor& q) {
+  const std::int64_t grid_c = (cols + kHif4Block - 1) / kHif4Block;
+  double seg[kHif4Block];
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t bc = 0; bc < grid_c; ++bc) {
+      const std::int64_t c0 = bc * kHif4Block, n = std::min(cols, c0 + kHif4Block) - c0;
+      const float* xr = x.data() + r * cols + c0;
+      for (std::int64_t i = 0; i < n; ++i) seg[i] = static_cast<double>(xr[i]);
+      const std::uint32_t meta = hif4_metadata(seg, n);
+      const auto blk = static_cast<std::size_t>(r * grid_c + bc);
+      q.scale_codes[blk] = meta;
+      q.scales[blk] = decode_e6m2(meta >> 24);
+      std::uint32_t* out = q.codes.data() + r * cols + c0;
+      for (std::int64_t g = 0; g * 4 < n; ++g) {  // one multiplier per group of 4
+        const double d = hif4_multiplier(meta, g * 4);
+        for (std::int64_t i = g * 4; i < std::min(n, g * 4 + 4); ++i) out[i] = enc(scaled_input(seg[i], d), q.saturated);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x) {
+  Plan p = make_plan(f, rows, cols, x.size());
+  QuantizedTensor q;
+  q.format = f;
+  q.rows = rows;
+  q.cols = cols;
+  q.block_rows = p.b.rows;
+  q.block_cols = p.b.cols;
+  q.codes.assign(x.size(), 0);
+  const auto nblocks = static_cast<std::size_t>(p.grid_r * p.grid_c);
+  q.scales.assign(nblocks, 1.0);
+  q.scale_codes.assign(nblocks, 0);
+  const Element el = f.element;
+  if (el == Element::kHif4) {
+    encode_hif4(FastFloatEncoder(el), rows, cols, x, q);
+    return q;
+  }
+  if (f.scaling.kind != ScaleKind::kNone) {
+    // Pass 1: amax over finite values and NaN presence per block, one contiguous row segment at a time.
+    std::vector<float> amax(nblocks, 0.0f);
+    std::vector<unsigned char> nan(nblocks, 0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t br = r / p.b.rows;
+      const float* xr = x.data() + r * cols;
+      for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+        const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+        float m = 0.0f;
+        bool has_nan = false;
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const float a = std::fabs(xr[c]);
+          m = a <= std::numeric_limits<float>::max() && a > m ? a : m;
+          has_nan |= a != a;
+        }
+        const auto blk = static_cast<std::size_t>(br * p.grid_c + bc);
+        amax[blk] = std::max(amax[blk], m);
+        nan[blk] = static_cast<unsigned char>(nan[blk] | (has_nan ? 1 : 0));
+      }
+    }
+    if (f.scaling.kind == ScaleKind::kNv16) {
+      float t = 0.0f;
+      for (float a : amax) t = std::max(t, a);
+      p.tensor_scale = nv16_tensor_scale(static_cast<double>(t));
+    }
+    q.tensor_scale = p.tensor_scale;
+    for (std::size_t b = 0; b < nblocks; ++b) {
+      const BlockScale bs = scale_from_amax(f, p, static_cast<double>(amax[b]), nan[b] != 0);
+      q.scales[b] = bs.scale;
+      q.scale_codes[b] = bs.code;
+    }
+  }
+  switch (el) {
+    case Element::kBf16:
+    case Element::kFp16:
+    case Element::kFp8E4M3:
+    case Element::kFp8E5M2:
+    case Element::kFp4E2M1:
+      encode_blocks(FastFloatEncoder(el), p, rows, cols, x, q);
+      break;
+    case Element::kInt8:
+    case Element::kInt4:
+      encode_blocks(FastIntEncoder(el), p, rows, cols, x, q);
+      break;
+    default:
+      encode_blocks(GenericEncoder{el}, p, rows, cols, x, q);
+      break;
+  }
+  return q;
 }
 
 double sqnr_db(const std::vector<double>& x, const std::vector<double>& y) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "models/precision/format.h"
@@ -106,9 +107,17 @@ struct QuantizedTensor {
 ///    e8 = [amax8 / s >= 4]; per 4 elements e4 = [amax4 / (s 2^e8) >= 2]; element S1E1M2(x / (s
 ///    2^(e8 + e4))). scale_codes holds the metadata word: bits 31..24 E6M2, 23..16 the e8 bits
 ///    (bit 16 + j for elements 8j..8j+7), 15..0 the e4 bits (bit k for elements 4k..4k+3).
-/// Throws std::invalid_argument when x.size() != rows x cols, for non-positive shapes, for e8m0
-/// (a scale element only) and for hif4 with a scaling.
+/// Unscaled e8m0 rounds each value down to a power of two (encode()). Throws std::invalid_argument
+/// when x.size() != rows x cols, for non-positive shapes, for e8m0 or hif4 with a scaling, and (from
+/// encode()) for e8m0 of a value <= 0.
 QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x);
+
+/// Fast path of quantize() for FP32 input (BF16 weights widened, the runtime's FP32 tensors): the
+/// same codes, scales, scale codes, tensor scale and saturation count as the double version, bit
+/// for bit (tested on every format with ragged shapes, outliers, NaN and Inf), computed with
+/// integer round-to-nearest-even on the bits of x / scale instead of libm. `rlsim bench quantize`
+/// measures it. Throws as the double version.
+QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x);
 
 /// The value of one block's scale code under format `f`: decode() of the scaling's storage element
 /// (FP32, BF16, E8M0, E4M3), HiF4's E6M2 level-1 scale (bits 31..24 of the metadata word), 1 for an

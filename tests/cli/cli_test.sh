@@ -106,6 +106,31 @@ check "bench sim prints events/s" grep -q "events/s" "$WORK/bench"
 "$RLSIM" bench nope >/dev/null 2>&1
 check "bench: unknown benchmark is bad input (2)" test $? -eq 2
 
+# --- rlsim quantize: spec values through the CLI ------------------------------------------------
+q() { printf '%s\n' "$2" | "$RLSIM" quantize --format "$1" "${@:3}"; }
+check "quantize: E4M3 max 448, overflow saturates" test "$(q fp8-e4m3 '448 1000 -1e9' | head -3 | tr '\n' ' ')" = "448 448 -448 "
+check "quantize: E4M3 saturated count" grep -q "saturated 2," <(q fp8-e4m3 '448 1000 -1e9')
+check "quantize: E4M3 NaN code 0x7f" test "$(q fp8-e4m3 nan --codes | head -1)" = "nan 0x7f"
+check "quantize: E5M2 max 57344" test "$(q fp8-e5m2 '57344 1e6' | head -2 | tr '\n' ' ')" = "57344 57344 "
+check "quantize: E2M1 value set" test "$(q fp4-e2m1 '0 0.5 1 1.5 2 3 4 6 5 7' | head -10 | tr '\n' ' ')" = "0 0.5 1 1.5 2 3 4 6 4 6 "
+check "quantize: E8M0 NaN" test "$(q e8m0 'nan 3' --codes | head -2 | tr '\n' ' ')" = "nan 0xff 2 0x80 "
+check "quantize: MX block with a NaN is NaN" test "$(q mxfp8 '1 nan 2' | head -3 | tr '\n' ' ')" = "nan nan nan "
+check "quantize: HiF8 max 32768" test "$(q hif8 '32768 1e6' --codes | head -2 | tr '\n' ' ')" = "32768 0x6e 32768 0x6e "
+check "quantize: exact format reports sqnr inf" grep -q "sqnr inf dB" <(q bf16 '1 2 3')
+check "quantize: --scaling and --shape" grep -q "format int4/group32, shape 2x3" <(q int4 '1 2 3 4 5 6' --scaling group32 --shape 2,3)
+q fp8-e4m3 '1 two 3' >/dev/null 2>"$WORK/qerr"
+check "quantize: bad number is bad input (2)" test $? -eq 2
+check "quantize: error names stdin:line:column" grep -q "stdin:1:3" "$WORK/qerr"
+q fp8-e4m3 '1 2 3' --shape 2,2 >/dev/null 2>&1
+check "quantize: shape mismatch is bad input (2)" test $? -eq 2
+q hif4/group32 '1' >/dev/null 2>&1
+check "quantize: hif4 with a scaling is bad input (2)" test $? -eq 2
+"$RLSIM" catalog formats >"$WORK/formats"
+check "catalog formats: hif4 at 4.5 bits per value" grep -Eq "^hif4 +4.5000" "$WORK/formats"
+check "catalog formats: nvfp4 column" grep -Eq "^fp4-e2m1 .* 4.5000$" "$WORK/formats"
+"$RLSIM" bench quantize --repeat 1 >"$WORK/benchq" 2>&1
+check "bench quantize prints GB/s per format" test "$(grep -c 'fp8-e4m3\|int4\|hif' "$WORK/benchq")" -ge 6
+
 # --- async schedule end to end: staleness and idle ratios in summary.json ------------------------
 "$RLSIM" run "$WORK/base.yaml" --out "$WORK/async" -q --no-plots --set placement.mode=disaggregated \
   --set placement.rollout_devices=4 --set placement.train_devices=4 --set schedule.mode=async --set schedule.partial_rollout=true

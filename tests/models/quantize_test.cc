@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -415,9 +416,49 @@ TEST(Quantize, Hif8ScaleIsAPowerOfTwoIntoThePreciseBinades) {
   EXPECT_EQ(y[0], 0.09375);                         // 0.0125 -> 1.5 x 2^-7 (2 mantissa bits at |E| = 7), x 8
 }
 
+// The FP32 fast path gives the reference's codes, scales and saturation count bit for bit: every
+// format, a ragged shape, Gaussian values across magnitudes, outliers, ties, zeros, NaN and Inf.
+TEST(Quantize, FastPathEqualsReference) {
+  const std::int64_t rows = 133, cols = 259;
+  std::vector<float> xf(static_cast<std::size_t>(rows * cols));
+  sim::Rng rng(11);
+  for (auto& v : xf) v = static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(rng.uniform() * 60) - 30));
+  xf[3] = 0.0f;
+  xf[4] = -0.0f;
+  xf[5] = 1.0625f;  // E4M3 tie
+  xf[6] = 2.5f;     // E2M1 / INT tie
+  xf[7] = std::numeric_limits<float>::infinity();
+  xf[300] = -std::numeric_limits<float>::infinity();
+  xf[700] = std::numeric_limits<float>::quiet_NaN();
+  xf[1000] = std::numeric_limits<float>::denorm_min();
+  xf[1001] = 3.0e38f;
+  for (std::int64_t c = 0; c < cols; ++c) xf[static_cast<std::size_t>(5 * cols + c)] = 0.0f;  // a zero row
+  const std::vector<double> xd(xf.begin(), xf.end());
+  for (const char* name : {"bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "fp4-e2m1", "int8", "int4", "hif8", "fp32", "fp8-e4m3/tensor",
+                           "fp8-e5m2/channel", "fp8-e4m3/token", "fp8-e4m3/group1x128", "fp8-e4m3/block128x128", "int8/channel",
+                           "int4/group32", "int4/group128", "mxfp8", "fp8-e5m2/mx32", "mxfp4", "nvfp4", "hif8/tensor", "hif8/group1x128",
+                           "hif4", "bf16/group32"}) {
+    const Format f = parse_format(name);
+    const auto ref = quantize(f, rows, cols, xd);
+    const auto fast = quantize(f, rows, cols, std::span<const float>(xf));
+    EXPECT_EQ(ref.codes, fast.codes) << name;
+    EXPECT_EQ(ref.scale_codes, fast.scale_codes) << name;
+    EXPECT_EQ(ref.saturated, fast.saturated) << name;
+    EXPECT_EQ(ref.tensor_scale, fast.tensor_scale) << name;
+    const auto a = dequantize(ref), b = dequantize(fast);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) {
+        ADD_FAILURE() << name << " value " << i << ": " << a[i] << " vs " << b[i];
+        break;
+      }
+    }
+  }
+}
+
 TEST(Quantize, BadShapesAreRejected) {
   EXPECT_THROW(quantize(parse_format("mxfp8"), 2, 3, std::vector<double>(5)), std::invalid_argument);
-  EXPECT_THROW(quantize(parse_format("mxfp8"), 0, 3, {}), std::invalid_argument);
+  EXPECT_THROW(quantize(parse_format("mxfp8"), 0, 3, std::vector<double>{}), std::invalid_argument);
+  EXPECT_THROW(quantize(parse_format("mxfp8"), 2, 3, std::vector<float>(5)), std::invalid_argument);
 }
 
 }  // namespace
