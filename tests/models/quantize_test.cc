@@ -455,6 +455,41 @@ TEST(Quantize, FastPathEqualsReference) {
   }
 }
 
+// Ties are where integer rounding goes wrong: every midpoint between adjacent values of each element
+// (and the floats just either side of it), both signs, through the fast path against encode().
+TEST(Quantize, FastPathRoundsEveryMidpointLikeTheReference) {
+  // (HiF4's element shares FastFloatEncoder with E2M1; "hif4" as a format always applies its block scale.)
+  for (Element e : {Element::kFp8E4M3, Element::kFp8E5M2, Element::kFp4E2M1, Element::kHif8, Element::kFp16, Element::kBf16}) {
+    std::set<double> vals;
+    for (std::uint32_t c = 0; c < (1u << traits(e).bits); ++c) {
+      const double v = decode(e, c);
+      if (std::isfinite(v) && v >= 0 && v <= 1e38) vals.insert(v);
+    }
+    std::vector<float> xs;
+    for (auto it = vals.begin(); std::next(it) != vals.end(); ++it) {
+      const auto mid = static_cast<float>((*it + *std::next(it)) / 2);
+      for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e38f)}) {
+        xs.push_back(v);
+        xs.push_back(-v);
+      }
+    }
+    xs.push_back(static_cast<float>(max_finite(e)) * 1.5f);  // past the top: saturates
+    const Format f{e, {}};
+    const auto fast = quantize(f, 1, static_cast<std::int64_t>(xs.size()), std::span<const float>(xs));
+    std::int64_t sat = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      bool s1 = false;
+      const std::uint32_t want = encode(e, static_cast<double>(xs[i]), &s1);
+      sat += s1 ? 1 : 0;
+      if (fast.codes[i] != want) {
+        ADD_FAILURE() << traits(e).name << " x " << xs[i] << ": fast " << fast.codes[i] << " reference " << want;
+        break;
+      }
+    }
+    EXPECT_EQ(fast.saturated, sat) << traits(e).name;
+  }
+}
+
 TEST(Quantize, BadShapesAreRejected) {
   EXPECT_THROW(quantize(parse_format("mxfp8"), 2, 3, std::vector<double>(5)), std::invalid_argument);
   EXPECT_THROW(quantize(parse_format("mxfp8"), 0, 3, std::vector<double>{}), std::invalid_argument);
