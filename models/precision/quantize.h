@@ -19,7 +19,8 @@
 //    exponent with implicit leading bit; denormals 2^-22..2^-16; specials of sec. 2.3: one zero
 //    0x00, NaN 0x80, +-Inf 0x6F / 0xEF; largest finite 2^15). The paper's default rounding is
 //    ties-away (TA, sec. 3); rlsim rounds ties to even like every other element here. Where a
-//    binade has no mantissa bit (the denormals) a tie goes to the larger power of two.
+//    binade has no mantissa bit (the denormals) a tie goes to the larger power of two; half the
+//    smallest denormal (2^-23) rounds to 0.
 //  - HiF4: HiFloat4, arXiv 2602.11287 sec. 3: 64-element units of S1E1M2 elements (bias 1, values
 //    +-{0, .25, .5, .75, 1, 1.25, 1.5, 1.75}, no NaN / Inf) with 32 bits of metadata: an E6M2
 //    level-1 scale and one-bit micro-exponents per 8 and per 4 elements (see quantize()).
