@@ -12,7 +12,7 @@
 namespace rlsim::models {
 namespace {
 
-constexpr std::int64_t kHif4Block = 64;  // arXiv 2602.11287 sec. 3: one HiF4 unit
+constexpr std::int64_t kHif4Block = 64;  // arXiv 2602.11287, format definition: one HiF4 unit
 
 std::uint32_t mask(int bits) { return bits >= 32 ? 0xFFFFFFFFu : (1u << bits) - 1u; }
 
@@ -195,7 +195,7 @@ FloatLayout float_layout(Element e) {
     case Element::kFp8E4M3: return {4, 3, 7, false, true, true};
     case Element::kFp8E5M2: return {5, 2, 15, true, false, true};
     case Element::kFp4E2M1: return {2, 1, 1, false, false, false};
-    case Element::kHif4: return {1, 2, 1, false, false, false};  // S1E1M2 (arXiv 2602.11287 sec. 3)
+    case Element::kHif4: return {1, 2, 1, false, false, false};  // S1E1M2 (arXiv 2602.11287, format definition)
     default: throw std::invalid_argument("float_layout: " + std::string(traits(e).name) + " is not a binary float element");
   }
 }
@@ -319,7 +319,7 @@ int emax(Element e) {
 // top of the 3-bit region, so values down to amax / 2^6 keep 3 mantissa bits.
 constexpr int kHif8ScaleTargetExp = 3;
 
-// E6M2 level-1 scale of HiF4 (arXiv 2602.11287 sec. 3): unsigned, bias 48, 2 mantissa bits, no
+// E6M2 level-1 scale of HiF4 (arXiv 2602.11287, format definition): unsigned, bias 48, 2 mantissa bits, no
 // zero and no subnormals; 0xFF is NaN, so the range is [2^-48, 1.5 x 2^15 = 49152]. Round to
 // nearest even, saturating at both ends (a block of zeros gets the smallest scale).
 constexpr int kE6M2Bias = 48;
@@ -361,10 +361,10 @@ double hif4_multiplier(std::uint32_t meta, std::int64_t i /* index within the bl
   return std::ldexp(s1, e8 + e4);
 }
 
-// Level-by-level rule of arXiv 2602.11287 sec. 3 (BF16 -> HiF4 conversion): level 1
+// Level-by-level rule of arXiv 2602.11287, its BF16-to-HiF4 conversion: level 1
 // s = E6M2(amax64 / 7); level 2, per 8 elements, e1_8 = 1 when amax8 / s >= 4; level 3, per 4
-// elements, e1_4 = 1 when amax4 / (s 2^e1_8) >= 2. (The paper rounds amax / 7 to BF16 before E6M2;
-// rlsim rounds once, which differs only on double-rounding ties.) A NaN in the block gives the
+// elements, e1_4 = 1 when amax4 / (s 2^e1_8) >= 2. (A public reference implementation rounds amax / 7 to
+// BF16 before E6M2; rlsim rounds once, which differs only on double-rounding ties.) A NaN in the block gives the
 // NaN scale 0xFF; infinities are left out of the amax and saturate.
 std::uint32_t hif4_metadata(const double* x, std::int64_t n) {
   double amax = 0;

@@ -21,7 +21,7 @@
 //    ties-away (TA, sec. 3); rlsim rounds ties to even like every other element here. Where a
 //    binade has no mantissa bit (the denormals) a tie goes to the larger power of two; half the
 //    smallest denormal (2^-23) rounds to 0.
-//  - HiF4: HiFloat4, arXiv 2602.11287 sec. 3: 64-element units of S1E1M2 elements (bias 1, values
+//  - HiF4: HiFloat4, arXiv 2602.11287, format definition: 64-element units of S1E1M2 elements (bias 1, values
 //    +-{0, .25, .5, .75, 1, 1.25, 1.5, 1.75}, no NaN / Inf) with 32 bits of metadata: an E6M2
 //    level-1 scale and one-bit micro-exponents per 8 and per 4 elements (see quantize()).
 #pragma once
@@ -103,7 +103,7 @@ struct QuantizedTensor {
 ///  - hif8 with any FP32 / BF16 scaling: a power-of-two scale 2^(floor(log2 amax) - 3), which puts
 ///    the block's amax in [8, 16), the top of HiF8's 3-mantissa-bit region (tapered precision: mapping
 ///    the amax to 2^15 would leave one mantissa bit everywhere).
-///  - hif4 (no scaling of its own; arXiv 2602.11287 sec. 3): per 64 elements of a row, level-1
+///  - hif4 (no scaling of its own; arXiv 2602.11287, format definition): per 64 elements of a row, level-1
 ///    scale s = E6M2(amax64 / 7) (bias 48, range [2^-48, 49152], 0xFF NaN); per 8 elements
 ///    e8 = [amax8 / s >= 4]; per 4 elements e4 = [amax4 / (s 2^e8) >= 2]; element S1E1M2(x / (s
 ///    2^(e8 + e4))). scale_codes holds the metadata word: bits 31..24 E6M2, 23..16 the e8 bits
