@@ -306,6 +306,20 @@ BlockShape block_shape(const Format& f, std::int64_t rows, std::int64_t cols) {
   return {rows, cols};
 }
 
+// Largest |x| over the finite values of x[0..n) (0 when there are none); sets *nan when one is NaN.
+// Infinities are left out: they saturate instead of setting the scale.
+double finite_amax(const double* x, std::int64_t n, bool* nan = nullptr) {
+  double amax = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) {
+      if (nan) *nan = true;
+    } else if (std::isfinite(x[i])) {
+      amax = std::max(amax, std::fabs(x[i]));
+    }
+  }
+  return amax;
+}
+
 // Exponent of the element's largest normal (MX v1.0 sec. 6.3 emax_elem).
 int emax(Element e) {
   int ex = 0;
@@ -367,24 +381,14 @@ double hif4_multiplier(std::uint32_t meta, std::int64_t i /* index within the bl
 // BF16 before E6M2; rlsim rounds once, which differs only on double-rounding ties.) A NaN in the block gives the
 // NaN scale 0xFF; infinities are left out of the amax and saturate.
 std::uint32_t hif4_metadata(const double* x, std::int64_t n) {
-  double amax = 0;
   bool nan = false;
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i])) nan = true;
-    else if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
-  }
+  const double amax = finite_amax(x, n, &nan);
   if (nan) return 0xFFu << 24;
   const std::uint32_t s_code = encode_e6m2(amax / 7.0);
   const double s = decode_e6m2(s_code);
   std::uint32_t meta = s_code << 24;
+  auto group_amax = [&](std::int64_t b, std::int64_t len) { return finite_amax(x + b, std::min(n, b + len) - b); };
   for (std::int64_t j = 0; j * 8 < n; ++j) {
-    auto group_amax = [&](std::int64_t b, std::int64_t len) {
-      double m = 0;
-      for (std::int64_t i = b; i < std::min(n, b + len); ++i) {
-        if (std::isfinite(x[i])) m = std::max(m, std::fabs(x[i]));
-      }
-      return m;
-    };
     const int e8 = group_amax(j * 8, 8) / s >= 4.0 ? 1 : 0;
     meta |= static_cast<std::uint32_t>(e8) << (16 + j);
     for (std::int64_t k = 2 * j; k < 2 * j + 2 && k * 4 < n; ++k) {
@@ -427,14 +431,23 @@ Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, std::size_
 
 Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
   Plan p = make_plan(f, rows, cols, x.size());
-  if (f.scaling.kind == ScaleKind::kNv16) {
-    double amax = 0;
-    for (double v : x) {
-      if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
-    }
-    p.tensor_scale = nv16_tensor_scale(amax);
-  }
+  if (f.scaling.kind == ScaleKind::kNv16) p.tensor_scale = nv16_tensor_scale(finite_amax(x.data(), rows * cols));
   return p;
+}
+
+// A quantised tensor of the plan's shape: codes 0, every scale 1, nothing saturated yet.
+QuantizedTensor empty_tensor(const Format& f, std::int64_t rows, std::int64_t cols, const Plan& p) {
+  QuantizedTensor q;
+  q.format = f;
+  q.rows = rows;
+  q.cols = cols;
+  q.block_rows = p.b.rows;
+  q.block_cols = p.b.cols;
+  q.tensor_scale = p.tensor_scale;
+  q.codes.assign(static_cast<std::size_t>(rows * cols), 0);
+  q.scales.assign(static_cast<std::size_t>(p.grid_r * p.grid_c), 1.0);
+  q.scale_codes.assign(q.scales.size(), 0);
+  return q;
 }
 
 // Scale of a block from its amax over finite values and whether it holds a NaN (not for HiF4).
@@ -449,13 +462,7 @@ BlockScale block_scale(const Format& f, const Plan& p, std::int64_t cols, const 
   }
   double amax = 0;
   bool nan = false;
-  for (std::int64_t r = r0; r < r1; ++r) {
-    for (std::int64_t c = c0; c < c1; ++c) {
-      const double v = x[static_cast<std::size_t>(r * cols + c)];
-      if (std::isnan(v)) nan = true;
-      else if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
-    }
-  }
+  for (std::int64_t r = r0; r < r1; ++r) amax = std::max(amax, finite_amax(&x[static_cast<std::size_t>(r * cols + c0)], c1 - c0, &nan));
   return scale_from_amax(f, p, amax, nan);
 }
 
@@ -516,38 +523,42 @@ double scaled_input(double x, double divisor) {
   return divisor == 0 ? 0.0 : x / divisor;
 }
 
-}  // namespace
-
-QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
-  const Plan p = make_plan(f, rows, cols, x);
-  QuantizedTensor q;
-  q.format = f;
-  q.rows = rows;
-  q.cols = cols;
-  q.block_rows = p.b.rows;
-  q.block_cols = p.b.cols;
-  q.tensor_scale = p.tensor_scale;
-  q.codes.assign(x.size(), 0);
-  q.scales.assign(static_cast<std::size_t>(p.grid_r * p.grid_c), 1.0);
-  q.scale_codes.assign(q.scales.size(), 0);
+// The block walk of the double paths (quantize and fake_quantize): per block of the grid,
+// on_block(block index, its scale), then on_element(row-major index, divisor) for each element.
+template <class OnBlock, class OnElement>
+void for_each_block(const Format& f, const Plan& p, std::int64_t rows, std::int64_t cols, const std::vector<double>& x,
+                    OnBlock on_block, OnElement on_element) {
   for (std::int64_t br = 0; br < p.grid_r; ++br) {
     for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
       const std::int64_t r0 = br * p.b.rows, r1 = std::min(rows, r0 + p.b.rows);
       const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
       const BlockScale bs = block_scale(f, p, cols, x, r0, r1, c0, c1);
-      const auto idx = static_cast<std::size_t>(br * p.grid_c + bc);
-      q.scales[idx] = bs.scale;
-      q.scale_codes[idx] = bs.code;
+      on_block(static_cast<std::size_t>(br * p.grid_c + bc), bs);
       for (std::int64_t r = r0; r < r1; ++r) {
         for (std::int64_t c = c0; c < c1; ++c) {
-          const auto i = static_cast<std::size_t>(r * cols + c);
-          bool sat = false;
-          q.codes[i] = encode(f.element, scaled_input(x[i], element_divisor(f, bs, p.tensor_scale, c - c0)), &sat);
-          if (sat) q.saturated++;
+          on_element(static_cast<std::size_t>(r * cols + c), element_divisor(f, bs, p.tensor_scale, c - c0));
         }
       }
     }
   }
+}
+
+}  // namespace
+
+QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, const std::vector<double>& x) {
+  const Plan p = make_plan(f, rows, cols, x);
+  QuantizedTensor q = empty_tensor(f, rows, cols, p);
+  for_each_block(
+      f, p, rows, cols, x,
+      [&](std::size_t b, const BlockScale& bs) {
+        q.scales[b] = bs.scale;
+        q.scale_codes[b] = bs.code;
+      },
+      [&](std::size_t i, double d) {
+        bool sat = false;
+        q.codes[i] = encode(f.element, scaled_input(x[i], d), &sat);
+        if (sat) q.saturated++;
+      });
   return q;
 }
 
@@ -577,22 +588,13 @@ std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64
   const Plan p = make_plan(f, rows, cols, x);
   std::vector<double> out(x.size());
   std::int64_t sat_count = 0;
-  for (std::int64_t br = 0; br < p.grid_r; ++br) {
-    for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
-      const std::int64_t r0 = br * p.b.rows, r1 = std::min(rows, r0 + p.b.rows);
-      const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
-      const BlockScale bs = block_scale(f, p, cols, x, r0, r1, c0, c1);
-      for (std::int64_t r = r0; r < r1; ++r) {
-        for (std::int64_t c = c0; c < c1; ++c) {
-          const auto i = static_cast<std::size_t>(r * cols + c);
-          const double d = element_divisor(f, bs, p.tensor_scale, c - c0);
-          bool sat = false;
-          out[i] = round_to(f.element, scaled_input(x[i], d), &sat) * d;
-          if (sat) sat_count++;
-        }
-      }
-    }
-  }
+  for_each_block(
+      f, p, rows, cols, x, [](std::size_t, const BlockScale&) {},
+      [&](std::size_t i, double d) {
+        bool sat = false;
+        out[i] = round_to(f.element, scaled_input(x[i], d), &sat) * d;
+        if (sat) sat_count++;
+      });
   if (saturated) *saturated = sat_count;
   return out;
 }
@@ -766,16 +768,8 @@ void encode_hif4(const Enc& enc, std::int64_t rows, std::int64_t cols, std::span
 
 QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x) {
   Plan p = make_plan(f, rows, cols, x.size());
-  QuantizedTensor q;
-  q.format = f;
-  q.rows = rows;
-  q.cols = cols;
-  q.block_rows = p.b.rows;
-  q.block_cols = p.b.cols;
-  q.codes.assign(x.size(), 0);
-  const auto nblocks = static_cast<std::size_t>(p.grid_r * p.grid_c);
-  q.scales.assign(nblocks, 1.0);
-  q.scale_codes.assign(nblocks, 0);
+  QuantizedTensor q = empty_tensor(f, rows, cols, p);  // tensor scale set after pass 1 (NVFP4)
+  const std::size_t nblocks = q.scales.size();
   const Element el = f.element;
   if (el == Element::kHif4) {
     encode_hif4(FastFloatEncoder(el), rows, cols, x, q);
