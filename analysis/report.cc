@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/plots.h"
+#include "models/graph/verify.h"
 #include "sim/scenario/units.h"
 
 namespace rlsim::analysis {
@@ -91,6 +92,26 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+models::Recipe rollout_recipe(const sim::Scenario& s) {
+  models::Recipe r = s.rollout.precision;
+  r.kv_cache = s.rollout.kv_cache;
+  return r;
+}
+
+void check_precision_flow(const sim::Scenario& s, sim::SimResult& r) {
+  const models::VerifyResult v = models::verify_recipes(s.model, s.training.precision, rollout_recipe(s));
+  r.precision_flow.verdict = v.consistent ? "consistent" : "inconsistent";
+  r.precision_flow.mismatches = v.mismatches.size();
+  r.precision_flow.groups.clear();
+  std::map<std::string, std::size_t> index;
+  for (const auto& m : v.mismatches) {
+    const std::string key = m.tensor.empty() ? std::string(models::op_kind_name(m.kind)) : fmt::format("{} {}", models::op_kind_name(m.kind), m.tensor);
+    const auto [it, fresh] = index.emplace(key, r.precision_flow.groups.size());
+    if (fresh) r.precision_flow.groups.emplace_back(key, 0);
+    ++r.precision_flow.groups[it->second].second;
+  }
+}
+
 void add_warnings(const sim::Scenario& s, sim::SimResult& r) {
   if (!r.fits()) return;
   const int per_engine = (s.workload.sequences_per_step() + r.engines - 1) / r.engines;
@@ -151,7 +172,9 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
   j["generated_tokens_per_s"] = wall > 0 ? static_cast<double>(tokens) / wall : 0.0;
   j["peak_memory_bytes"] = {{"rollout", r.peak_rollout_bytes}, {"training", r.peak_training_bytes}};
   j["device_memory_bytes"] = s.cluster.device.memory_bytes;
-  j["verify"] = {{"verdict", "not-checked"}, {"mismatches", 0}};
+  json by_kind = json::object();
+  for (const auto& [key, count] : r.precision_flow.groups) by_kind[key] = count;
+  j["verify"] = {{"verdict", r.precision_flow.verdict}, {"mismatches", r.precision_flow.mismatches}, {"by_kind", by_kind}};
   j["warnings"] = r.warnings;
   if (r.oom) {
     json b = json::object();
@@ -236,6 +259,14 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
                      100 * r.peak_rollout_bytes / cap, format_quantity(r.peak_training_bytes, Dimension::kBytes),
                      format_quantity(cap, Dimension::kBytes), 100 * r.peak_training_bytes / cap);
   out << "  bottleneck: " << bottleneck(s, r) << "\n";
+  const auto& pf = r.precision_flow;
+  if (pf.verdict == "inconsistent") {
+    std::string parts;
+    for (const auto& [key, count] : pf.groups) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", key, count);
+    out << fmt::format("  precision flow: inconsistent, {} mismatching edges ({}); details: rlsim verify {}\n", pf.mismatches, parts, s.file);
+  } else if (pf.verdict == "consistent") {
+    out << "  precision flow: consistent (the rollout graph embeds in the training forward graph with equal precision on every edge)\n";
+  }
   for (const auto& w : r.warnings) out << "  warning: " << w << "\n";
 }
 

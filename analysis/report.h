@@ -30,6 +30,14 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
 /// Chrome trace JSON (an object with "traceEvents"; opens in Perfetto / chrome://tracing).
 std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const sim::RecordingSink& trace);
 
+/// Verifies the scenario's precision flow (models/graph: the training recipe's forward graph
+/// against the rollout recipe's inference graph with the scenario's KV-cache format) and stores
+/// the verdict and mismatch counts per operator kind and slot in r.precision_flow.
+void check_precision_flow(const sim::Scenario& s, sim::SimResult& r);
+
+/// The rollout recipe as the engine runs it: the scenario's recipe with rollout.kv_cache applied.
+models::Recipe rollout_recipe(const sim::Scenario& s);
+
 /// Derived per-run warnings (KV-limited batch, preemptions, truncated responses, ...).
 void add_warnings(const sim::Scenario& s, sim::SimResult& r);
 

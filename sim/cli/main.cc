@@ -12,7 +12,9 @@
 
 #include "analysis/report.h"
 #include "models/precision/recipe.h"
+#include "models/graph/graph.h"
 #include "sim/cli/precision_cmds.h"
+#include "sim/cli/verify_cmds.h"
 #include "sim/pipeline/pipeline.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
@@ -58,6 +60,7 @@ int cmd_run(const RunOptions& o) {
     std::cerr << fmt::format("rlsim: simulated step {}/{} ({:.1f} s)\n", done, total, elapsed());
   });
   analysis::add_warnings(s, r);
+  analysis::check_precision_flow(s, r);
   if (!o.quiet && elapsed() > 1.0) std::cerr << fmt::format("rlsim: writing outputs to {}\n", s.output.dir);
   analysis::write_outputs(s.output.dir, s, r, sink);
   if (!o.quiet) {
@@ -127,7 +130,8 @@ output: {plots: false, trace: false}
 
 int cmd_bench(const std::string& what, int repeat) {
   if (what == "quantize") return cli::bench_quantize(repeat, std::cout);
-  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize)");
+  if (what == "verify") return cli::bench_verify(repeat, std::cout);
+  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize, verify)");
   namespace fs = std::filesystem;
   const fs::path p = fs::temp_directory_path() / fmt::format("rlsim_bench_sim_{}.yaml", ::getpid());
   {
@@ -195,8 +199,9 @@ int main(int argc, char** argv) {
   int bench_repeat = 3;
   auto* bench = app.add_subcommand("bench", "Run a built-in benchmark and print measured figures (single-threaded)");
   bench->add_option("what", bench_what,
-                    "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each format")
-      ->check(CLI::IsMember({"sim", "quantize"}))
+                    "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
+                    "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2")
+      ->check(CLI::IsMember({"sim", "quantize", "verify"}))
       ->capture_default_str();
   bench->add_option("--repeat", bench_repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
 
@@ -209,6 +214,27 @@ int main(int argc, char** argv) {
   quant->add_option("--shape", qo.shape, "Tensor shape R,C (C = the reduction dimension blocks run along); default 1,N");
   quant->add_flag("--codes", qo.codes, "Print each element's code in hex after its value");
   quant->footer("Example: echo '1 1000 -0.3 nan' | rlsim quantize --format fp8-e4m3 --codes");
+
+  cli::VerifyOptions vo;
+  auto* verify = app.add_subcommand(
+      "verify",
+      "Check the unified-precision condition: does the rollout (inference) graph embed in the training forward graph with "
+      "value-equivalent precision on every edge? Exit 0 consistent, 1 inconsistent, 2 bad input");
+  verify->add_option("scenario", vo.scenario, "Scenario YAML file (model, training.precision, rollout.precision and kv_cache)");
+  verify->add_option("--set,-s", vo.set, "Override a scenario key: dotted.key=value (YAML value), repeatable")->take_all();
+  verify->add_option("--train", vo.train_graphml, "Training graph as GraphML (instead of a scenario; needs --infer)");
+  verify->add_option("--infer", vo.infer_graphml, "Inference graph as GraphML (instead of a scenario; needs --train)");
+  verify->add_option("--json", vo.json, "Write the verdict and every mismatch as JSON to FILE");
+  verify->add_option("--dot", vo.dot_dir, "Write training.dot and inference.dot (Graphviz; mismatching edges in red) into DIR");
+  verify->add_flag("--full", vo.full, "DOT: draw every layer and expert (default: collapse identical layers and experts)");
+  verify->add_option("--graphml", vo.graphml_dir, "Write training.graphml and inference.graphml into DIR");
+  verify->add_option("--vf2-budget", vo.vf2_budget_s, "Seconds each VF2 search may take when names do not anchor the graphs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  verify->add_flag("--quiet,-q", vo.quiet, "Print only the verdict line");
+  verify->footer(
+      "Examples:\n  rlsim verify scenarios/verify-qwen3-8b-bf16-train-fp8-block-rollout.yaml --json mismatches.json --dot graphs/\n"
+      "  rlsim verify --train training.graphml --infer inference.graphml");
 
   try {
     app.parse(argc, argv);
@@ -227,7 +253,11 @@ int main(int argc, char** argv) {
     if (*catalog) return cmd_catalog(catalog_what);
     if (*bench) return cmd_bench(bench_what, bench_repeat);
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
+    if (*verify) return cli::cmd_verify(vo, std::cout);
   } catch (const sim::ScenarioError& e) {
+    std::cerr << "rlsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const models::GraphError& e) {
     std::cerr << "rlsim: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {

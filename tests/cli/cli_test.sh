@@ -131,6 +131,48 @@ check "catalog formats: nvfp4 column" grep -Eq "^fp4-e2m1 .* 4.5000$" "$WORK/for
 "$RLSIM" bench quantize --repeat 1 >"$WORK/benchq" 2>&1
 check "bench quantize prints GB/s per format" test "$(grep -c 'fp8-e4m3\|int4\|hif' "$WORK/benchq")" -ge 6
 
+# --- rlsim verify: verdicts, exit status, JSON, DOT, GraphML in and out --------------------------
+V="$SRC/scenarios"
+"$RLSIM" verify "$V/verify-qwen3-8b-jet-rl-fp8-block.yaml" >"$WORK/v0.out"
+check "verify consistent: exit 0" test $? -eq 0
+check "verify consistent: verdict line" grep -q "^consistent: " "$WORK/v0.out"
+"$RLSIM" verify "$V/verify-qwen3-8b-bf16-train-fp8-block-rollout.yaml" --json "$WORK/v.json" --dot "$WORK/dot" \
+  --graphml "$WORK/gml" >"$WORK/v1.out"
+check "verify inconsistent: exit 1" test $? -eq 1
+check "verify inconsistent: verdict line with the count" grep -q "^inconsistent: 504 mismatching edges in 2 groups" "$WORK/v1.out"
+check "verify: table row for linear inputs" grep -Eq "^  linear +input +activation +252 +bf16 +fp8-e4m3/group1x128" "$WORK/v1.out"
+check "verify json: verdict" grep -q '"verdict": "inconsistent"' "$WORK/v.json"
+check "verify json: one object per mismatching edge" test "$(grep -c '"operator": ' "$WORK/v.json")" -eq 504
+check "verify json: weight edges" test "$(grep -c '"tensor": "weight"' "$WORK/v.json")" -eq 252
+check "verify json: first operator" grep -q '"operator": "layers.0.self_attn.q_proj"' "$WORK/v.json"
+for k in kind role train inference reason; do check "verify json: key $k" grep -q "\"$k\": " "$WORK/v.json"; done
+for f in training.dot inference.dot; do
+  check "verify --dot writes $f" grep -q "^digraph" "$WORK/dot/$f"
+  check "verify --dot marks $f in red" grep -q " color=red" "$WORK/dot/$f"
+done
+"$RLSIM" verify "$V/verify-qwen3-8b-bf16-train-fp8-block-rollout.yaml" --dot "$WORK/dotfull" --full -q >/dev/null
+check "verify --full draws every layer" grep -q '"layers.35.mlp.down_proj' "$WORK/dotfull/inference.dot"
+"$RLSIM" verify --train "$WORK/gml/training.graphml" --infer "$WORK/gml/inference.graphml" >"$WORK/v2.out"
+check "verify GraphML: exit 1" test $? -eq 1
+check "verify GraphML: same verdict" grep -q "^inconsistent: 504 mismatching edges" "$WORK/v2.out"
+"$RLSIM" verify --train "$WORK/gml/training.graphml" --infer "$WORK/gml/training.graphml" -q >/dev/null
+check "verify GraphML: a graph embeds in itself (exit 0)" test $? -eq 0
+sed 's/>linear</>linaer</' "$WORK/gml/inference.graphml" >"$WORK/bad.graphml"
+"$RLSIM" verify --train "$WORK/gml/training.graphml" --infer "$WORK/bad.graphml" --json "$WORK/bad.json" >/dev/null 2>"$WORK/bad.err"
+check "verify bad GraphML: exit 2" test $? -eq 2
+check "verify bad GraphML: names file, node and kind" grep -q "bad.graphml: node #[0-9]* ('layers.0.self_attn.q_proj'): unknown kind 'linaer'" "$WORK/bad.err"
+check "verify bad GraphML: no JSON written" test ! -e "$WORK/bad.json"
+"$RLSIM" verify --train "$WORK/gml/training.graphml" >/dev/null 2>&1
+check "verify --train without --infer: exit 2" test $? -eq 2
+"$RLSIM" verify "$WORK/missing.yaml" >/dev/null 2>&1
+check "verify missing scenario: exit 2" test $? -eq 2
+"$RLSIM" run "$SRC/scenarios/default.yaml" --out "$WORK/def" -q --no-plots --no-trace
+check "run summary.json: verify verdict" grep -q '"verdict": "inconsistent"' "$WORK/def/summary.json"
+"$RLSIM" run "$WORK/base.yaml" --set rollout.precision=fp8-block --out "$WORK/vr" --no-plots --no-trace >"$WORK/vr.out"
+check "run summary: verdict and mismatch counts" grep -q "precision flow: inconsistent, 504 mismatching edges (linear input 252, linear weight 252)" "$WORK/vr.out"
+"$RLSIM" bench verify --repeat 1 >"$WORK/benchv" 2>&1
+check "bench verify prints vertices, edges and time for both models" test "$(grep -c 'vertices.*edges.*total' "$WORK/benchv")" -eq 4
+
 # --- async schedule end to end: staleness and idle ratios in summary.json ------------------------
 "$RLSIM" run "$WORK/base.yaml" --out "$WORK/async" -q --no-plots --set placement.mode=disaggregated \
   --set placement.rollout_devices=4 --set placement.train_devices=4 --set schedule.mode=async --set schedule.partial_rollout=true

@@ -1,0 +1,196 @@
+#include "sim/cli/verify_cmds.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "analysis/report.h"
+#include "models/graph/build.h"
+#include "models/graph/io.h"
+#include "models/graph/verify.h"
+#include "sim/scenario/scenario.h"
+
+namespace rlsim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Writes `text` to `path` through a temporary sibling and a rename: a reader never sees half a file.
+void write_atomic(const fs::path& path, const std::string& text) {
+  if (path.has_parent_path()) fs::create_directories(path.parent_path());
+  const fs::path tmp = path.string() + fmt::format(".tmp{}", ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error("cannot write " + path.string());
+    }
+  }
+  fs::rename(tmp, path);
+}
+
+std::string graph_line(const models::PrecisionGraph& g) {
+  return fmt::format("{} operators, {} tensors", boost::num_vertices(g), boost::num_edges(g));
+}
+
+std::string truncate(const std::string& s, std::size_t width) {
+  return s.size() <= width ? s : s.substr(0, width - 3) + "...";
+}
+
+}  // namespace
+
+int cmd_verify(const VerifyOptions& o, std::ostream& out) {
+  models::PrecisionGraph train, infer;
+  std::string title;
+  const auto t_build = Clock::now();
+  if (!o.train_graphml.empty() || !o.infer_graphml.empty()) {
+    if (o.train_graphml.empty() || o.infer_graphml.empty()) {
+      throw sim::ScenarioError("rlsim verify: --train and --infer go together (training and inference GraphML files)");
+    }
+    if (!o.scenario.empty()) throw sim::ScenarioError("rlsim verify: give a scenario file or --train/--infer, not both");
+    train = models::read_graphml_file(o.train_graphml);
+    infer = models::read_graphml_file(o.infer_graphml);
+    title = fmt::format("{} vs {}", o.train_graphml, o.infer_graphml);
+    if (!o.quiet) {
+      out << fmt::format("rlsim verify: training {} ({}); inference {} ({})\n", o.train_graphml, graph_line(train), o.infer_graphml,
+                         graph_line(infer));
+    }
+  } else {
+    if (o.scenario.empty()) throw sim::ScenarioError("rlsim verify: give a scenario file, or --train A.graphml --infer B.graphml");
+    const sim::Scenario s = sim::load_scenario(o.scenario, o.set);
+    const models::Recipe rollout = analysis::rollout_recipe(s);
+    train = models::build_precision_graph(s.model, s.training.precision, models::GraphSide::kTraining);
+    infer = models::build_precision_graph(s.model, rollout, models::GraphSide::kInference);
+    title = fmt::format("{}: training {} / rollout {} (KV {})", s.model.name, s.training.precision.name, rollout.name, rollout.kv_cache.str());
+    if (!o.quiet) {
+      out << fmt::format("rlsim verify: {} ({})\n", s.name, o.scenario);
+      out << fmt::format("  model {}; training {}: forward + backward, {}; rollout {} with KV cache {}: {}\n", s.model.name,
+                         s.training.precision.name, graph_line(train), rollout.name, rollout.kv_cache.str(), graph_line(infer));
+    }
+  }
+  const double build_s = since(t_build);
+
+  models::VerifyOptions vo;
+  vo.vf2_budget_s = o.vf2_budget_s;
+  const auto t_verify = Clock::now();
+  const models::VerifyResult r = models::verify(train, infer, vo);
+  const double verify_s = since(t_verify);
+  if (!o.quiet) {
+    out << fmt::format("  matched {} in {:.3f} s (graphs built or read in {:.3f} s){}\n",
+                       r.method == models::MatchMethod::kNameAnchored ? "by operator name (linear pass)" : "by VF2 subgraph monomorphism",
+                       verify_s, build_s, r.note.empty() ? "" : "; " + r.note);
+  }
+
+  const auto groups = models::group_mismatches(r.mismatches);
+  if (r.consistent) {
+    out << "consistent: the inference graph embeds in the training forward graph with value-equivalent precision on every edge\n";
+  } else {
+    out << fmt::format("inconsistent: {} mismatching {} in {} {}\n", r.mismatches.size(), r.mismatches.size() == 1 ? "edge" : "edges",
+                       groups.size(), groups.size() == 1 ? "group" : "groups");
+    if (!o.quiet) {
+      out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {}\n", "operator kind", "tensor", "role", "count", "training",
+                         "inference", "reason (first operator)");
+      for (const auto& g : groups) {
+        out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {} ({})\n", models::op_kind_name(g.kind),
+                           g.tensor.empty() ? "-" : g.tensor, g.tensor.empty() ? "-" : std::string(models::role_name(g.role)), g.count,
+                           truncate(g.train, 26), truncate(g.inference, 26), g.reason, g.example);
+      }
+    }
+  }
+
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["verdict"] = r.consistent ? "consistent" : "inconsistent";
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& m : r.mismatches) {
+      list.push_back({{"operator", m.op},
+                      {"kind", std::string(models::op_kind_name(m.kind))},
+                      {"tensor", m.tensor},
+                      {"role", m.tensor.empty() ? "" : std::string(models::role_name(m.role))},
+                      {"train", m.train},
+                      {"inference", m.inference},
+                      {"reason", m.reason},
+                      {"layer", m.layer}});
+    }
+    j["mismatches"] = std::move(list);
+    j["method"] = r.method == models::MatchMethod::kNameAnchored ? "name-anchored" : "vf2";
+    j["training"] = {{"operators", r.train_vertices}, {"tensors", r.train_edges}};
+    j["inference"] = {{"operators", r.infer_vertices}, {"tensors", r.infer_edges}};
+    write_atomic(o.json, j.dump(1) + "\n");
+  }
+  if (!o.dot_dir.empty()) {
+    for (const bool training : {true, false}) {
+      std::ostringstream dot;
+      models::DotOptions d;
+      d.full = o.full;
+      d.title = fmt::format("{} graph: {}", training ? "training" : "inference", title);
+      models::write_dot(dot, training ? train : infer, models::mismatch_marks(r.mismatches, training), d);
+      write_atomic(fs::path(o.dot_dir) / (training ? "training.dot" : "inference.dot"), dot.str());
+    }
+  }
+  if (!o.graphml_dir.empty()) {
+    for (const bool training : {true, false}) {
+      std::ostringstream xml;
+      models::write_graphml(xml, training ? train : infer);
+      write_atomic(fs::path(o.graphml_dir) / (training ? "training.graphml" : "inference.graphml"), xml.str());
+    }
+  }
+  if (!o.quiet && (!o.json.empty() || !o.dot_dir.empty() || !o.graphml_dir.empty())) {
+    std::string files;
+    if (!o.json.empty()) files += " " + o.json;
+    if (!o.dot_dir.empty()) files += fmt::format(" {}/{{training,inference}}.dot", o.dot_dir);
+    if (!o.graphml_dir.empty()) files += fmt::format(" {}/{{training,inference}}.graphml", o.graphml_dir);
+    out << "  wrote" << files << "\n";
+  }
+  return r.consistent ? 0 : 1;
+}
+
+int bench_verify(int repeat, std::ostream& out) {
+  out << "rlsim bench verify: build both precision-flow graphs and verify (name-anchored pass), one core, best of " << repeat << "\n";
+  struct Pair {
+    const char* train;
+    const char* rollout;
+  };
+  for (const char* model : {"deepseek-v3", "kimi-k2"}) {
+    const models::ModelArch arch = sim::catalog_model(model);
+    for (const Pair p : {Pair{"fp8-block", "fp8-block"}, Pair{"bf16", "fp8-block"}}) {
+      const models::Recipe& tr = models::builtin_recipe(p.train);
+      const models::Recipe& ro = models::builtin_recipe(p.rollout);
+      double best_build = 1e300, best_verify = 1e300, best_total = 1e300;
+      std::size_t tv = 0, te = 0, iv = 0, ie = 0, mismatches = 0;
+      for (int i = 0; i < repeat; ++i) {
+        const auto t0 = Clock::now();
+        const models::PrecisionGraph t = models::build_precision_graph(arch, tr, models::GraphSide::kTraining);
+        const models::PrecisionGraph g = models::build_precision_graph(arch, ro, models::GraphSide::kInference);
+        const double build = since(t0);
+        const auto t1 = Clock::now();
+        const models::VerifyResult r = models::verify(t, g);
+        const double verify = since(t1);
+        best_build = std::min(best_build, build);
+        best_verify = std::min(best_verify, verify);
+        best_total = std::min(best_total, build + verify);
+        tv = r.train_vertices, te = r.train_edges, iv = r.infer_vertices, ie = r.infer_edges, mismatches = r.mismatches.size();
+      }
+      out << fmt::format("  {:<12} train {:<9} rollout {:<9}: training {} vertices, {} edges; inference {} vertices, {} edges; "
+                         "{} mismatches; build {:.3f} s, verify {:.3f} s, total {:.3f} s (target: under 1 s)\n",
+                         model, p.train, p.rollout, tv, te, iv, ie, mismatches, best_build, best_verify, best_total);
+    }
+  }
+  return 0;
+}
+
+}  // namespace rlsim::cli
