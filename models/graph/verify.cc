@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -249,10 +250,19 @@ PrecisionGraph contract_kv_cache(const PrecisionGraph& in) {
 bool value_equivalent(const TensorEdge& train, const TensorEdge& inference, std::string* reason) {
   const TensorPrecision& a = train.precision;
   const TensorPrecision& b = inference.precision;
-  if (inference.kv && !inference.kv->lossless) {
+  const bool train_lossy = train.kv && !train.kv->lossless;
+  const bool inf_lossy = inference.kv && !inference.kv->lossless;
+  if (inf_lossy && !(train_lossy && train.kv->format == inference.kv->format)) {
     if (reason) {
       *reason = fmt::format("KV cache stores {} values; training never stores this {}: it reads it as {}",
                             inference.kv->format.str(), inference.tensor, a.format.str());
+    }
+    return false;
+  }
+  if (train_lossy && !inf_lossy) {
+    if (reason) {
+      *reason = fmt::format("training stores this {} as {} (emulated KV cache); the rollout keeps {}", inference.tensor,
+                            train.kv->format.str(), inference.kv ? inference.kv->format.str() : b.format.str());
     }
     return false;
   }
@@ -269,14 +279,24 @@ bool value_equivalent(const TensorEdge& train, const TensorEdge& inference, std:
   return true;
 }
 
-VerifyResult verify(const PrecisionGraph& training, const PrecisionGraph& inference, const VerifyOptions& options) {
+VerifyResult verify(const PrecisionGraph& training_in, const PrecisionGraph& inference, const VerifyOptions& options) {
   VerifyResult r;
-  r.train_vertices = boost::num_vertices(training);
-  r.train_edges = boost::num_edges(training);
+  r.train_vertices = boost::num_vertices(training_in);
+  r.train_edges = boost::num_edges(training_in);
   r.infer_vertices = boost::num_vertices(inference);
   r.infer_edges = boost::num_edges(inference);
   const PrecisionGraph inf = contract_kv_cache(inference);
   const std::size_t n = boost::num_vertices(inf);
+  // A training graph with KV-cache operators (one that emulates the rollout's cache) is contracted
+  // the same way; the usual training graph has none and is used as is.
+  std::optional<PrecisionGraph> train_contracted;
+  for (OpId v = 0; v < boost::num_vertices(training_in); ++v) {
+    if (training_in[v].kind == OpKind::kKvWrite || training_in[v].kind == OpKind::kKvRead) {
+      train_contracted = contract_kv_cache(training_in);
+      break;
+    }
+  }
+  const PrecisionGraph& training = train_contracted ? *train_contracted : training_in;
 
   if (!options.force_vf2) {
     std::unordered_map<std::string_view, OpId> train_index, inf_index;

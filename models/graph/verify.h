@@ -59,7 +59,7 @@ PrecisionGraph contract_kv_cache(const PrecisionGraph& inference);
 
 /// Whether an inference tensor carries the same values as the training tensor it maps to:
 /// same element and scaling (block shapes included), same accumulate type, and -- for a KV-cache
-/// edge -- a lossless store. Quantisation mode, storage type and compute type do not matter for
+/// edge -- a lossless store, or the same lossy store on both sides (a trainer emulating the cache). Quantisation mode, storage type and compute type do not matter for
 /// values: fake int4/group32 (BF16 storage, BF16 GEMM) equals real int4/group32 (packed, dequantised
 /// to a BF16 GEMM), and FP8 values give exact products on either FP8 or BF16 tensor cores. On a
 /// mismatch, `reason` (when not null) receives a one-line explanation.
@@ -68,7 +68,8 @@ bool value_equivalent(const TensorEdge& train, const TensorEdge& inference, std:
 /// Decides whether `inference` embeds into `training` with value-equivalent precision and lists
 /// every mismatching edge and every inference operator with no training counterpart.
 ///
-/// KV-cache stores are contracted first (contract_kv_cache). When every operator name is unique in
+/// KV-cache stores are contracted first (contract_kv_cache; in the training graph too, when it has
+/// any). When every operator name is unique in
 /// both graphs and either both come from the rlsim builder or every inference name exists in
 /// training with the same kind, operators are mapped by name in one linear pass. Otherwise
 /// boost::vf2_subgraph_mono searches a structural embedding (kind, layer when both graphs give

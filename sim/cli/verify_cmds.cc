@@ -40,7 +40,12 @@ void write_atomic(const fs::path& path, const std::string& text) {
       throw std::runtime_error("cannot write " + path.string());
     }
   }
-  fs::rename(tmp, path);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw std::runtime_error("cannot write " + path.string() + ": " + ec.message());
+  }
 }
 
 std::string graph_line(const models::PrecisionGraph& g) {

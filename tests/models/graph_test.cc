@@ -364,6 +364,15 @@ TEST(KvContraction, ReplacesEachStoreByOneEdgeAndRejectsDanglingReads) {
   for (const TensorId e : boost::make_iterator_range(boost::edges(c))) lossy += c[e].kv && !c[e].kv->lossless;
   EXPECT_EQ(lossy, 4u);
 
+  // A trainer that emulates the same FP8 cache (a graph with the same stores) matches; one that
+  // stores in BF16 does not.
+  EXPECT_TRUE(verify(i, i).consistent);
+  const PrecisionGraph bf16_cache = build_precision_graph(a, builtin_recipe("bf16"), GraphSide::kInference);
+  const VerifyResult r = verify(bf16_cache, i);
+  EXPECT_EQ(r.mismatches.size(), 4u);
+  EXPECT_EQ(verify(i, bf16_cache).mismatches.size(), 4u);
+  EXPECT_TRUE(verify(bf16_cache, bf16_cache).consistent);
+
   PrecisionGraph broken = i;
   const OpId read = boost::add_vertex(OpVertex{"orphan.read", OpKind::kKvRead, 0}, broken);
   boost::add_edge(read, 0, TensorEdge{"input", TensorRole::kKv, {}, {}}, broken);
