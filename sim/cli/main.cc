@@ -13,7 +13,9 @@
 #include "analysis/report.h"
 #include "models/precision/recipe.h"
 #include "models/graph/graph.h"
+#include "models/runtime/model.h"
 #include "sim/cli/precision_cmds.h"
+#include "sim/cli/runtime_cmds.h"
 #include "sim/cli/verify_cmds.h"
 #include "sim/pipeline/pipeline.h"
 #include "sim/scenario/scenario.h"
@@ -236,6 +238,21 @@ int main(int argc, char** argv) {
       "Examples:\n  rlsim verify scenarios/verify-qwen3-8b-bf16-train-fp8-block-rollout.yaml --json mismatches.json --dot graphs/\n"
       "  rlsim verify --train training.graphml --infer inference.graphml");
 
+  cli::GenerateOptions go;
+  auto* gen = app.add_subcommand("generate", "Generate text with a real small model (llama2.c checkpoint or Hugging Face directory) in any precision");
+  gen->add_option("--model,-m", go.model, "llama2.c checkpoint file or Hugging Face model directory")->required();
+  gen->add_option("--tokenizer,-z", go.tokenizer, "Tokenizer: llama2.c tok*.bin or tokenizer.json (default: found beside the model)");
+  gen->add_option("--precision,-p", go.precision, "fp32 (reference) or a recipe: " + models::recipe_names())->capture_default_str();
+  gen->add_option("--prompt,-i", go.prompt, "Prompt text (BOS is prepended)");
+  gen->add_option("--temperature,-t", go.temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--top-p", go.top_p, "Nucleus sampling: keep the most likely tokens up to this probability")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  gen->add_option("--steps,-n", go.steps, "Positions to fill, prompt included (llama2.c -n)")->check(CLI::PositiveNumber)->capture_default_str();
+  gen->add_option("--seed", go.seed, "Sampling seed")->capture_default_str();
+  gen->add_flag("--quiet,-q", go.quiet, "No tokens/s line on stderr");
+  gen->footer("Example: rlsim generate --model ../shared/models/stories260K/stories260K.bin --temperature 0 --steps 200");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -254,7 +271,11 @@ int main(int argc, char** argv) {
     if (*bench) return cmd_bench(bench_what, bench_repeat);
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
     if (*verify) return cli::cmd_verify(vo, std::cout);
+    if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);
   } catch (const sim::ScenarioError& e) {
+    std::cerr << "rlsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const models::ModelFileError& e) {
     std::cerr << "rlsim: error: " << e.what() << "\n";
     return 2;
   } catch (const models::GraphError& e) {

@@ -173,6 +173,28 @@ check "run summary: verdict and mismatch counts" grep -q "precision flow: incons
 "$RLSIM" bench verify --repeat 1 >"$WORK/benchv" 2>&1
 check "bench verify prints vertices, edges and time for both models" test "$(grep -c 'vertices.*edges.*total' "$WORK/benchv")" -eq 4
 
+# --- rlsim generate: the llama2.c project's greedy story, bad input -----------------------------
+ST="$SRC/../shared/models/stories260K"
+"$RLSIM" generate --model "$ST/stories260K.bin" --temperature 0 --steps 1000 -q >"$WORK/story.txt"
+check "generate: exit 0" test $? -eq 0
+check "generate --temperature 0: the reference greedy story, byte for byte" cmp -s "$WORK/story.txt" "$ST/reference/greedy/text.txt"
+"$RLSIM" generate --model "$ST/stories260K.bin" --temperature 0 --steps 200 -q >"$WORK/story200.txt"
+n200=$(( $(wc -c <"$WORK/story200.txt") - 1 ))  # without the final newline
+check "generate --steps 200: a prefix of the story ($n200 bytes)" cmp -s -n "$n200" "$WORK/story200.txt" "$ST/reference/greedy/text.txt"
+"$RLSIM" generate --model "$ST/stories260K.bin" --prompt "Tom and his dog Max went to the big lake" --temperature 0 --steps 128 -q >"$WORK/prompt.txt"
+check "generate --prompt: the reference prompt continuation" cmp -s "$WORK/prompt.txt" "$ST/reference/prompt/text.txt"
+"$RLSIM" generate --model "$ST/stories260K.bin" --temperature 0.8 --seed 3 --steps 60 -q >"$WORK/s1.txt"
+"$RLSIM" generate --model "$ST/stories260K.bin" --temperature 0.8 --seed 3 --steps 60 -q >"$WORK/s2.txt"
+check "generate: same seed, same text" cmp -s "$WORK/s1.txt" "$WORK/s2.txt"
+"$RLSIM" generate --model "$ST/stories260K.bin" --precision fp8-block --temperature 0 --steps 40 -q >/dev/null
+check "generate --precision fp8-block: exit 0" test $? -eq 0
+"$RLSIM" generate --model "$ST/stories260K.bin" --precision fp9 >/dev/null 2>"$WORK/gen.err"
+check "generate: unknown precision is bad input (2)" test $? -eq 2
+head -c 5000 "$ST/stories260K.bin" >"$WORK/cut.bin"
+"$RLSIM" generate --model "$WORK/cut.bin" --tokenizer "$ST/tok512.bin" >/dev/null 2>"$WORK/cut.err"
+check "generate: truncated checkpoint is bad input (2)" test $? -eq 2
+check "generate: error names the file and the tensor" grep -q "cut.bin: truncated in tensor 'token_embedding'" "$WORK/cut.err"
+
 # --- async schedule end to end: staleness and idle ratios in summary.json ------------------------
 "$RLSIM" run "$WORK/base.yaml" --out "$WORK/async" -q --no-plots --set placement.mode=disaggregated \
   --set placement.rollout_devices=4 --set placement.train_devices=4 --set schedule.mode=async --set schedule.partial_rollout=true

@@ -1,0 +1,356 @@
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "models/runtime/model.h"
+
+namespace rlsim::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+
+/// IEEE binary16 -> binary32, exact (subnormals, infinities and NaN included).
+float f16_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1Fu;
+  std::uint32_t mant = h & 0x3FFu;
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+  if (mant == 0) return std::bit_cast<float>(sign);
+  int e = -1;  // normalise the subnormal
+  do {
+    mant <<= 1;
+    ++e;
+  } while ((mant & 0x400u) == 0);
+  return std::bit_cast<float>(sign | static_cast<std::uint32_t>(112 - e) << 23 | ((mant & 0x3FFu) << 13));
+}
+
+// ---- llama2.c --------------------------------------------------------------------------------
+
+class Reader {
+ public:
+  Reader(std::string path, std::uint64_t size, std::ifstream& in) : path_(std::move(path)), size_(size), in_(in) {}
+  void floats(float* dst, std::uint64_t count, const std::string& tensor) {
+    const std::uint64_t bytes = count * 4;
+    if (offset_ + bytes > size_) {
+      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_, tensor,
+                                       bytes, offset_, size_));
+    }
+    in_.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(bytes));
+    if (!in_) throw ModelFileError(fmt::format("{}: read error in tensor '{}'", path_, tensor));
+    offset_ += bytes;
+  }
+  void matrix(MatrixRM& m, Eigen::Index rows, Eigen::Index cols, const std::string& tensor) {
+    m.resize(rows, cols);
+    floats(m.data(), static_cast<std::uint64_t>(rows * cols), tensor);
+  }
+  void vector(VectorF& v, Eigen::Index n, const std::string& tensor) {
+    v.resize(n);
+    floats(v.data(), static_cast<std::uint64_t>(n), tensor);
+  }
+  void skip(std::uint64_t bytes, const std::string& tensor) {
+    if (offset_ + bytes > size_) {
+      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_, tensor,
+                                       bytes, offset_, size_));
+    }
+    in_.seekg(static_cast<std::streamoff>(bytes), std::ios::cur);
+    offset_ += bytes;
+  }
+  std::uint64_t offset() const { return offset_; }
+  void set_offset(std::uint64_t o) { offset_ = o; }
+
+ private:
+  std::string path_;
+  std::uint64_t size_;
+  std::ifstream& in_;
+  std::uint64_t offset_ = 0;
+};
+
+// ---- safetensors -----------------------------------------------------------------------------
+
+struct TensorInfo {
+  std::string file, dtype;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0, end = 0;  // absolute file offsets
+};
+
+std::map<std::string, TensorInfo> read_safetensors_header(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ModelFileError(file.string() + ": cannot open");
+  const std::uint64_t size = fs::file_size(file);
+  if (size < 8) throw ModelFileError(fmt::format("{}: {} bytes, too short for a safetensors header", file.string(), size));
+  std::uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  if (n > size - 8) {
+    throw ModelFileError(fmt::format("{}: safetensors header of {} bytes does not fit in the {}-byte file", file.string(), n, size));
+  }
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw ModelFileError(fmt::format("{}: safetensors header is not JSON: {}", file.string(), e.what()));
+  }
+  if (!j.is_object()) throw ModelFileError(file.string() + ": safetensors header is not a JSON object");
+  const std::uint64_t data = 8 + n;
+  std::map<std::string, TensorInfo> out;
+  for (const auto& [name, t] : j.items()) {
+    if (name == "__metadata__") continue;
+    try {
+      TensorInfo info{file.string(), t.at("dtype").get<std::string>(), t.at("shape").get<std::vector<std::int64_t>>(), 0, 0};
+      const auto offsets = t.at("data_offsets").get<std::vector<std::uint64_t>>();
+      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > size - data) {
+        throw ModelFileError(fmt::format("{}: tensor '{}': data_offsets outside the file's {} data bytes", file.string(), name, size - data));
+      }
+      info.begin = data + offsets[0];
+      info.end = data + offsets[1];
+      out.emplace(name, std::move(info));
+    } catch (const nlohmann::json::exception& e) {
+      throw ModelFileError(fmt::format("{}: tensor '{}': {}", file.string(), name, e.what()));
+    }
+  }
+  return out;
+}
+
+class SafetensorsModel {
+ public:
+  explicit SafetensorsModel(const fs::path& dir) {
+    const fs::path single = dir / "model.safetensors";
+    const fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(index)) {
+      std::ifstream f(index);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(f);
+      } catch (const std::exception& e) {
+        throw ModelFileError(fmt::format("{}: {}", index.string(), e.what()));
+      }
+      if (!j.contains("weight_map")) throw ModelFileError(index.string() + ": missing key 'weight_map'");
+      std::map<std::string, std::map<std::string, TensorInfo>> shards;
+      for (const auto& [name, shard] : j["weight_map"].items()) {
+        const std::string s = shard.get<std::string>();
+        if (!shards.count(s)) shards[s] = read_safetensors_header(dir / s);
+        const auto it = shards[s].find(name);
+        if (it == shards[s].end()) throw ModelFileError(fmt::format("{}: tensor '{}' listed in the index is missing", (dir / s).string(), name));
+        tensors_[name] = it->second;
+      }
+    } else if (fs::exists(single)) {
+      tensors_ = read_safetensors_header(single);
+    } else {
+      throw ModelFileError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
+    }
+  }
+
+  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+
+  /// Reads tensor `name` with the expected shape into `dst` (converted to FP32).
+  void read(const std::string& name, std::vector<std::int64_t> shape, float* dst) const {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw ModelFileError(fmt::format("missing tensor '{}'", name));
+    const TensorInfo& t = it->second;
+    if (t.shape != shape) {
+      throw ModelFileError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", t.file, name, fmt::join(t.shape, ", "),
+                                       fmt::join(shape, ", ")));
+    }
+    std::uint64_t count = 1;
+    for (auto d : shape) count *= static_cast<std::uint64_t>(d);
+    const int width = t.dtype == "F32" ? 4 : (t.dtype == "BF16" || t.dtype == "F16") ? 2 : 0;
+    if (width == 0) throw ModelFileError(fmt::format("{}: tensor '{}' has dtype {} (expected F32, BF16 or F16)", t.file, name, t.dtype));
+    if (t.end - t.begin != count * static_cast<std::uint64_t>(width)) {
+      throw ModelFileError(fmt::format("{}: tensor '{}' spans {} bytes, its shape and dtype need {}", t.file, name, t.end - t.begin,
+                                       count * static_cast<std::uint64_t>(width)));
+    }
+    std::ifstream in(t.file, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(t.begin));
+    if (width == 4) {
+      in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(count * 4));
+    } else {
+      std::vector<std::uint16_t> buf(count);
+      in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(count * 2));
+      const bool bf16 = t.dtype == "BF16";
+      for (std::uint64_t i = 0; i < count; ++i) dst[i] = bf16 ? bf16_to_float(buf[i]) : f16_to_float(buf[i]);
+    }
+    if (!in) throw ModelFileError(fmt::format("{}: read error in tensor '{}'", t.file, name));
+  }
+
+  void matrix(const std::string& name, MatrixRM& m, Eigen::Index rows, Eigen::Index cols) const {
+    m.resize(rows, cols);
+    read(name, {rows, cols}, m.data());
+  }
+  void vector(const std::string& name, VectorF& v, Eigen::Index n) const {
+    v.resize(n);
+    read(name, {n}, v.data());
+  }
+
+ private:
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+}  // namespace
+
+std::int64_t ModelWeights::parameters() const {
+  std::int64_t n = embedding.size() + final_norm.size() + lm_head.size();
+  for (const auto& l : layers) {
+    n += l.attn_norm.size() + l.ffn_norm.size() + l.wq.size() + l.wk.size() + l.wv.size() + l.wo.size() + l.bq.size() + l.bk.size() +
+         l.bv.size() + l.q_norm.size() + l.k_norm.size() + l.w_gate.size() + l.w_up.size() + l.w_down.size();
+  }
+  return n;
+}
+
+ModelWeights load_llama2c(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelFileError(path + ": cannot open");
+  const std::uint64_t size = fs::file_size(path);
+  std::int32_t h[7];
+  if (size < sizeof h) throw ModelFileError(fmt::format("{}: {} bytes, too short for the 28-byte llama2.c header", path, size));
+  in.read(reinterpret_cast<char*>(h), sizeof h);
+  ModelWeights w;
+  TransformerConfig& c = w.config;
+  c.name = fs::path(path).stem().string();
+  c.dim = h[0], c.hidden_dim = h[1], c.layers = h[2], c.heads = h[3], c.kv_heads = h[4];
+  c.tied_embeddings = h[5] > 0;
+  c.vocab = h[5] > 0 ? h[5] : -h[5];
+  c.max_seq = h[6];
+  const auto bad = [&](const std::string& what) {
+    return ModelFileError(fmt::format("{}: corrupt llama2.c header (dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, "
+                                      "vocab_size {}, seq_len {}): {}",
+                                      path, h[0], h[1], h[2], h[3], h[4], h[5], h[6], what));
+  };
+  constexpr int kLimit = 1 << 20;
+  for (int v : {c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, c.max_seq}) {
+    if (v <= 0 || v > kLimit) throw bad("every size must be in 1..2^20");
+  }
+  if (c.dim % c.heads != 0) throw bad("n_heads must divide dim");
+  if (c.heads % c.kv_heads != 0) throw bad("n_kv_heads must divide n_heads");
+  c.head_dim = c.dim / c.heads;
+  if (c.head_dim % 2 != 0) throw bad("head size must be even (RoPE rotates pairs)");
+  c.rope_interleaved = true;
+  c.rope_theta = 10000.0f;
+  c.norm_eps = 1e-5f;
+  const Eigen::Index d = c.dim, hd = c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * hd, f = c.hidden_dim, L = c.layers;
+  // The exact size the header announces: catches truncation and trailing garbage alike.
+  const std::uint64_t floats = static_cast<std::uint64_t>(c.vocab) * d + L * d * 2 + L * (d * d + 2 * kv * d + d * d) + L * 3 * f * d + d +
+                               static_cast<std::uint64_t>(c.max_seq) * hd + (c.tied_embeddings ? 0 : static_cast<std::uint64_t>(c.vocab) * d);
+  const std::uint64_t expected = 28 + 4 * floats;
+
+  Reader r(path, size, in);
+  r.set_offset(28);
+  r.matrix(w.embedding, c.vocab, d, "token_embedding");
+  w.layers.resize(static_cast<std::size_t>(L));
+  // llama2.c stores each tensor for all layers contiguously.
+  for (auto& l : w.layers) r.vector(l.attn_norm, d, "rms_att_weight");
+  for (auto& l : w.layers) r.matrix(l.wq, d, d, "wq");
+  for (auto& l : w.layers) r.matrix(l.wk, kv, d, "wk");
+  for (auto& l : w.layers) r.matrix(l.wv, kv, d, "wv");
+  for (auto& l : w.layers) r.matrix(l.wo, d, d, "wo");
+  for (auto& l : w.layers) r.vector(l.ffn_norm, d, "rms_ffn_weight");
+  for (auto& l : w.layers) r.matrix(l.w_gate, f, d, "w1");
+  for (auto& l : w.layers) r.matrix(l.w_down, d, f, "w2");
+  for (auto& l : w.layers) r.matrix(l.w_up, f, d, "w3");
+  r.vector(w.final_norm, d, "rms_final_weight");
+  r.skip(static_cast<std::uint64_t>(c.max_seq) * hd * 4, "freq_cis");
+  if (!c.tied_embeddings) r.matrix(w.lm_head, c.vocab, d, "wcls");
+  if (size != expected) {
+    throw ModelFileError(fmt::format("{}: {} bytes, the header announces {} ({} trailing bytes)", path, size, expected, size - expected));
+  }
+  return w;
+}
+
+ModelWeights load_hf(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  const fs::path config_path = dir / "config.json";
+  std::ifstream f(config_path);
+  if (!f) throw ModelFileError(config_path.string() + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw ModelFileError(fmt::format("{}: {}", config_path.string(), e.what()));
+  }
+  const auto need = [&](const char* key) -> const nlohmann::json& {
+    if (!j.contains(key)) throw ModelFileError(fmt::format("{}: missing key '{}'", config_path.string(), key));
+    return j[key];
+  };
+  ModelWeights w;
+  TransformerConfig& c = w.config;
+  c.name = dir.filename().string();
+  const std::string type = j.value("model_type", "llama");
+  if (type != "llama" && type != "qwen2" && type != "qwen3" && type != "mistral") {
+    throw ModelFileError(fmt::format("{}: model_type '{}' (expected llama, mistral, qwen2 or qwen3)", config_path.string(), type));
+  }
+  try {
+    c.dim = need("hidden_size").get<int>();
+    c.hidden_dim = need("intermediate_size").get<int>();
+    c.layers = need("num_hidden_layers").get<int>();
+    c.heads = need("num_attention_heads").get<int>();
+    c.kv_heads = j.value("num_key_value_heads", c.heads);
+    c.vocab = need("vocab_size").get<int>();
+    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int>() : c.dim / std::max(1, c.heads);
+    c.max_seq = j.value("max_position_embeddings", 4096);
+    c.norm_eps = j.value("rms_norm_eps", 1e-6f);
+    c.rope_theta = j.value("rope_theta", 10000.0f);
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+    c.qkv_bias = type == "qwen2" || j.value("attention_bias", false);
+    c.qk_norm = type == "qwen3";
+    c.bos = j.contains("bos_token_id") && j["bos_token_id"].is_number() ? j["bos_token_id"].get<int>() : -1;
+    c.eos = j.contains("eos_token_id") && j["eos_token_id"].is_number() ? j["eos_token_id"].get<int>() : -1;
+  } catch (const nlohmann::json::exception& e) {
+    throw ModelFileError(fmt::format("{}: {}", config_path.string(), e.what()));
+  }
+  c.rope_interleaved = false;
+  for (int v : {c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, c.head_dim}) {
+    if (v <= 0) throw ModelFileError(config_path.string() + ": sizes must be positive");
+  }
+  if (c.heads % c.kv_heads != 0) throw ModelFileError(config_path.string() + ": num_key_value_heads must divide num_attention_heads");
+
+  const SafetensorsModel st(dir);
+  const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim,
+                     ff = c.hidden_dim;
+  try {
+    st.matrix("model.embed_tokens.weight", w.embedding, c.vocab, d);
+    w.layers.resize(static_cast<std::size_t>(c.layers));
+    for (int i = 0; i < c.layers; ++i) {
+      LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
+      const std::string p = fmt::format("model.layers.{}.", i);
+      st.vector(p + "input_layernorm.weight", l.attn_norm, d);
+      st.vector(p + "post_attention_layernorm.weight", l.ffn_norm, d);
+      st.matrix(p + "self_attn.q_proj.weight", l.wq, q, d);
+      st.matrix(p + "self_attn.k_proj.weight", l.wk, kv, d);
+      st.matrix(p + "self_attn.v_proj.weight", l.wv, kv, d);
+      st.matrix(p + "self_attn.o_proj.weight", l.wo, d, q);
+      if (c.qkv_bias) {
+        st.vector(p + "self_attn.q_proj.bias", l.bq, q);
+        st.vector(p + "self_attn.k_proj.bias", l.bk, kv);
+        st.vector(p + "self_attn.v_proj.bias", l.bv, kv);
+      }
+      if (c.qk_norm) {
+        st.vector(p + "self_attn.q_norm.weight", l.q_norm, c.head_dim);
+        st.vector(p + "self_attn.k_norm.weight", l.k_norm, c.head_dim);
+      }
+      st.matrix(p + "mlp.gate_proj.weight", l.w_gate, ff, d);
+      st.matrix(p + "mlp.up_proj.weight", l.w_up, ff, d);
+      st.matrix(p + "mlp.down_proj.weight", l.w_down, d, ff);
+    }
+    st.vector("model.norm.weight", w.final_norm, d);
+    if (!c.tied_embeddings) st.matrix("lm_head.weight", w.lm_head, c.vocab, d);
+  } catch (const ModelFileError& e) {
+    const std::string msg = e.what();
+    throw ModelFileError(msg.rfind("missing tensor", 0) == 0 ? dir.string() + ": " + msg : msg);
+  }
+  return w;
+}
+
+ModelWeights load_model(const std::string& path) {
+  if (fs::is_directory(path)) return load_hf(path);
+  return load_llama2c(path);
+}
+
+}  // namespace rlsim::models

@@ -1,0 +1,91 @@
+// The real small-model runtime (models/runtime): transformer weights as loaded from llama2.c
+// checkpoints or Hugging Face directories, before any precision is applied.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// GCC 12 flags _mm512_undefined_ps() inside Eigen's AVX-512 kernels as maybe-uninitialized
+// wherever Eigen expressions are inlined (GCC bug 105593, a false positive). The pragma has to
+// cover the translation units that instantiate them, so it stays in effect after this header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <Eigen/Core>
+
+namespace rlsim::models {
+
+/// Bad model or tokenizer file (truncated, corrupt header, wrong size, unknown key). The message
+/// names the file and, where there is one, the tensor. The CLI maps it to exit status 2.
+class ModelFileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Row-major float matrix: weights are [out_features, in_features] (y = W x), activations
+/// [tokens, features].
+using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using VectorF = Eigen::VectorXf;
+
+/// Architecture of a Llama-family decoder (llama2.c, Llama, Qwen2, Qwen3).
+struct TransformerConfig {
+  std::string name;
+  int dim = 0;            // hidden size
+  int hidden_dim = 0;     // SwiGLU intermediate size
+  int layers = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;       // dim / heads unless the config says otherwise (Qwen3)
+  int vocab = 0;
+  int max_seq = 0;
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  /// llama2.c rotates consecutive pairs (2i, 2i+1) of each head; Hugging Face Llama/Qwen rotate
+  /// (i, i + head_dim/2) ("rotate_half").
+  bool rope_interleaved = true;
+  bool tied_embeddings = true;
+  bool qkv_bias = false;  // Qwen2
+  bool qk_norm = false;   // Qwen3: RMSNorm over each head of q and k before RoPE
+  int bos = 1, eos = 2;
+};
+
+/// Weights of one decoder layer.
+struct LayerWeights {
+  VectorF attn_norm, ffn_norm;            // [dim]
+  MatrixRM wq, wk, wv, wo;                // [heads*hd, dim], [kv*hd, dim] x2, [dim, heads*hd]
+  VectorF bq, bk, bv;                     // Qwen2 biases (empty otherwise)
+  VectorF q_norm, k_norm;                 // Qwen3 per-head norms [head_dim] (empty otherwise)
+  MatrixRM w_gate, w_up, w_down;          // [hidden, dim], [hidden, dim], [dim, hidden]
+};
+
+/// A whole model in FP32 (the master weights).
+struct ModelWeights {
+  TransformerConfig config;
+  MatrixRM embedding;                     // [vocab, dim]
+  std::vector<LayerWeights> layers;
+  VectorF final_norm;                     // [dim]
+  MatrixRM lm_head;                       // [vocab, dim]; empty when tied to the embedding
+  const MatrixRM& classifier() const { return config.tied_embeddings ? embedding : lm_head; }
+  std::int64_t parameters() const;
+};
+
+/// Loads a llama2.c checkpoint ("version 0": 7 int32 header dim, hidden_dim, n_layers, n_heads,
+/// n_kv_heads, vocab_size (negative: untied classifier follows), seq_len; then float32 tensors;
+/// format in ../shared/models/stories260K/README.md). Checks the header (positive sizes, heads
+/// dividing dim, kv_heads dividing heads) and that the file holds exactly the tensors it
+/// announces. Throws ModelFileError naming the file and the tensor that is cut short.
+ModelWeights load_llama2c(const std::string& path);
+
+/// Loads a Hugging Face directory: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
+/// Qwen3ForCausalLM) and model.safetensors or model.safetensors.index.json with its shards
+/// (F32, BF16 or F16 tensors). Checks every safetensors header (JSON length within the file,
+/// offsets inside the data, dtype, shape as the config implies). Throws ModelFileError naming the
+/// file and the tensor.
+ModelWeights load_hf(const std::string& dir);
+
+/// Loads either: a directory is a Hugging Face model, a file a llama2.c checkpoint.
+ModelWeights load_model(const std::string& path);
+
+}  // namespace rlsim::models

@@ -1,0 +1,106 @@
+// The transformer forward of the real runtime, in every precision of a recipe: the trainer path
+// (prefill: all positions' logits at once, Eigen GEMMs) and the rollout path (incremental decode
+// with a KV cache).
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/precision/recipe.h"
+#include "models/runtime/model.h"
+
+namespace rlsim::models {
+
+/// What precision the runtime computes in: "fp32" (the numerical reference: nothing rounded) or a
+/// recipe (built-in name or a Recipe from a scenario).
+struct RuntimePrecision {
+  std::string name = "fp32";
+  std::optional<Recipe> recipe;  // nullopt: fp32
+};
+
+/// "fp32" or a built-in recipe name; throws std::invalid_argument listing the valid names.
+RuntimePrecision runtime_precision(std::string_view name);
+
+/// A model instantiated in one precision.
+///
+/// Numerics (emulated value for value; the quantisers are bit-exact, models/precision):
+/// - every linear (q/k/v/o, gate/up/down) has its weight quantised once to the recipe's
+///   linear.weight format and its input quantised per call to linear.activation (per token rows:
+///   token, group1xN, mx32, nv16 scales are row-local except NVFP4's tensor scale), products
+///   accumulated in FP32; bf16 means bf16-rounded inputs and weights with FP32 accumulation;
+/// - lm_head uses recipe.lm_head, the embedding table recipe.embedding;
+/// - the residual stream and norm outputs are rounded to the hidden element (build.h's
+///   hidden_element: bf16 for every built-in but fp16); RMSNorm, RoPE and softmax compute in FP32
+///   and the softmax output is rounded to recipe.softmax;
+/// - attention operands (q, k, v and the probabilities) are rounded to recipe.attention;
+/// - the KV cache stores keys and values in recipe.kv_cache: a per-tensor format is static-scaled
+///   with scale 1 (vLLM's default k_scale = v_scale = 1.0 when no calibration is loaded), other
+///   scalings per token.
+/// The prefill and decode paths perform the same roundings, so they differ only by FP32
+/// summation order.
+class Transformer {
+ public:
+  Transformer(const ModelWeights& weights, const RuntimePrecision& precision);
+
+  const TransformerConfig& config() const { return config_; }
+  const std::string& precision_name() const { return precision_name_; }
+
+  /// Trainer path: logits [T, vocab] of positions 0..T-1 for `tokens` (a fresh context).
+  /// Throws std::invalid_argument when T exceeds max_seq or a token is outside the vocabulary.
+  MatrixRM prefill(std::span<const int> tokens) const;
+
+  /// Rollout path: feeds `token` at the next position of the KV cache and returns its logits
+  /// [vocab] (valid until the next call). Throws std::invalid_argument past max_seq.
+  std::span<const float> decode(int token);
+  /// Empties the KV cache (next decode is position 0).
+  void reset() { pos_ = 0; }
+  int position() const { return pos_; }
+
+ private:
+  struct Linear {
+    MatrixRM w;          // [out, in], values of the quantised weight
+    VectorF bias;        // empty when none
+    Format activation;   // applied to the input per call
+  };
+  struct Layer {
+    VectorF attn_norm, ffn_norm, q_norm, k_norm;
+    Linear q, k, v, o, gate, up, down;
+  };
+
+  MatrixRM linear(const Linear& l, const MatrixRM& x) const;
+  void round_hidden(MatrixRM& x) const;
+  void rmsnorm(MatrixRM& x, const VectorF& w) const;  // in place, per row
+  void rope(MatrixRM& x, int heads, int first_pos) const;  // in place, rows are positions
+  void store_kv(MatrixRM& kv) const;                     // round to the KV-cache format
+  MatrixRM forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache) const;
+
+  TransformerConfig config_;
+  std::string precision_name_;
+  std::optional<Recipe> recipe_;
+  Element hidden_ = Element::kFp32, attention_ = Element::kFp32, softmax_ = Element::kFp32;
+  Format kv_{Element::kFp32, {}};
+  MatrixRM embedding_;
+  std::vector<Layer> layers_;
+  VectorF final_norm_;
+  Linear head_;
+  std::vector<float> inv_freq_;  // RoPE inverse frequencies [head_dim / 2]
+  // Decode state: per layer K and V caches [max_seq, kv_dim].
+  std::vector<MatrixRM> k_cache_, v_cache_;
+  int pos_ = 0;
+  std::vector<float> logits_;
+};
+
+/// Seeded sampling: temperature 0 is greedy (arg max, lowest index on ties); otherwise softmax of
+/// logits / temperature, restricted to the smallest set of most likely tokens whose probability
+/// reaches top_p (1: no restriction), drawn with `uniform` in [0, 1).
+int sample_token(std::span<const float> logits, double temperature, double top_p, double uniform);
+
+/// Rounds x in place to `f`'s values as a [rows, cols] tensor (rows independent where the scaling
+/// is row-local). fp32 is a no-op; bf16 / fp16 round each value; a per-tensor scaling is applied
+/// with a static scale of 1 when `static_tensor_scale`.
+void round_to_format(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale = false);
+
+}  // namespace rlsim::models
