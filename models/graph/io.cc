@@ -144,10 +144,10 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-/// "layers.12.mlp.experts.7.up_proj" -> ("layers.#.mlp.experts.*.up_proj", layer 12, expert merged).
+/// A name with its layer index replaced by '#' and its expert index by '*':
+/// "layers.12.mlp.experts.7.up_proj" -> "layers.#.mlp.experts.*.up_proj".
 struct Neutral {
   std::string name;
-  bool expert = false;
 };
 
 /// Replaces the digits after `marker` (which must be followed by digits and a '.') with `with`.
@@ -163,9 +163,9 @@ bool replace_index(std::string& name, std::string_view marker, std::string_view 
 }
 
 Neutral neutral_name(const std::string& name) {
-  Neutral n{name, false};
+  Neutral n{name};
   if (n.name.starts_with("layers.")) replace_index(n.name, "layers.", "#", 0);
-  n.expert = replace_index(n.name, ".experts.", "*", 0);
+  replace_index(n.name, ".experts.", "*", 0);
   return n;
 }
 
@@ -250,7 +250,7 @@ DotMarks mismatch_marks(const std::vector<Mismatch>& mismatches, bool training) 
 void write_dot(std::ostream& out, const PrecisionGraph& g, const DotMarks& marks, const DotOptions& options) {
   const std::size_t n = boost::num_vertices(g);
   std::vector<Neutral> neutral(n);
-  for (OpId v = 0; v < n; ++v) neutral[v] = options.full ? Neutral{g[v].name, false} : neutral_name(g[v].name);
+  for (OpId v = 0; v < n; ++v) neutral[v] = options.full ? Neutral{g[v].name} : neutral_name(g[v].name);
   auto edge_red = [&](TensorId e) {
     return marks.edges.count(dot_edge_key(g[boost::source(e, g)].name, g[boost::target(e, g)].name, g[e].tensor)) > 0;
   };
