@@ -10,8 +10,6 @@ namespace {
 
 constexpr OpId kNone = static_cast<OpId>(-1);
 
-bool quantised(const Format& f) { return f.scaling.kind != ScaleKind::kNone || traits(f.element).bits < 16; }
-
 TensorPrecision plain(Element e, ComputeType compute = ComputeType::kFp32) {
   return TensorPrecision{Format{e, {}}, QuantMode::kReal, e, compute, Element::kFp32};
 }
@@ -19,7 +17,7 @@ TensorPrecision plain(Element e, ComputeType compute = ComputeType::kFp32) {
 class Builder {
  public:
   Builder(PrecisionGraph& g, const ModelArch& a, const Recipe& r, GraphSide side)
-      : g_(g), a_(a), r_(r), inference_(side == GraphSide::kInference), hidden_(hidden_element(r)) {}
+      : g_(g), a_(a), r_(r), inference_(side == GraphSide::kInference), hidden_(r.hidden_element()) {}
 
   void forward() {
     const OpId embed_w = param("embed_tokens");
@@ -92,14 +90,14 @@ class Builder {
 
   /// Precision of a GEMM operand in format f of linear precision lp.
   TensorPrecision operand(const Format& f, const LinearPrecision& lp) const {
-    const bool q = quantised(f);
+    const bool q = f.quantised();
     const QuantMode mode = q ? r_.mode : QuantMode::kReal;
     const Element storage = q && mode == QuantMode::kFake ? hidden_ : f.element;
     return TensorPrecision{f, mode, storage, lp.compute(r_.mode), lp.accumulate};
   }
 
   TensorPrecision gradient(const LinearPrecision& lp) const {
-    if (r_.mode == QuantMode::kReal && quantised(lp.activation)) return operand(lp.activation, lp);
+    if (r_.mode == QuantMode::kReal && lp.activation.quantised()) return operand(lp.activation, lp);
     return plain(hidden_, compute_of(hidden_));
   }
 
@@ -249,12 +247,6 @@ class Builder {
 };
 
 }  // namespace
-
-Element hidden_element(const Recipe& recipe) {
-  const Format& e = recipe.embedding;
-  if (e.scaling.kind == ScaleKind::kNone && traits(e.element).is_float && traits(e.element).bits >= 16) return e.element;
-  return Element::kBf16;
-}
 
 PrecisionGraph build_precision_graph(const ModelArch& arch, const Recipe& recipe, GraphSide side, const GraphOptions& options) {
   PrecisionGraph g;

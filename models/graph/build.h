@@ -33,9 +33,8 @@ struct GraphOptions {
 /// - attention scores / attention-value operands: the recipe's attention element; softmax input:
 ///   its softmax element; router logits and routing weights: the router's accumulate type (FP32,
 ///   as DeepSeek-V3 and Megatron route); lm_head logits into log_softmax: lm_head accumulate;
-/// - everything else (residual stream, norms, rope, SwiGLU): the hidden element, i.e. the
-///   embedding's element when it is an unscaled 16/32-bit float (bf16 in every built-in recipe,
-///   fp16 in `fp16`), else bf16.
+/// - everything else (residual stream, norms, rope, SwiGLU): the hidden element,
+///   Recipe::hidden_element().
 ///
 /// Inference side: each tensor the KV cache holds (GQA: roped key and value; MLA: the normalised
 /// latent and the roped key, as vLLM / SGLang cache them) goes producer -> kv_write ->
@@ -53,8 +52,5 @@ struct GraphOptions {
 /// The graph's GraphInfo names builder "rlsim", the model, the recipe and the side.
 PrecisionGraph build_precision_graph(const ModelArch& arch, const Recipe& recipe, GraphSide side,
                                      const GraphOptions& options = {});
-
-/// The residual-stream element of a recipe (see build_precision_graph).
-Element hidden_element(const Recipe& recipe);
 
 }  // namespace rlsim::models

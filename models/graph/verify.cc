@@ -16,8 +16,6 @@ namespace {
 
 constexpr OpId kNone = static_cast<OpId>(-1);
 
-bool quantised(const Format& f) { return f.scaling.kind != ScaleKind::kNone || traits(f.element).bits < 16; }
-
 std::string scaling_str(const Format& f) {
   const std::string s = f.str();
   const auto slash = s.find('/');
@@ -26,10 +24,10 @@ std::string scaling_str(const Format& f) {
 
 std::string format_reason(const Format& a, const Format& b, TensorRole role) {
   const std::string what = role == TensorRole::kWeight ? "weights" : role == TensorRole::kKv ? "KV values" : "values";
-  if (!quantised(a) && quantised(b)) {
+  if (!a.quantised() && b.quantised()) {
     return fmt::format("rollout quantises {} to {}; training uses {} (quantisation at inference only)", what, b.str(), a.str());
   }
-  if (quantised(a) && !quantised(b)) {
+  if (a.quantised() && !b.quantised()) {
     return fmt::format("training quantises {} to {}; rollout uses {}", what, a.str(), b.str());
   }
   if (a.element == b.element) {
@@ -64,14 +62,19 @@ std::vector<std::string> infer_path(const PrecisionGraph& g, TensorId e) {
   return path;
 }
 
+/// An inference operator with no training counterpart.
+Mismatch absent_operator(const OpVertex& v) {
+  return Mismatch{v.name, v.kind, "", TensorRole::kActivation, "absent", "-",
+                  fmt::format("{} operator absent from the training graph", op_kind_name(v.kind)), v.layer, "", "", {v.name}};
+}
+
 /// Mismatches of a (possibly partial) map from inference operators to training operators.
 std::vector<Mismatch> compare(const PrecisionGraph& train, const PrecisionGraph& inf, const std::vector<OpId>& map) {
   std::vector<Mismatch> out;
   for (OpId v = 0; v < boost::num_vertices(inf); ++v) {
     const OpVertex& iv = inf[v];
     if (map[v] == kNone) {
-      out.push_back(Mismatch{iv.name, iv.kind, "", TensorRole::kActivation, "absent", "-",
-                             fmt::format("{} operator absent from the training graph", op_kind_name(iv.kind)), iv.layer, "", "", {iv.name}});
+      out.push_back(absent_operator(iv));
       continue;
     }
     const OpVertex& tv = train[map[v]];
@@ -179,9 +182,7 @@ std::vector<Mismatch> explain_no_embedding(const PrecisionGraph& train, const Pr
     for (OpId v = 0; v < boost::num_vertices(inf); ++v) {
       const auto it = train_names.find(inf[v].name);
       if (it == train_names.end() || it->second != inf[v].kind) {
-        out.push_back(Mismatch{inf[v].name, inf[v].kind, "", TensorRole::kActivation, "absent", "-",
-                               fmt::format("{} operator absent from the training graph", op_kind_name(inf[v].kind)), inf[v].layer, "",
-                               "", {inf[v].name}});
+        out.push_back(absent_operator(inf[v]));
       }
     }
   }

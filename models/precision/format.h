@@ -130,6 +130,9 @@ struct Format {
 
   /// Canonical string, e.g. "fp8-e4m3/block128x128" (short names are expanded).
   std::string str() const;
+  /// Whether the format changes values beyond a plain 16/32-bit float: any scaling, or an element
+  /// narrower than 16 bits (what a quantiser has to run for).
+  bool quantised() const { return scaling.kind != ScaleKind::kNone || traits(element).bits < 16; }
 };
 
 /// Parses an element name ("fp8-e4m3"). Returns nullopt when unknown.

@@ -69,8 +69,13 @@ ComputeType LinearPrecision::compute(QuantMode mode) const {
 }
 
 bool Recipe::dynamic_activation_quant() const {
-  return linear.activation.scaling.kind != ScaleKind::kNone ||
-         traits(linear.activation.element).bits < 16;
+  return linear.activation.quantised();
+}
+
+Element Recipe::hidden_element() const {
+  const Format& e = embedding;
+  if (e.scaling.kind == ScaleKind::kNone && traits(e.element).is_float && traits(e.element).bits >= 16) return e.element;
+  return Element::kBf16;
 }
 
 const std::vector<Recipe>& builtin_recipes() {

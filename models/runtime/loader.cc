@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "models/precision/quantize.h"
 #include "models/runtime/model.h"
 
 namespace rlsim::models {
@@ -16,20 +17,15 @@ namespace fs = std::filesystem;
 
 float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 
-/// IEEE binary16 -> binary32, exact (subnormals, infinities and NaN included).
+/// IEEE binary16 -> binary32 through the project's FP16 codec (models/precision, exhaustively
+/// tested), tabulated once: every half value is exact in float.
 float f16_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1Fu;
-  std::uint32_t mant = h & 0x3FFu;
-  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
-  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-  if (mant == 0) return std::bit_cast<float>(sign);
-  int e = -1;  // normalise the subnormal
-  do {
-    mant <<= 1;
-    ++e;
-  } while ((mant & 0x400u) == 0);
-  return std::bit_cast<float>(sign | static_cast<std::uint32_t>(112 - e) << 23 | ((mant & 0x3FFu) << 13));
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (std::uint32_t c = 0; c < 65536; ++c) t[c] = static_cast<float>(decode(Element::kFp16, c));
+    return t;
+  }();
+  return table[h];
 }
 
 // ---- llama2.c --------------------------------------------------------------------------------

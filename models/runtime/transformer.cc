@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "models/graph/build.h"
 #include "models/precision/quantize.h"
 
 namespace rlsim::models {
@@ -65,7 +64,7 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p)
     : config_(w.config), precision_name_(p.name), recipe_(p.recipe) {
   const TransformerConfig& c = config_;
   if (recipe_) {
-    hidden_ = hidden_element(*recipe_);
+    hidden_ = recipe_->hidden_element();
     attention_ = recipe_->attention;
     softmax_ = recipe_->softmax;
     kv_ = recipe_->kv_cache;

@@ -32,9 +32,9 @@ RuntimePrecision runtime_precision(std::string_view name);
 ///   token, group1xN, mx32, nv16 scales are row-local except NVFP4's tensor scale), products
 ///   accumulated in FP32; bf16 means bf16-rounded inputs and weights with FP32 accumulation;
 /// - lm_head uses recipe.lm_head, the embedding table recipe.embedding;
-/// - the residual stream and norm outputs are rounded to the hidden element (build.h's
-///   hidden_element: bf16 for every built-in but fp16); RMSNorm, RoPE and softmax compute in FP32
-///   and the softmax output is rounded to recipe.softmax;
+/// - the residual stream and norm outputs are rounded to Recipe::hidden_element() (bf16 for every
+///   built-in but fp16); RMSNorm, RoPE and softmax compute in FP32 and the softmax output is
+///   rounded to recipe.softmax;
 /// - attention operands (q, k, v and the probabilities) are rounded to recipe.attention;
 /// - the KV cache stores keys and values in recipe.kv_cache: a per-tensor format is static-scaled
 ///   with scale 1 (vLLM's default k_scale = v_scale = 1.0 when no calibration is loaded), other
