@@ -1,6 +1,7 @@
 #include "models/precision/quantize.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -568,16 +569,44 @@ double decode_scale(const Format& f, std::uint32_t code) {
   return decode(traits(f.scaling.kind).scale_element, code);
 }
 
+namespace {
+
+// decode() of every code of each element up to 16 bits wide, tabulated once (dequantize() of the
+// runtime's per-call activations must not pay for the generic decoder per value).
+const std::vector<double>* decode_table(Element e) {
+  static const std::array<std::vector<double>, kElementTraits.size()> tables = [] {
+    std::array<std::vector<double>, kElementTraits.size()> t;
+    for (const ElementTraits& tr : kElementTraits) {
+      if (tr.bits > 16) continue;
+      auto& v = t[static_cast<std::size_t>(tr.element)];
+      v.resize(std::size_t{1} << tr.bits);
+      for (std::uint32_t c = 0; c < v.size(); ++c) v[c] = decode(tr.element, c);
+    }
+    return t;
+  }();
+  const auto& v = tables[static_cast<std::size_t>(e)];
+  return v.empty() ? nullptr : &v;
+}
+
+}  // namespace
+
 std::vector<double> dequantize(const QuantizedTensor& q) {
   std::vector<double> out(q.codes.size());
   const std::int64_t grid_c = (q.cols + q.block_cols - 1) / q.block_cols;
   const bool hif4 = q.format.element == Element::kHif4;
+  const std::vector<double>* table = decode_table(q.format.element);
+  const auto mask = static_cast<std::uint32_t>(table ? table->size() - 1 : 0xFFFFFFFFu);
   for (std::int64_t r = 0; r < q.rows; ++r) {
-    for (std::int64_t c = 0; c < q.cols; ++c) {
-      const auto i = static_cast<std::size_t>(r * q.cols + c);
-      const auto b = static_cast<std::size_t>((r / q.block_rows) * grid_c + c / q.block_cols);
-      const double mult = hif4 ? hif4_multiplier(q.scale_codes[b], c % q.block_cols) : q.scales[b] * q.tensor_scale;
-      out[i] = decode(q.format.element, q.codes[i]) * mult;
+    const std::int64_t row_block = (r / q.block_rows) * grid_c;
+    for (std::int64_t bc = 0; bc < grid_c; ++bc) {
+      const auto b = static_cast<std::size_t>(row_block + bc);
+      const double mult = q.scales[b] * q.tensor_scale;
+      const std::int64_t c0 = bc * q.block_cols, c1 = std::min(q.cols, c0 + q.block_cols);
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const auto i = static_cast<std::size_t>(r * q.cols + c);
+        const double v = table ? (*table)[q.codes[i] & mask] : decode(q.format.element, q.codes[i]);
+        out[i] = v * (hif4 ? hif4_multiplier(q.scale_codes[b], c - c0) : mult);
+      }
     }
   }
   return out;

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -260,9 +261,8 @@ ModelWeights load_llama2c(const std::string& path) {
   return w;
 }
 
-ModelWeights load_hf(const std::string& dir_name) {
-  const fs::path dir(dir_name);
-  const fs::path config_path = dir / "config.json";
+TransformerConfig read_hf_config(const std::string& path) {
+  const fs::path config_path(path);
   std::ifstream f(config_path);
   if (!f) throw ModelFileError(config_path.string() + ": cannot open");
   nlohmann::json j;
@@ -275,9 +275,8 @@ ModelWeights load_hf(const std::string& dir_name) {
     if (!j.contains(key)) throw ModelFileError(fmt::format("{}: missing key '{}'", config_path.string(), key));
     return j[key];
   };
-  ModelWeights w;
-  TransformerConfig& c = w.config;
-  c.name = dir.filename().string();
+  TransformerConfig c;
+  c.name = fs::absolute(config_path).parent_path().filename().string();
   const std::string type = j.value("model_type", "llama");
   if (type != "llama" && type != "qwen2" && type != "qwen3" && type != "mistral") {
     throw ModelFileError(fmt::format("{}: model_type '{}' (expected llama, mistral, qwen2 or qwen3)", config_path.string(), type));
@@ -307,6 +306,15 @@ ModelWeights load_hf(const std::string& dir_name) {
   }
   if (c.heads % c.kv_heads != 0) throw ModelFileError(config_path.string() + ": num_key_value_heads must divide num_attention_heads");
 
+  return c;
+}
+
+ModelWeights load_hf(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  ModelWeights w;
+  w.config = read_hf_config((dir / "config.json").string());
+  w.config.name = dir.filename().string();
+  const TransformerConfig& c = w.config;
   const SafetensorsModel st(dir);
   const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim,
                      ff = c.hidden_dim;
@@ -341,6 +349,39 @@ ModelWeights load_hf(const std::string& dir_name) {
     const std::string msg = e.what();
     throw ModelFileError(msg.rfind("missing tensor", 0) == 0 ? dir.string() + ": " + msg : msg);
   }
+  return w;
+}
+
+ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, float stddev) {
+  if (c.dim <= 0 || c.hidden_dim <= 0 || c.layers <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.head_dim <= 0 || c.vocab <= 0) {
+    throw std::invalid_argument("synthetic_weights: sizes must be positive");
+  }
+  ModelWeights w;
+  w.config = c;
+  std::uint64_t stream = 0;
+  // One generator per tensor (seed, tensor index), so a tensor's values do not depend on the
+  // shapes of the tensors before it.
+  auto rnd = [&](Eigen::Index rows, Eigen::Index cols) {
+    std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32), static_cast<std::uint32_t>(stream++)};
+    std::mt19937 gen(seq);
+    std::normal_distribution<float> nd(0.0f, stddev);
+    MatrixRM m(rows, cols);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = nd(gen);
+    return m;
+  };
+  const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
+  w.embedding = rnd(c.vocab, d);
+  for (int i = 0; i < c.layers; ++i) {
+    LayerWeights l;
+    l.attn_norm = l.ffn_norm = VectorF::Ones(d);
+    l.wq = rnd(q, d), l.wk = rnd(kv, d), l.wv = rnd(kv, d), l.wo = rnd(d, q);
+    if (c.qkv_bias) l.bq = VectorF::Zero(q), l.bk = VectorF::Zero(kv), l.bv = VectorF::Zero(kv);
+    if (c.qk_norm) l.q_norm = l.k_norm = VectorF::Ones(c.head_dim);
+    l.w_gate = rnd(c.hidden_dim, d), l.w_up = rnd(c.hidden_dim, d), l.w_down = rnd(d, c.hidden_dim);
+    w.layers.push_back(std::move(l));
+  }
+  w.final_norm = VectorF::Ones(d);
+  if (!c.tied_embeddings) w.lm_head = rnd(c.vocab, d);
   return w;
 }
 

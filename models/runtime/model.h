@@ -85,6 +85,17 @@ ModelWeights load_llama2c(const std::string& path);
 /// file and the tensor.
 ModelWeights load_hf(const std::string& dir);
 
+/// Reads a Hugging Face config.json (the keys load_hf() uses; max_seq from
+/// max_position_embeddings, default 4096). Throws ModelFileError naming the file and the missing or
+/// ill-typed key, an unsupported model_type, non-positive sizes or kv heads not dividing heads.
+TransformerConfig read_hf_config(const std::string& path);
+
+/// Synthetic weights at a config's shapes: every matrix N(0, stddev^2) (HF initializer_range,
+/// 0.02 for Llama-family configs), norms 1, biases 0. Deterministic for a seed: each tensor has
+/// its own std::mt19937 stream seeded with (seed, tensor index). Throws std::invalid_argument for
+/// non-positive sizes.
+ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, float stddev = 0.02f);
+
 /// Loads either: a directory is a Hugging Face model, a file a llama2.c checkpoint.
 ModelWeights load_model(const std::string& path);
 

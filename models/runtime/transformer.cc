@@ -13,11 +13,11 @@
 namespace rlsim::models {
 namespace {
 
-float round_bf16(float x) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(x);
-  if ((u & 0x7F800000u) == 0x7F800000u) return x;  // Inf / NaN unchanged
-  u += 0x7FFFu + ((u >> 16) & 1u);                 // round to nearest even
-  return std::bit_cast<float>(u & 0xFFFF0000u);
+// Round to nearest even BF16, Inf / NaN unchanged; branch-free so that loops over it vectorise.
+inline float round_bf16(float x) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  return std::bit_cast<float>((u & 0x7F800000u) == 0x7F800000u ? u : r);
 }
 
 bool is_fp32(const Format& f) { return f.element == Element::kFp32 && f.scaling.kind == ScaleKind::kNone; }
@@ -35,20 +35,53 @@ void softmax_row(float* s, Eigen::Index n) {
 
 }  // namespace
 
-void round_to_format(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
+namespace {
+
+void round_rows(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
   const std::int64_t n = rows * cols;
-  if (is_fp32(f)) return;
   if (f.scaling.kind == ScaleKind::kNone || (static_tensor_scale && f.scaling.kind == ScaleKind::kTensor)) {
     if (f.element == Element::kBf16) {
       for (std::int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
-    } else if (f.element != Element::kFp32) {
-      for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(round_to(f.element, x[i]));
+      return;
     }
-    return;
+    if (f.element != Element::kHif4) {
+      for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(round_to(f.element, x[i]));
+      return;
+    }
   }
   const QuantizedTensor q = quantize(f, rows, cols, std::span<const float>(x, static_cast<std::size_t>(n)));
   const std::vector<double> d = dequantize(q);
   for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(d[static_cast<std::size_t>(i)]);
+}
+
+// Whether each row's rounding depends on that row alone (so rows can be split among threads).
+bool row_local(const Format& f, bool static_tensor_scale) {
+  switch (f.scaling.kind) {
+    case ScaleKind::kNone:
+    case ScaleKind::kToken:
+    case ScaleKind::kGroup1xN:
+    case ScaleKind::kGroupN:
+    case ScaleKind::kMx32: return true;
+    case ScaleKind::kTensor: return static_tensor_scale;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+void round_to_format(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
+  if (is_fp32(f)) return;
+  constexpr std::int64_t kRowsPerTask = 16;
+  if (rows > kRowsPerTask && rows * cols >= (1 << 16) && row_local(f, static_tensor_scale)) {
+    const std::int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      const std::int64_t r0 = t * kRowsPerTask, nr = std::min(kRowsPerTask, rows - r0);
+      round_rows(x + r0 * cols, nr, cols, f, static_tensor_scale);
+    }
+    return;
+  }
+  round_rows(x, rows, cols, f, static_tensor_scale);
 }
 
 RuntimePrecision runtime_precision(std::string_view name) {
@@ -71,11 +104,18 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p)
   }
   const Format none{Element::kFp32, {}};
   auto make = [&](const MatrixRM& master, const VectorF& bias, const LinearPrecision* lp) {
-    Linear l{master, bias, none};
-    if (lp) {
-      round_to_format(l.w.data(), l.w.rows(), l.w.cols(), lp->weight);
-      l.activation = lp->activation;
+    Linear l{MatrixRM(), PackedWeight(), bias, none};
+    if (lp && !is_fp32(lp->weight)) {
+      const QuantizedTensor q = quantize(lp->weight, master.rows(), master.cols(), std::span<const float>(master.data(), static_cast<std::size_t>(master.size())));
+      l.packed = PackedWeight(q);
+      const std::vector<double> v = dequantize(q);
+      l.w.resize(master.rows(), master.cols());
+      for (Eigen::Index i = 0; i < l.w.size(); ++i) l.w.data()[i] = static_cast<float>(v[static_cast<std::size_t>(i)]);
+    } else {
+      l.w = master;
+      l.packed = PackedWeight::from_values(master.data(), master.rows(), master.cols());
     }
+    if (lp) l.activation = lp->activation;
     return l;
   };
   const LinearPrecision* lin = recipe_ ? &recipe_->linear : nullptr;
@@ -111,15 +151,46 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p)
 
 MatrixRM Transformer::linear(const Linear& l, const MatrixRM& x) const {
   MatrixRM y;
-  if (is_fp32(l.activation)) {
-    y.noalias() = x * l.w.transpose();
-  } else {
-    MatrixRM xq = x;
-    round_to_format(xq.data(), xq.rows(), xq.cols(), l.activation);
-    y.noalias() = xq * l.w.transpose();
-  }
-  if (l.bias.size() > 0) y.rowwise() += l.bias.transpose();
+  linears({{&l, &y}}, x);
   return y;
+}
+
+void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixRM*>> outs, const MatrixRM& x) const {
+  // The input rounded to each distinct activation format (q/k/v and gate/up share one).
+  std::vector<std::pair<const Format*, MatrixRM>> inputs;
+  inputs.reserve(outs.size());
+  auto input_for = [&](const Format& f) -> const MatrixRM& {
+    if (is_fp32(f)) return x;
+    for (const auto& [g, m] : inputs) {
+      if (*g == f) return m;
+    }
+    inputs.emplace_back(&f, x);
+    MatrixRM& m = inputs.back().second;
+    round_to_format(m.data(), m.rows(), m.cols(), f);
+    return m;
+  };
+  for (const auto& [l, y] : outs) input_for(l->activation);  // all roundings first: `inputs` stops growing
+  if (x.rows() == 1) {
+    std::vector<GemvJob> jobs;
+    for (const auto& [l, y] : outs) {
+      y->resize(1, l->packed.rows());
+      jobs.push_back({&l->packed, input_for(l->activation).data(), y->data()});
+    }
+    gemv(jobs);
+  } else {
+    for (const auto& [l, y] : outs) y->noalias() = input_for(l->activation) * l->w.transpose();
+  }
+  for (const auto& [l, y] : outs) {
+    if (l->bias.size() > 0) y->rowwise() += l->bias.transpose();
+  }
+}
+
+std::size_t Transformer::decode_weight_bytes() const {
+  std::size_t b = head_.packed.bytes() + static_cast<std::size_t>(config_.dim) * sizeof(float);
+  for (const Layer& l : layers_) {
+    for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) b += p->packed.bytes();
+  }
+  return b;
 }
 
 void Transformer::round_hidden(MatrixRM& x) const {
@@ -174,7 +245,8 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     MatrixRM xb = x;
     rmsnorm(xb, l.attn_norm);
     round_hidden(xb);
-    MatrixRM q = linear(l.q, xb), k = linear(l.k, xb), v = linear(l.v, xb);
+    MatrixRM q, k, v;
+    linears({{&l.q, &q}, {&l.k, &k}, {&l.v, &v}}, xb);
     round_hidden(q);
     round_hidden(k);
     round_hidden(v);
@@ -201,10 +273,19 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     vc.middleRows(first_pos, T) = v;
 
     MatrixRM out(T, static_cast<Eigen::Index>(c.heads) * hd);
-    MatrixRM s(T, P);
+    // Heads in parallel for a prefill (each writes its own columns of `out`); a decode step's
+    // heads are too small to be worth a parallel region.
+#pragma omp parallel for schedule(static) if (T > 1)
     for (int h = 0; h < c.heads; ++h) {
+      MatrixRM s(T, P);
       const Eigen::Index g = h / group;
-      s.noalias() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
+      // A fresh prefill is causal over a square: only the lower triangle of the scores is needed.
+      const bool causal_square = first_pos == 0 && T > 1;
+      if (causal_square) {
+        s.triangularView<Eigen::Lower>() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
+      } else {
+        s.noalias() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
+      }
       for (Eigen::Index t = 0; t < T; ++t) {
         const Eigen::Index visible = first_pos + t + 1;  // causal: positions 0..first_pos + t
         float* row = s.row(t).data();
@@ -214,7 +295,11 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
       }
       if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
       if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
-      out.middleCols(h * hd, hd).noalias() = s * vc.block(0, g * hd, P, hd);
+      if (causal_square) {
+        out.middleCols(h * hd, hd).noalias() = s.triangularView<Eigen::Lower>() * vc.block(0, g * hd, P, hd);
+      } else {
+        out.middleCols(h * hd, hd).noalias() = s * vc.block(0, g * hd, P, hd);
+      }
     }
     round_hidden(out);
     MatrixRM o = linear(l.o, out);
@@ -225,7 +310,8 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     xb = x;
     rmsnorm(xb, l.ffn_norm);
     round_hidden(xb);
-    MatrixRM gt = linear(l.gate, xb), up = linear(l.up, xb);
+    MatrixRM gt, up;
+    linears({{&l.gate, &gt}, {&l.up, &up}}, xb);
     round_hidden(gt);
     round_hidden(up);
     for (Eigen::Index i = 0; i < gt.size(); ++i) {

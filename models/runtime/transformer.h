@@ -3,13 +3,16 @@
 // with a KV cache).
 #pragma once
 
+#include <initializer_list>
 #include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "models/precision/recipe.h"
+#include "models/runtime/kernels.h"
 #include "models/runtime/model.h"
 
 namespace rlsim::models {
@@ -40,7 +43,11 @@ RuntimePrecision runtime_precision(std::string_view name);
 ///   with scale 1 (vLLM's default k_scale = v_scale = 1.0 when no calibration is loaded), other
 ///   scalings per token.
 /// The prefill and decode paths perform the same roundings, so they differ only by FP32
-/// summation order.
+/// summation order: projections of more than one token run as Eigen GEMMs on the dequantised
+/// weights, projections of one token (decode) as the packed GEMV kernels of kernels.h on the
+/// weights in their storage format, with the same products.
+///
+/// Weight bytes read per decoded token: decode_weight_bytes().
 class Transformer {
  public:
   Transformer(const ModelWeights& weights, const RuntimePrecision& precision);
@@ -59,11 +66,16 @@ class Transformer {
   void reset() { pos_ = 0; }
   int position() const { return pos_; }
 
+  /// Bytes of weights one decode step reads in their storage formats: every linear of every layer,
+  /// the lm_head, and one embedding row (as FP32). The numerator of the decode roofline.
+  std::size_t decode_weight_bytes() const;
+
  private:
   struct Linear {
-    MatrixRM w;          // [out, in], values of the quantised weight
-    VectorF bias;        // empty when none
-    Format activation;   // applied to the input per call
+    MatrixRM w;           // [out, in], values of the quantised weight (the Eigen GEMM of prefill)
+    PackedWeight packed;  // the same values in their storage format (the batch-1 GEMV kernels)
+    VectorF bias;         // empty when none
+    Format activation;    // applied to the input per call
   };
   struct Layer {
     VectorF attn_norm, ffn_norm, q_norm, k_norm;
@@ -71,6 +83,9 @@ class Transformer {
   };
 
   MatrixRM linear(const Linear& l, const MatrixRM& x) const;
+  /// Several linears on one input (q/k/v, gate/up): one activation rounding per format, one
+  /// parallel region for the batch-1 GEMVs.
+  void linears(std::initializer_list<std::pair<const Linear*, MatrixRM*>> outs, const MatrixRM& x) const;
   void round_hidden(MatrixRM& x) const;
   void rmsnorm(MatrixRM& x, const VectorF& w) const;  // in place, per row
   void rope(MatrixRM& x, int heads, int first_pos) const;  // in place, rows are positions

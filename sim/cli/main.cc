@@ -130,8 +130,12 @@ training: {backend: fsdp, precision: bf16, mini_batches: 4, micro_batch_tokens: 
 output: {plots: false, trace: false}
 )";
 
-int cmd_bench(const std::string& what, int repeat) {
+int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo) {
   if (what == "quantize") return cli::bench_quantize(repeat, std::cout);
+  if (what == "runtime") {
+    bo.repeat = repeat;
+    return cli::bench_runtime(bo, std::cout, std::cerr);
+  }
   if (what == "verify") return cli::bench_verify(repeat, std::cout);
   if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize, verify)");
   namespace fs = std::filesystem;
@@ -199,12 +203,20 @@ int main(int argc, char** argv) {
 
   std::string bench_what = "sim";
   int bench_repeat = 3;
-  auto* bench = app.add_subcommand("bench", "Run a built-in benchmark and print measured figures (single-threaded)");
+  cli::BenchRuntimeOptions bro;
+  auto* bench = app.add_subcommand("bench", "Run a built-in benchmark and print measured figures (sim, quantize, verify: one core; runtime: --threads)");
   bench->add_option("what", bench_what,
                     "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
-                    "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2")
-      ->check(CLI::IsMember({"sim", "quantize", "verify"}))
+                    "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
+                    "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
+                    "precision on synthetic weights")
+      ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime"}))
       ->capture_default_str();
+  bench->add_option("--shape", bro.shape, "runtime: Hugging Face config.json whose shapes to use (default: SmolLM2-135M)");
+  bench->add_option("--precision", bro.precisions, "runtime: fp32 or recipes to measure")->delimiter(',')->capture_default_str();
+  bench->add_option("--threads", bro.threads, "runtime: OpenMP threads")->check(CLI::Range(1, 1024))->capture_default_str();
+  bench->add_option("--decode-tokens", bro.decode_tokens, "runtime: decode steps timed per run")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  bench->add_option("--prefill-tokens", bro.prefill_tokens, "runtime: prompt length of the prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   bench->add_option("--repeat", bench_repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
 
   cli::QuantizeOptions qo;
@@ -268,7 +280,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) return cmd_run(ro);
     if (*catalog) return cmd_catalog(catalog_what);
-    if (*bench) return cmd_bench(bench_what, bench_repeat);
+    if (*bench) return cmd_bench(bench_what, bench_repeat, bro);
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
     if (*verify) return cli::cmd_verify(vo, std::cout);
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);

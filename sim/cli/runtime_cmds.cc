@@ -1,15 +1,26 @@
 #include "sim/cli/runtime_cmds.h"
 
+#include <malloc.h>
+
+#include <algorithm>
 #include <chrono>
+#include <limits>
+#include <cmath>
 #include <filesystem>
+#include <memory>
 #include <ostream>
 
 #include <fmt/format.h>
 
+#include "models/runtime/kernels.h"
 #include "models/runtime/tokenizer.h"
 #include "models/runtime/transformer.h"
 #include "sim/engine/random.h"
 #include "sim/scenario/scenario.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace rlsim::cli {
 namespace {
@@ -78,6 +89,114 @@ int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err)
   if (!o.quiet) {
     err << fmt::format("rlsim generate: {} ({}), {} prompt tokens, {} generated, {:.1f} tok/s\n", weights.config.name, precision.name,
                        prompt.size(), generated, model.position() / std::max(s, 1e-9));
+  }
+  return 0;
+}
+
+double measure_read_bandwidth(std::size_t bytes, int repeat) {
+  const std::size_t n = bytes / sizeof(float);
+  std::unique_ptr<float[]> buf(new float[n]);
+  const auto sn = static_cast<std::int64_t>(n);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < sn; ++i) buf[static_cast<std::size_t>(i)] = 1.0f;  // first touch by the readers
+  double best = std::numeric_limits<double>::infinity();
+  double check = 0;
+  for (int r = 0; r < repeat + 1; ++r) {  // one warm-up pass
+    const auto t0 = std::chrono::steady_clock::now();
+    double sum = 0;
+#pragma omp parallel reduction(+ : sum)
+    {
+#ifdef _OPENMP
+      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+      const std::int64_t nt = 1, t = 0;
+#endif
+      // Contiguous share per thread, 64 floats a step in independent sums (vectorised); no
+      // software prefetch (the hardware stream prefetchers serve one sequential stream best).
+      const std::int64_t lo = sn * t / nt / 64 * 64, hi = t + 1 == nt ? sn : sn * (t + 1) / nt / 64 * 64;
+      float acc[64] = {};
+      const float* p = buf.get();
+      std::int64_t i = lo;
+      for (; i + 64 <= hi; i += 64) {
+#pragma omp simd
+        for (int k = 0; k < 64; ++k) acc[k] += p[i + k];
+      }
+      for (; i < hi; ++i) acc[0] += p[i];
+      for (float a : acc) sum += a;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+    check = sum;
+  }
+  if (check != static_cast<double>(n)) throw std::logic_error("measure_read_bandwidth: wrong sum");
+  return static_cast<double>(n * sizeof(float)) / best / 1e9;
+}
+
+int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
+  // Keep freed buffers in the heap (glibc would unmap the 100 MB prefill logits and activations)
+  // so that repeated runs time the runtime on warm memory, as a long-lived rollout worker has.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::vector<models::RuntimePrecision> precisions;
+  for (const std::string& name : o.precisions) {
+    try {
+      precisions.push_back(models::runtime_precision(name));
+    } catch (const std::invalid_argument& e) {
+      throw sim::ScenarioError(std::string("rlsim bench runtime: ") + e.what());
+    }
+  }
+  models::TransformerConfig c;
+  if (o.shape.empty()) {
+    // SmolLM2-135M (../shared/models/smollm2-135m-tokenizer/config.json): LlamaForCausalLM.
+    c.name = "SmolLM2-135M";
+    c.dim = 576, c.hidden_dim = 1536, c.layers = 30, c.heads = 9, c.kv_heads = 3, c.head_dim = 64, c.vocab = 49152;
+    c.norm_eps = 1e-5f, c.rope_theta = 100000.0f, c.rope_interleaved = false, c.tied_embeddings = true;
+  } else {
+    c = models::read_hf_config(o.shape);
+  }
+  c.max_seq = std::max(o.prefill_tokens, o.decode_tokens + 1);  // the KV cache the runs use
+#ifdef _OPENMP
+  omp_set_num_threads(o.threads);
+#endif
+  err << fmt::format("rlsim bench runtime: {} shapes (dim {}, ffn {}, {} layers, {} heads / {} kv, vocab {}), synthetic weights, {} threads, "
+                     "{} kernels, best of {}\n",
+                     c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads,
+                     models::simd_kernels_available() ? "AVX-512" : "scalar", o.repeat);
+  err.flush();
+  const double gbps = measure_read_bandwidth(std::size_t{1} << 30, o.repeat);
+  out << fmt::format("bandwidth {:.1f} GB/s\n", gbps);
+  out.flush();
+  const models::ModelWeights w = models::synthetic_weights(c, 1);
+  sim::Rng rng(1);
+  std::vector<int> prompt(static_cast<std::size_t>(o.prefill_tokens));
+  for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;
+  for (const models::RuntimePrecision& p : precisions) {
+    models::Transformer model(w, p);
+    const double bytes = static_cast<double>(model.decode_weight_bytes());
+    err << fmt::format("  {}: {:.1f} MB of weights per decoded token\n", p.name, bytes / 1e6);
+    err.flush();
+    double best = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < o.repeat + 1; ++r) {  // one warm-up run
+      model.reset();
+      const auto t0 = std::chrono::steady_clock::now();
+      int token = prompt[0];
+      for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) best = std::min(best, s);
+    }
+    const double toks = o.decode_tokens / best;
+    out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f}\n", p.name, toks, toks / (gbps * 1e9 / bytes));
+    out.flush();
+    best = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < o.repeat; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const models::MatrixRM logits = model.prefill(prompt);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!std::isfinite(logits(logits.rows() - 1, 0))) throw std::logic_error("bench runtime: prefill logits not finite");
+      best = std::min(best, s);
+    }
+    out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, o.prefill_tokens / best);
+    out.flush();
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace rlsim::cli {
 
@@ -27,5 +28,30 @@ struct GenerateOptions {
 /// Throws models::ModelFileError (exit 2) for bad model or tokenizer files and sim::ScenarioError
 /// (exit 2) for a bad precision name or a prompt longer than `steps`.
 int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err);
+
+/// Options of `rlsim bench runtime`.
+struct BenchRuntimeOptions {
+  std::string shape;                 // Hugging Face config.json; empty: SmolLM2-135M's shapes
+  std::vector<std::string> precisions{"fp32", "bf16", "fp8-tensor", "fp8-block", "mxfp8", "int4-w4a16-g32", "int4-w4a16-g128", "nvfp4"};
+  int threads = 2;
+  int decode_tokens = 64;            // timed decode steps from position 0, batch 1
+  int prefill_tokens = 512;
+  int repeat = 3;                    // the best run is reported
+};
+
+/// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
+/// at a model's shapes. Prints to `out` one line per figure:
+///   bandwidth GBPS GB/s                      (read bandwidth of a 1 GiB buffer on `threads` threads)
+///   decode PRECISION TOKS tok/s roofline FRACTION   (FRACTION = TOKS / (GBPS / weight bytes per token))
+///   prefill PRECISION TOKS tok/s             (one prefill of prefill_tokens, all logits)
+/// and progress with the weight bytes per token and kernel layouts to `err`. Throws
+/// sim::ScenarioError (exit 2) for an unknown precision and models::ModelFileError for a bad
+/// config file.
+int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err);
+
+/// Read bandwidth in GB/s (1e9 bytes per second): the best of `repeat` passes summing a buffer of
+/// `bytes` (first touched by the same threads) on the current OpenMP threads, 64-bit loads the
+/// compiler vectorises. The STREAM-style measure of what a memory-bound kernel can reach.
+double measure_read_bandwidth(std::size_t bytes, int repeat);
 
 }  // namespace rlsim::cli

@@ -195,6 +195,25 @@ head -c 5000 "$ST/stories260K.bin" >"$WORK/cut.bin"
 check "generate: truncated checkpoint is bad input (2)" test $? -eq 2
 check "generate: error names the file and the tensor" grep -q "cut.bin: truncated in tensor 'token_embedding'" "$WORK/cut.err"
 
+# --- rlsim bench runtime: one line per figure, on a small shape --------------------------------
+cat >"$WORK/tiny_config.json" <<'JSON'
+{"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "vocab_size": 300, "rope_theta": 10000.0, "tie_word_embeddings": true}
+JSON
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp32,int4-w4a16-g32 --decode-tokens 4 --prefill-tokens 16 \
+  --repeat 1 >"$WORK/bench_rt.txt" 2>"$WORK/bench_rt.err"
+check "bench runtime: exit 0" test $? -eq 0
+check "bench runtime: bandwidth line" grep -qE '^bandwidth [0-9]+\.[0-9] GB/s$' "$WORK/bench_rt.txt"
+check "bench runtime: decode lines with roofline" test "$(grep -cE '^decode (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s roofline [0-9]+\.[0-9]{2}$' "$WORK/bench_rt.txt")" -eq 2
+check "bench runtime: prefill lines" test "$(grep -cE '^prefill (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2
+check "bench runtime: nothing else on stdout" test "$(wc -l <"$WORK/bench_rt.txt")" -eq 5
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp7 >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime: unknown precision is bad input (2)" test $? -eq 2
+echo '{"model_type": "llama"}' >"$WORK/bad_config.json"
+"$RLSIM" bench runtime --shape "$WORK/bad_config.json" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime: bad config is bad input (2)" test $? -eq 2
+check "bench runtime: error names the file and key" grep -q "bad_config.json: missing key 'hidden_size'" "$WORK/bench_bad.err"
+
 # --- async schedule end to end: staleness and idle ratios in summary.json ------------------------
 "$RLSIM" run "$WORK/base.yaml" --out "$WORK/async" -q --no-plots --set placement.mode=disaggregated \
   --set placement.rollout_devices=4 --set placement.train_devices=4 --set schedule.mode=async --set schedule.partial_rollout=true

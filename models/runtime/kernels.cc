@@ -1,0 +1,500 @@
+#include "models/runtime/kernels.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+// GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
+// reports wherever they inline (GCC bug 105593, a false positive fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define RLSIM_AVX512 1
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace rlsim::models {
+namespace {
+
+// 2^120: an E4M3 code's bits placed in an FP32 (sign to bit 31, exponent and mantissa to bits
+// 26..20) read as 2^-120 times its value, subnormals included (E4M3 bias 7, FP32 bias 127).
+constexpr float kE4M3Fix = 1.329227995784916e36f;  // 2^120
+
+// The value of an E4M3 code without NaN (0x7F / 0xFF are excluded at construction), exact.
+inline float e4m3_value(std::uint32_t c) {
+  return std::bit_cast<float>(((c & 0x80u) << 24) | ((c & 0x7Fu) << 20)) * kE4M3Fix;
+}
+
+// The value of an E8M0 code other than 0xFF (NaN, excluded at construction): 2^(c - 127), code 0
+// the FP32 subnormal 2^-127.
+inline float e8m0_value(std::uint32_t c) { return c == 0 ? 0x1p-127f : std::bit_cast<float>(c << 23); }
+
+int scale_bytes(Element e) {
+  switch (e) {
+    case Element::kFp32: return 4;
+    case Element::kBf16: return 2;
+    case Element::kE8M0:
+    case Element::kFp8E4M3: return 1;
+    default: throw std::invalid_argument("PackedWeight: unsupported scale storage element");
+  }
+}
+
+float f16_value(std::uint16_t h) {
+#ifdef __F16C__
+  return _cvtsh_ss(h);
+#else
+  return static_cast<float>(decode(Element::kFp16, h));
+#endif
+}
+
+}  // namespace
+
+std::string_view layout_name(WeightLayout l) {
+  switch (l) {
+    case WeightLayout::kF32: return "f32";
+    case WeightLayout::kBf16: return "bf16";
+    case WeightLayout::kF16: return "f16";
+    case WeightLayout::kE4M3: return "e4m3";
+    case WeightLayout::kNibble: return "nibble";
+  }
+  return "?";
+}
+
+bool simd_kernels_available() {
+#ifdef RLSIM_AVX512
+  return true;
+#else
+  return false;
+#endif
+}
+
+PackedWeight::PackedWeight(const QuantizedTensor& q) : element_(q.format.element), rows_(q.rows), cols_(q.cols) {
+  const Format& f = q.format;
+  scaled_ = f.scaling.kind != ScaleKind::kNone;
+  scale_element_ = scaled_ ? traits(f.scaling.kind).scale_element : Element::kFp32;
+  block_rows_ = scaled_ ? q.block_rows : rows_;
+  block_cols_ = scaled_ ? q.block_cols : cols_;
+  grid_cols_ = (cols_ + block_cols_ - 1) / block_cols_;
+  tensor_scale_ = static_cast<float>(q.tensor_scale);
+
+  // Which layout: a kernel of its own, or the decoded values.
+  bool nan_scale = false, big_scale = false;  // big: s * 2^120 would overflow (the E4M3 bit trick)
+  if (scaled_) {
+    for (double s : q.scales) nan_scale |= !std::isfinite(s), big_scale |= s >= 256.0;
+  }
+  const bool nan_code = element_ == Element::kFp8E4M3 &&
+                        std::any_of(q.codes.begin(), q.codes.end(), [](std::uint32_t c) { return (c & 0x7Fu) == 0x7Fu; });
+  if (!scaled_ && element_ == Element::kBf16) {
+    layout_ = WeightLayout::kBf16;
+  } else if (!scaled_ && element_ == Element::kFp16) {
+    layout_ = WeightLayout::kF16;
+  } else if (element_ == Element::kFp8E4M3 && !nan_scale && !big_scale && !nan_code && q.tensor_scale == 1.0) {
+    layout_ = WeightLayout::kE4M3;
+  } else if ((element_ == Element::kInt4 || element_ == Element::kFp4E2M1) && !nan_scale && std::isfinite(q.tensor_scale)) {
+    layout_ = WeightLayout::kNibble;
+  } else {
+    layout_ = WeightLayout::kF32;
+  }
+
+  if (layout_ == WeightLayout::kF32) {
+    scaled_ = false;
+    tensor_scale_ = 1.0f;
+    scale_element_ = Element::kFp32;
+    block_rows_ = rows_, block_cols_ = cols_, grid_cols_ = 1;
+  }
+  allocate();
+  if (layout_ == WeightLayout::kF32) {
+    const std::vector<double> v = dequantize(q);
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      for (std::int64_t c = 0; c < cols_; ++c) put(r, c, std::bit_cast<std::uint32_t>(static_cast<float>(v[static_cast<std::size_t>(r * cols_ + c)])));
+    }
+  } else {
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      for (std::int64_t c = 0; c < cols_; ++c) put(r, c, q.codes[static_cast<std::size_t>(r * cols_ + c)]);
+    }
+  }
+  if (layout_ == WeightLayout::kNibble) {
+    for (std::uint32_t c = 0; c < 16; ++c) lut_[c] = static_cast<float>(decode(element_, c));
+  }
+  if (scaled_) {
+    const int sb = scale_bytes(scale_element_);
+    scale_data_.resize(q.scale_codes.size() * static_cast<std::size_t>(sb));
+    for (std::size_t i = 0; i < q.scale_codes.size(); ++i) {
+      const std::uint32_t code = q.scale_codes[i];
+      std::memcpy(scale_data_.data() + i * static_cast<std::size_t>(sb), &code, static_cast<std::size_t>(sb));  // little-endian low bytes
+    }
+  }
+  switch (layout_) {
+    case WeightLayout::kE4M3: simd_ok_ = grid_cols_ == 1 || block_cols_ % 16 == 0; break;
+    case WeightLayout::kNibble: simd_ok_ = grid_cols_ == 1 || block_cols_ % 32 == 0 || block_cols_ == 16; break;
+    default: simd_ok_ = true; break;
+  }
+}
+
+PackedWeight PackedWeight::from_values(const float* v, std::int64_t rows, std::int64_t cols) {
+  if (rows <= 0 || cols <= 0) throw std::invalid_argument("PackedWeight::from_values: shape must be positive");
+  PackedWeight p;
+  p.rows_ = rows, p.cols_ = cols;
+  p.block_rows_ = rows, p.block_cols_ = cols;
+  p.simd_ok_ = true;
+  p.allocate();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) p.put(r, c, std::bit_cast<std::uint32_t>(v[r * cols + c]));
+  }
+  return p;
+}
+
+void PackedWeight::allocate() {
+  chunk_cols_ = layout_ == WeightLayout::kNibble ? 32 : 16;
+  chunk_bytes_ = layout_ == WeightLayout::kF32 ? 64 : (layout_ == WeightLayout::kE4M3 || layout_ == WeightLayout::kNibble ? 16 : 32);
+  chunks_ = (cols_ + chunk_cols_ - 1) / chunk_cols_;
+  const std::int64_t tiles = (rows_ + kTileRows - 1) / kTileRows;
+  data_.assign(static_cast<std::size_t>(tiles * chunks_ * kTileRows * chunk_bytes_), 0);  // padding: code 0 = +0
+}
+
+std::size_t PackedWeight::offset(std::int64_t r, std::int64_t c) const {
+  return static_cast<std::size_t>((((r / kTileRows) * chunks_ + c / chunk_cols_) * kTileRows + r % kTileRows) * chunk_bytes_);
+}
+
+void PackedWeight::put(std::int64_t r, std::int64_t c, std::uint32_t code) {
+  std::uint8_t* p = data_.data() + offset(r, c);
+  const std::int64_t k = c % chunk_cols_;
+  switch (layout_) {
+    case WeightLayout::kF32: std::memcpy(p + 4 * k, &code, 4); break;
+    case WeightLayout::kBf16:
+    case WeightLayout::kF16: {
+      const auto h = static_cast<std::uint16_t>(code);
+      std::memcpy(p + 2 * k, &h, 2);
+      break;
+    }
+    case WeightLayout::kE4M3: p[k] = static_cast<std::uint8_t>(code); break;
+    case WeightLayout::kNibble: p[k % 16] = static_cast<std::uint8_t>(p[k % 16] | (k < 16 ? code & 0xFu : (code & 0xFu) << 4)); break;
+  }
+}
+
+inline float PackedWeight::scale_at(std::size_t idx) const {
+  const std::uint8_t* p = scale_data_.data();
+  switch (scale_element_) {
+    case Element::kFp32: {
+      float s;
+      std::memcpy(&s, p + 4 * idx, 4);
+      return s;
+    }
+    case Element::kBf16: {
+      std::uint16_t h;
+      std::memcpy(&h, p + 2 * idx, 2);
+      return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+    }
+    case Element::kE8M0: return e8m0_value(p[idx]);
+    default: return e4m3_value(p[idx]);
+  }
+}
+
+inline float PackedWeight::scale(std::int64_t r, std::int64_t c) const {
+  if (!scaled_) return 1.0f;
+  return scale_at(static_cast<std::size_t>((r / block_rows_) * grid_cols_ + c / block_cols_));
+}
+
+float PackedWeight::code_value(std::int64_t r, std::int64_t c) const {
+  const std::uint8_t* p = data_.data() + offset(r, c);
+  const std::int64_t k = c % chunk_cols_;
+  switch (layout_) {
+    case WeightLayout::kF32: {
+      float v;
+      std::memcpy(&v, p + 4 * k, 4);
+      return v;
+    }
+    case WeightLayout::kBf16: {
+      std::uint16_t h;
+      std::memcpy(&h, p + 2 * k, 2);
+      return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+    }
+    case WeightLayout::kF16: {
+      std::uint16_t h;
+      std::memcpy(&h, p + 2 * k, 2);
+      return f16_value(h);
+    }
+    case WeightLayout::kE4M3: return e4m3_value(p[k]);
+    case WeightLayout::kNibble: return lut_[k < 16 ? p[k] & 0xFu : p[k % 16] >> 4];
+  }
+  return 0.0f;
+}
+
+float PackedWeight::at(std::int64_t r, std::int64_t c) const {
+  if (r < 0 || r >= rows_ || c < 0 || c >= cols_) throw std::out_of_range("PackedWeight::at: index outside the matrix");
+  float v = code_value(r, c);
+  if (scaled_) v *= scale(r, c);  // exact for 4-bit codes; one rounding for E4M3 x FP32
+  if (tensor_scale_ != 1.0f) v *= tensor_scale_;
+  return v;
+}
+
+void PackedWeight::gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < cols_; ++c) {
+      float w = code_value(r, c);
+      if (scaled_) w *= scale(r, c);
+      if (tensor_scale_ != 1.0f) w *= tensor_scale_;
+      acc = std::fma(w, x[c], acc);
+    }
+    y[r - r0] = acc;
+  }
+}
+
+#ifdef RLSIM_AVX512
+namespace {
+
+inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u); }
+
+// 16 elements of a 16-wide layout at column c of a row, as FP32 (E4M3: 2^-120 times the value),
+// the lanes outside mask m zero.
+template <WeightLayout L>
+inline __m512 load16(const std::uint8_t* row, std::int64_t c, __mmask16 m) {
+  if constexpr (L == WeightLayout::kF32) {
+    return _mm512_maskz_loadu_ps(m, row + 4 * c);
+  } else if constexpr (L == WeightLayout::kBf16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * c)), 16));
+  } else if constexpr (L == WeightLayout::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * c));
+  } else {
+    // Sign-extended byte << 20: sign at bit 31, exponent and mantissa at bits 26..20.
+    const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, row + c)), 20);
+    return _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u))));
+  }
+}
+
+template <WeightLayout L>
+inline __m512 load16(const std::uint8_t* row, std::int64_t c) {
+  if constexpr (L == WeightLayout::kF32) {
+    return _mm512_loadu_ps(row + 4 * c);
+  } else if constexpr (L == WeightLayout::kBf16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c))), 16));
+  } else if constexpr (L == WeightLayout::kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
+  } else {
+    const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c))), 20);
+    return _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u))));
+  }
+}
+
+// Software prefetch distance. A tile is read as one sequential stream; prefetching this far
+// ahead keeps enough cache-line misses in flight for DRAM bandwidth from one core.
+constexpr std::int64_t kPrefetchBytes = 2048;
+
+// 16 x-values from c, lanes past the end of the row zero.
+inline __m512 load_x(const float* x, std::int64_t c, std::int64_t cols) {
+  return c + 16 <= cols ? _mm512_loadu_ps(x + c) : _mm512_maskz_loadu_ps(tail_mask(std::max<std::int64_t>(cols - c, 0)), x + c);
+}
+
+inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
+}  // namespace
+
+template <WeightLayout L>
+void PackedWeight::simd16(const float* x, float* y, std::int64_t t) const {
+  constexpr int R = kTileRows;
+  constexpr std::int64_t CB = L == WeightLayout::kF32 ? 64 : (L == WeightLayout::kE4M3 ? 16 : 32);  // bytes per row per chunk
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
+  const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
+  std::size_t sbase[R];  // scale index of each row's first block; segment k uses sbase + k
+  for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
+    const std::int64_t c1 = std::min(cols_, c0 + seg);
+    __m512 s[R];
+    if constexpr (L == WeightLayout::kE4M3) {
+      for (int i = 0; i < R; ++i) s[i] = _mm512_set1_ps((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3Fix);
+    }
+    for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
+      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
+      const __m512 xv = load_x(x, c, cols_);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        __m512 w;
+        const std::uint8_t* q = p + i * CB;
+        if constexpr (L == WeightLayout::kF32) {
+          w = _mm512_loadu_ps(q);
+        } else if constexpr (L == WeightLayout::kBf16) {
+          w = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))), 16));
+        } else if constexpr (L == WeightLayout::kF16) {
+          w = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+        } else {
+          // Sign-extended byte << 20: sign at bit 31, exponent and mantissa at bits 26..20 (2^-120
+          // times the E4M3 value, subnormals included); the 2^120 is folded into the scale.
+          const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 20);
+          w = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), s[i]);
+        }
+        acc[i] = _mm512_fmadd_ps(w, xv, acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+namespace {
+
+// A block scale in its storage element S, broadcast to 16 lanes.
+template <Element S>
+inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
+  if constexpr (S == Element::kBf16) {
+    std::uint16_t h;
+    std::memcpy(&h, scales + 2 * idx, 2);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(h) << 16)));
+  } else if constexpr (S == Element::kFp32) {
+    float f;
+    std::memcpy(&f, scales + 4 * idx, 4);
+    return _mm512_set1_ps(f);
+  } else if constexpr (S == Element::kE8M0) {
+    return _mm512_set1_ps(e8m0_value(scales[idx]));
+  } else {
+    return _mm512_set1_ps(e4m3_value(scales[idx]));
+  }
+}
+
+// The 4-bit GEMV of one tile: 4 rows, 32 columns a chunk. S: scale storage (kFp32 with
+// `scaled` false: unscaled); per_half: 16-column blocks (NVFP4), a scale per half-chunk; cpb:
+// chunks per scale block otherwise (the whole row when the grid has one column); TS: multiply by
+// the FP32 tensor scale after the block scale.
+template <Element S, bool kPerHalf, bool kTensorScale>
+void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled, const std::uint8_t* scales,
+                 const std::size_t* sbase, std::int64_t cpb, float tensor_scale, const float* x, float* y) {
+  constexpr int R = 4;
+  constexpr std::int64_t CB = 16;
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512 lut = _mm512_loadu_ps(lut16);
+  const __m512 tsv = _mm512_set1_ps(tensor_scale);
+  __m512 lut_lo[R], lut_hi[R];
+  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = lut;
+  std::int64_t left = 0;  // chunks before the next scale block
+  std::size_t blk = 0;    // scale block of the current chunk, relative to each row's sbase
+  const std::int64_t full = cols / 32;
+  for (std::int64_t j = 0; j < chunks; ++j, p += R * CB) {
+    prefetch(p + kPrefetchBytes);
+    if (scaled) {
+      if constexpr (kPerHalf) {
+        for (int i = 0; i < R; ++i) {
+          // Exact products: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 / E8M0
+          // scale <= 8 (an FP32 block scale may round here as the dequantised value does).
+          lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j)));
+          lut_hi[i] = 32 * j + 16 < cols ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j) + 1)) : lut_lo[i];
+        }
+      } else if (left-- == 0) {
+        for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk));
+        ++blk;
+        left = cpb - 1;
+      }
+    }
+    __m512 x_lo, x_hi;
+    if (j < full) {
+      x_lo = _mm512_loadu_ps(x + 32 * j);
+      x_hi = _mm512_loadu_ps(x + 32 * j + 16);
+    } else {
+      x_lo = load_x(x, 32 * j, cols);
+      x_hi = load_x(x, 32 * j + 16, cols);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * CB)));
+      __m512 w_lo = _mm512_permutexvar_ps(d, lut_lo[i]);  // the index is the low 4 bits of each lane
+      __m512 w_hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut_hi[i]);
+      if constexpr (kTensorScale) {
+        w_lo = _mm512_mul_ps(w_lo, tsv);
+        w_hi = _mm512_mul_ps(w_hi, tsv);
+      }
+      acc[i] = _mm512_fmadd_ps(w_lo, x_lo, acc[i]);
+      acc[i] = _mm512_fmadd_ps(w_hi, x_hi, acc[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+}  // namespace
+
+void PackedWeight::simd_nibble(const float* x, float* y, std::int64_t t) const {
+  constexpr int R = kTileRows;
+  const std::uint8_t* p = data_.data() + t * chunks_ * R * 16;
+  std::size_t sbase[R];  // scale index of each row's first block
+  for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  const bool halves = scaled_ && grid_cols_ > 1 && block_cols_ == 16;
+  const std::int64_t cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
+  const std::uint8_t* sc = scale_data_.data();
+  const bool ts = tensor_scale_ != 1.0f;
+#define RLSIM_NIBBLE(S)                                                                                                     \
+  (halves ? (ts ? nibble_tile<S, true, true>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y)         \
+              : nibble_tile<S, true, false>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y))         \
+          : (ts ? nibble_tile<S, false, true>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y)        \
+                : nibble_tile<S, false, false>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y)))
+  switch (scale_element_) {
+    case Element::kBf16: RLSIM_NIBBLE(Element::kBf16); break;
+    case Element::kE8M0: RLSIM_NIBBLE(Element::kE8M0); break;
+    case Element::kFp8E4M3: RLSIM_NIBBLE(Element::kFp8E4M3); break;
+    default: RLSIM_NIBBLE(Element::kFp32); break;
+  }
+#undef RLSIM_NIBBLE
+}
+#endif
+
+void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
+#ifdef RLSIM_AVX512
+  if (simd_ok_) {
+    for (std::int64_t t = r0 / kTileRows; t * kTileRows < r1; ++t) {
+      float out[kTileRows];
+      switch (layout_) {
+        case WeightLayout::kF32: simd16<WeightLayout::kF32>(x, out, t); break;
+        case WeightLayout::kBf16: simd16<WeightLayout::kBf16>(x, out, t); break;
+        case WeightLayout::kF16: simd16<WeightLayout::kF16>(x, out, t); break;
+        case WeightLayout::kE4M3: simd16<WeightLayout::kE4M3>(x, out, t); break;
+        case WeightLayout::kNibble: simd_nibble(x, out, t); break;
+      }
+      for (std::int64_t i = 0; i < kTileRows; ++i) {
+        const std::int64_t r = t * kTileRows + i;
+        if (r >= r0 && r < r1) y[r - r0] = out[i];
+      }
+    }
+    return;
+  }
+#endif
+  gemv_rows_scalar(x, y, r0, r1);
+}
+
+void gemv(std::span<const GemvJob> jobs) {
+  std::int64_t total = 0;
+  for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols();
+  auto run = [&](std::int64_t w0, std::int64_t w1) {
+    // Rows whose first multiply-add falls in [w0, w1), boundaries on multiples of 4 rows.
+    std::int64_t off = 0;
+    for (const GemvJob& j : jobs) {
+      const std::int64_t rows = j.w->rows(), cols = j.w->cols();
+      auto boundary = [&](std::int64_t w) {
+        const std::int64_t r = std::clamp<std::int64_t>((w - off + cols - 1) / cols, 0, rows);
+        return std::min(rows, (r + 3) / 4 * 4);
+      };
+      const std::int64_t a = w0 <= off ? 0 : boundary(w0), b = w1 >= off + rows * cols ? rows : boundary(w1);
+      if (a < b) j.w->gemv_rows(j.x, j.y + a, a, b);
+      off += rows * cols;
+    }
+  };
+#ifdef _OPENMP
+  if (total >= (1 << 16) && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      run(total * t / nt, total * (t + 1) / nt);
+    }
+    return;
+  }
+#endif
+  run(0, total);
+}
+
+}  // namespace rlsim::models

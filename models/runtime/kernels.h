@@ -1,0 +1,126 @@
+// Packed weights and the batch-1 GEMV kernels of the decode (rollout) path.
+//
+// A rollout engine at batch 1 is bound by reading the weights: a token of SmolLM2-135M reads
+// 269 MB in BF16, 134 MB in FP8 and ~60 MB in INT4 g32 (plus the lm_head). These kernels read
+// each weight in its storage format once per token and dequantise in registers:
+//  - element to FP32 (bf16: shift; fp16: F16C; fp8-e4m3: its bits moved into an FP32 whose
+//    exponent is off by 2^120, folded into the block scale; 4-bit codes: a 16-entry table),
+//  - times the block scale (FP32, BF16, E8M0 or E4M3 as stored),
+//  - FMA with the activation into FP32 accumulators.
+// The products are the dequantised weight values of models/precision/quantize.h times the
+// activation, so a kernel differs from the Eigen GEMM of the prefill path only in FP32
+// summation order.
+//
+// Kernels are AVX-512 (F, BW, VL) when the build targets a host that has it (RLSIM_NATIVE on such
+// a host); otherwise, and for shapes the SIMD loops do not cover, a scalar loop with the same
+// products and a sequential sum. Rows are split among the OpenMP threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "models/precision/quantize.h"
+
+namespace rlsim::models {
+
+/// How a PackedWeight stores its elements.
+enum class WeightLayout : std::uint8_t {
+  kF32,     // FP32 values: fp32 weights, and formats without a kernel of their own (decoded values)
+  kBf16,    // bf16 bits, 2 bytes per element
+  kF16,     // IEEE binary16 bits, 2 bytes per element
+  kE4M3,    // fp8-e4m3 codes, 1 byte per element, one scale per block (FP32 / BF16 / E8M0 / E4M3)
+  kNibble,  // 4-bit codes (INT4 two's complement or FP4 E2M1), 2 per byte, one scale per block,
+            // optional FP32 tensor scale (NVFP4)
+};
+
+/// "f32", "bf16", "f16", "e4m3", "nibble".
+std::string_view layout_name(WeightLayout l);
+
+/// True when the AVX-512 kernels were compiled in.
+bool simd_kernels_available();
+
+/// A weight matrix [rows = out_features, cols = in_features] in its storage format.
+///
+/// Layout: tiles of 4 rows; a tile is stored chunk by chunk, each chunk holding 16 columns (32 for
+/// kNibble) of its 4 rows one after the other, so a GEMV reads every tile as one sequential
+/// stream. kNibble chunks are 16 bytes per row, byte j holding element j in its low nibble and
+/// element j + 16 in its high nibble (the SIMD unpack then needs no shuffle). Rows and columns are
+/// padded to whole tiles and chunks with code 0 (+0). Scales are in their storage element, one per
+/// block of block_rows x block_cols, grid row-major.
+class PackedWeight {
+ public:
+  PackedWeight() = default;
+
+  /// Packs a quantised tensor. bf16 / fp16 unscaled -> kBf16 / kF16; fp8-e4m3 with tensor scale 1
+  /// -> kE4M3; int4 or fp4-e2m1 -> kNibble; every other format (fp32, fp8-e5m2, int8, hif8, hif4,
+  /// ...) and any tensor holding a NaN code or scale, or an E4M3 tensor with a scale >= 2^8 (beyond its bit trick),
+  /// -> kF32 with the dequantised values. at() equals the float of dequantize(q) for every element.
+  explicit PackedWeight(const QuantizedTensor& q);
+
+  /// FP32 values [rows, cols] row-major as they are (the fp32 reference: kF32). Throws
+  /// std::invalid_argument for a non-positive shape.
+  static PackedWeight from_values(const float* v, std::int64_t rows, std::int64_t cols);
+
+  std::int64_t rows() const { return rows_; }
+  std::int64_t cols() const { return cols_; }
+  WeightLayout layout() const { return layout_; }
+
+  /// Bytes a GEMV reads: elements (with tile and chunk padding) and scales, in their storage types.
+  std::size_t bytes() const { return data_.size() + scale_data_.size(); }
+
+  /// Dequantised value of element (r, c), as FP32.
+  float at(std::int64_t r, std::int64_t c) const;
+
+  /// y[r - r0] = sum_c at(r, c) * x[c] for r in [r0, r1): FP32 products, FP32 accumulation.
+  /// `x` holds cols() values. Uses the SIMD kernel where available and the shape allows it.
+  void gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
+
+  /// The scalar kernel: the same products, summed in column order.
+  void gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
+
+ private:
+  static constexpr std::int64_t kTileRows = 4;  // rows per tile (one accumulator each)
+
+  void allocate();                                      // zeroed data_ for the layout and shape
+  std::size_t offset(std::int64_t r, std::int64_t c) const;  // byte offset of (r, c)'s chunk row
+  void put(std::int64_t r, std::int64_t c, std::uint32_t code);
+  float scale(std::int64_t r, std::int64_t c) const;    // decoded scale of the block holding (r, c)
+  float scale_at(std::size_t block) const;              // decoded scale of a block (grid index)
+  float code_value(std::int64_t r, std::int64_t c) const;  // element value before scaling
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  template <WeightLayout L>
+  void simd16(const float* x, float* y, std::int64_t tile) const;  // y[0..4) of a tile
+  void simd_nibble(const float* x, float* y, std::int64_t tile) const;
+#endif
+
+  WeightLayout layout_ = WeightLayout::kF32;
+  Element element_ = Element::kFp32;
+  Element scale_element_ = Element::kFp32;  // storage of the block scales (kFp32 also when unscaled)
+  std::int64_t rows_ = 0, cols_ = 0;
+  std::int64_t chunk_cols_ = 16, chunk_bytes_ = 64, chunks_ = 0;  // per row of a tile
+  std::int64_t block_rows_ = 1, block_cols_ = 1, grid_cols_ = 1;
+  bool scaled_ = false;
+  bool simd_ok_ = false;  // block shape fits the SIMD loops
+  float tensor_scale_ = 1.0f;
+  float lut_[16] = {};  // kNibble: value of each 4-bit code
+  std::vector<std::uint8_t> data_;
+  std::vector<std::uint8_t> scale_data_;
+};
+
+/// One GEMV: y[0, w.rows()) = W x.
+struct GemvJob {
+  const PackedWeight* w = nullptr;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+/// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
+/// rows split among the threads in contiguous ranges of equal work (rows x cols). Each row's sum
+/// is the same whatever the thread count, so results are deterministic. Small totals (under 2^16
+/// multiply-adds) run on the calling thread.
+void gemv(std::span<const GemvJob> jobs);
+
+}  // namespace rlsim::models

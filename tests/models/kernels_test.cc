@@ -1,0 +1,182 @@
+// The decode path's packed weights and GEMV kernels (models/runtime/kernels.h): every layout holds
+// exactly the dequantised values of models/precision, the SIMD and scalar kernels compute W x to
+// FP32 accuracy on aligned and ragged shapes, and the threaded GEMV is deterministic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "models/precision/format.h"
+#include "models/precision/quantize.h"
+#include "models/runtime/kernels.h"
+
+namespace rlsim::models {
+namespace {
+
+std::vector<float> normal(std::size_t n, unsigned seed, float sd) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(g);
+  return v;
+}
+
+struct Case {
+  const char* format;
+  WeightLayout layout;
+};
+
+// Format -> the layout the packer must choose.
+const Case kCases[] = {
+    {"bf16", WeightLayout::kBf16},
+    {"fp16", WeightLayout::kF16},
+    {"fp8-e4m3/tensor", WeightLayout::kE4M3},
+    {"fp8-e4m3/channel", WeightLayout::kE4M3},
+    {"fp8-e4m3/block128x128", WeightLayout::kE4M3},
+    {"fp8-e4m3/group1x128", WeightLayout::kE4M3},
+    {"fp8-e4m3", WeightLayout::kE4M3},  // unscaled
+    {"mxfp8", WeightLayout::kE4M3},
+    {"int4/group32", WeightLayout::kNibble},
+    {"int4/group128", WeightLayout::kNibble},
+    {"int4/channel", WeightLayout::kNibble},
+    {"mxfp4", WeightLayout::kNibble},
+    {"nvfp4", WeightLayout::kNibble},
+    {"fp4-e2m1/group16", WeightLayout::kNibble},
+    {"fp8-e5m2/tensor", WeightLayout::kF32},  // no kernel of its own: decoded values
+    {"hif8/tensor", WeightLayout::kF32},
+    {"hif4", WeightLayout::kF32},
+    {"int8/channel", WeightLayout::kF32},
+};
+
+// Reference y = W x in double from the dequantised values, and the bound of an FP32 sum of the
+// same products in any order: n * 2^-24 * sum |w x| (Higham, Accuracy and Stability of Numerical
+// Algorithms, 2nd ed., eq. 3.5), with n the row length.
+void reference(const std::vector<double>& w, const std::vector<float>& x, std::int64_t rows, std::int64_t cols, std::vector<double>& y,
+               std::vector<double>& bound) {
+  y.assign(static_cast<std::size_t>(rows), 0.0);
+  bound.assign(static_cast<std::size_t>(rows), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s = 0, a = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double p = static_cast<double>(static_cast<float>(w[static_cast<std::size_t>(r * cols + c)])) * x[static_cast<std::size_t>(c)];
+      s += p;
+      a += std::fabs(p);
+    }
+    y[static_cast<std::size_t>(r)] = s;
+    bound[static_cast<std::size_t>(r)] = static_cast<double>(cols) * 0x1p-24 * a + 1e-30;
+  }
+}
+
+TEST(PackedWeight, EveryLayoutHoldsTheDequantisedValuesAndComputesWx) {
+  // Aligned (SmolLM2-like rows of 576) and ragged shapes: rows not a multiple of the 4-row tile,
+  // columns not a multiple of the 16 / 32-column chunk nor of the scale block.
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{64, 576}, {37, 200}, {5, 33}, {130, 1536}};
+  for (const Case& k : kCases) {
+    for (const auto& [rows, cols] : shapes) {
+      SCOPED_TRACE(std::string(k.format) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      const Format f = parse_format(k.format);
+      std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 11, 0.02f);
+      w[3] = 0.3f;  // an outlier in the first block
+      const QuantizedTensor q = quantize(f, rows, cols, std::span<const float>(w));
+      const PackedWeight p(q);
+      EXPECT_EQ(p.layout(), k.layout);
+      const std::vector<double> deq = dequantize(q);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(p.at(r, c), static_cast<float>(deq[static_cast<std::size_t>(r * cols + c)])) << "at (" << r << ", " << c << ")";
+        }
+      }
+      const std::vector<float> x = normal(static_cast<std::size_t>(cols), 5, 1.0f);
+      std::vector<double> ref, bound;
+      reference(deq, x, rows, cols, ref, bound);
+      std::vector<float> y_simd(static_cast<std::size_t>(rows), NAN), y_scalar(static_cast<std::size_t>(rows), NAN);
+      p.gemv_rows(x.data(), y_simd.data(), 0, rows);
+      p.gemv_rows_scalar(x.data(), y_scalar.data(), 0, rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        EXPECT_NEAR(y_simd[i], ref[i], bound[i]) << "row " << r;
+        EXPECT_NEAR(y_scalar[i], ref[i], bound[i]) << "row " << r;
+      }
+      // A row range starting inside a tile writes exactly its rows.
+      if (rows > 6) {
+        std::vector<float> part(static_cast<std::size_t>(rows), -7.0f);
+        p.gemv_rows(x.data(), part.data() + 1, 1, rows - 2);
+        EXPECT_EQ(part[0], -7.0f);
+        EXPECT_EQ(part[static_cast<std::size_t>(rows - 1)], -7.0f);
+        for (std::int64_t r = 1; r < rows - 2; ++r) EXPECT_EQ(part[static_cast<std::size_t>(r)], y_simd[static_cast<std::size_t>(r)]);
+      }
+    }
+  }
+}
+
+TEST(PackedWeight, StorageBytesAreTheFormatsOwn) {
+  const std::int64_t rows = 576, cols = 1536;
+  const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 3, 0.02f);
+  auto bytes = [&](const char* name) { return PackedWeight(quantize(parse_format(name), rows, cols, std::span<const float>(w))).bytes(); };
+  const auto n = static_cast<std::size_t>(rows * cols);
+  EXPECT_EQ(bytes("bf16"), 2 * n);
+  EXPECT_EQ(bytes("fp8-e4m3/block128x128"), n + 4 * (576 / 128 + 1) * (1536 / 128));  // 5 block rows (ragged) x 12, FP32
+  EXPECT_EQ(bytes("mxfp8"), n + n / 32);                                               // E8M0 per 32
+  EXPECT_EQ(bytes("int4/group32"), n / 2 + 2 * (n / 32));                              // BF16 per 32
+  EXPECT_EQ(bytes("int4/group128"), n / 2 + 2 * (n / 128));
+  EXPECT_EQ(bytes("nvfp4"), n / 2 + n / 16);  // E4M3 per 16 (the FP32 tensor scale is held apart)
+  EXPECT_EQ(PackedWeight::from_values(w.data(), rows, cols).bytes(), 4 * n);
+}
+
+TEST(PackedWeight, NanOrOutOfRangeScalesFallBackToDecodedValues) {
+  const std::int64_t rows = 8, cols = 64;
+  std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 9, 1.0f);
+  w[10] = 448.0f * 300.0f;  // per-tensor E4M3 scale 300 >= 2^8: beyond the kernel's bit trick
+  const QuantizedTensor big = quantize(parse_format("fp8-e4m3/tensor"), rows, cols, std::span<const float>(w));
+  const PackedWeight pb(big);
+  EXPECT_EQ(pb.layout(), WeightLayout::kF32);
+  EXPECT_EQ(pb.at(0, 10), static_cast<float>(dequantize(big)[10]));
+  w[10] = NAN;  // MX: the block's E8M0 scale becomes NaN (OCP MX v1.0 sec. 6.3)
+  const QuantizedTensor nan = quantize(parse_format("mxfp4"), rows, cols, std::span<const float>(w));
+  const PackedWeight pn(nan);
+  EXPECT_EQ(pn.layout(), WeightLayout::kF32);
+  EXPECT_TRUE(std::isnan(pn.at(0, 31)));
+  EXPECT_FALSE(std::isnan(pn.at(0, 32)));
+  // INT4 has no NaN: the value encodes as level 0 under a finite scale, and the kernel keeps it.
+  const QuantizedTensor int4 = quantize(parse_format("int4/group32"), rows, cols, std::span<const float>(w));
+  const PackedWeight pi(int4);
+  EXPECT_EQ(pi.layout(), WeightLayout::kNibble);
+  EXPECT_EQ(pi.at(0, 10), 0.0f);
+}
+
+TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
+  // q/k/v-like jobs sharing an input, split among threads by work: every row's sum is the same
+  // whatever the thread count.
+  const std::int64_t cols = 576;
+  const std::vector<float> x = normal(static_cast<std::size_t>(cols), 2, 1.0f);
+  std::vector<PackedWeight> ws;
+  for (std::int64_t rows : {576, 192, 190}) {
+    const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), static_cast<unsigned>(rows), 0.02f);
+    ws.emplace_back(quantize(parse_format("int4/group32"), rows, cols, std::span<const float>(w)));
+  }
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<std::vector<float>> ys;
+    std::vector<GemvJob> jobs;
+    for (const PackedWeight& w : ws) ys.emplace_back(static_cast<std::size_t>(w.rows()), NAN);
+    for (std::size_t i = 0; i < ws.size(); ++i) jobs.push_back({&ws[i], x.data(), ys[i].data()});
+    gemv(jobs);
+    return ys;
+  };
+  const int saved = omp_get_max_threads();
+  const auto one = run(1), two = run(2), three = run(3);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, three);
+  std::vector<float> direct(190);
+  ws[2].gemv_rows(x.data(), direct.data(), 0, 190);
+  EXPECT_EQ(one[2], direct);
+  for (float v : one[0]) EXPECT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace rlsim::models
