@@ -203,9 +203,7 @@ inline float PackedWeight::scale(std::int64_t r, std::int64_t c) const {
   return scale_at(static_cast<std::size_t>((r / block_rows_) * grid_cols_ + c / block_cols_));
 }
 
-float PackedWeight::code_value(std::int64_t r, std::int64_t c) const {
-  const std::uint8_t* p = data_.data() + offset(r, c);
-  const std::int64_t k = c % chunk_cols_;
+inline float PackedWeight::chunk_value(const std::uint8_t* p, std::int64_t k) const {
   switch (layout_) {
     case WeightLayout::kF32: {
       float v;
@@ -228,6 +226,8 @@ float PackedWeight::code_value(std::int64_t r, std::int64_t c) const {
   return 0.0f;
 }
 
+float PackedWeight::code_value(std::int64_t r, std::int64_t c) const { return chunk_value(data_.data() + offset(r, c), c % chunk_cols_); }
+
 float PackedWeight::at(std::int64_t r, std::int64_t c) const {
   if (r < 0 || r >= rows_ || c < 0 || c >= cols_) throw std::out_of_range("PackedWeight::at: index outside the matrix");
   float v = code_value(r, c);
@@ -238,12 +238,25 @@ float PackedWeight::at(std::int64_t r, std::int64_t c) const {
 
 void PackedWeight::gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
   for (std::int64_t r = r0; r < r1; ++r) {
-    float acc = 0.0f;
-    for (std::int64_t c = 0; c < cols_; ++c) {
-      float w = code_value(r, c);
-      if (scaled_) w *= scale(r, c);
-      if (tensor_scale_ != 1.0f) w *= tensor_scale_;
-      acc = std::fma(w, x[c], acc);
+    float acc = 0.0f, s = 1.0f;
+    std::int64_t next_block = 0;  // first column of the next scale block
+    for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
+      const std::uint8_t* p = data_.data() + offset(r, c0);
+      const std::int64_t n = std::min(chunk_cols_, cols_ - c0);
+      for (std::int64_t k = 0; k < n; ++k) {
+        if (scaled_ && c0 + k >= next_block) {
+          s = scale(r, c0 + k);
+          next_block = ((c0 + k) / block_cols_ + 1) * block_cols_;
+        }
+        float w = chunk_value(p, k);
+        if (scaled_) w *= s;
+        if (tensor_scale_ != 1.0f) w *= tensor_scale_;
+#ifdef FP_FAST_FMAF
+        acc = std::fma(w, x[c0 + k], acc);
+#else
+        acc += w * x[c0 + k];  // no FMA instruction in the target: libm's fma would be emulated
+#endif
+      }
     }
     y[r - r0] = acc;
   }

@@ -90,6 +90,7 @@ class PackedWeight {
   float scale(std::int64_t r, std::int64_t c) const;    // decoded scale of the block holding (r, c)
   float scale_at(std::size_t block) const;              // decoded scale of a block (grid index)
   float code_value(std::int64_t r, std::int64_t c) const;  // element value before scaling
+  float chunk_value(const std::uint8_t* chunk_row, std::int64_t k) const;  // element k of a chunk row
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
   template <WeightLayout L>
   void simd16(const float* x, float* y, std::int64_t tile) const;  // y[0..4) of a tile
