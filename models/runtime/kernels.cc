@@ -37,14 +37,30 @@ inline float e4m3_value(std::uint32_t c) {
 // the FP32 subnormal 2^-127.
 inline float e8m0_value(std::uint32_t c) { return c == 0 ? 0x1p-127f : std::bit_cast<float>(c << 23); }
 
-int scale_bytes(Element e) {
-  switch (e) {
-    case Element::kFp32: return 4;
-    case Element::kBf16: return 2;
-    case Element::kE8M0:
-    case Element::kFp8E4M3: return 1;
-    default: throw std::invalid_argument("PackedWeight: unsupported scale storage element");
+inline float bf16_value(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
+
+// A block scale as stored in element S (FP32, BF16, E8M0 or E4M3; NaN codes are excluded at
+// construction): one definition for the scalar lookup and the SIMD broadcast.
+template <Element S>
+inline float scale_value(const std::uint8_t* scales, std::size_t idx) {
+  if constexpr (S == Element::kFp32) {
+    float f;
+    std::memcpy(&f, scales + 4 * idx, 4);
+    return f;
+  } else if constexpr (S == Element::kBf16) {
+    std::uint16_t h;
+    std::memcpy(&h, scales + 2 * idx, 2);
+    return bf16_value(h);
+  } else if constexpr (S == Element::kE8M0) {
+    return e8m0_value(scales[idx]);
+  } else {
+    return e4m3_value(scales[idx]);
   }
+}
+
+// Bytes per row of a tile chunk: 16 elements (32 for 4-bit codes) in the layout's storage.
+constexpr std::int64_t chunk_bytes(WeightLayout l) {
+  return l == WeightLayout::kF32 ? 64 : (l == WeightLayout::kE4M3 || l == WeightLayout::kNibble ? 16 : 32);
 }
 
 float f16_value(std::uint16_t h) {
@@ -125,7 +141,7 @@ PackedWeight::PackedWeight(const QuantizedTensor& q) : element_(q.format.element
     for (std::uint32_t c = 0; c < 16; ++c) lut_[c] = static_cast<float>(decode(element_, c));
   }
   if (scaled_) {
-    const int sb = scale_bytes(scale_element_);
+    const int sb = traits(scale_element_).bits / 8;  // FP32 4, BF16 2, E8M0 / E4M3 1
     scale_data_.resize(q.scale_codes.size() * static_cast<std::size_t>(sb));
     for (std::size_t i = 0; i < q.scale_codes.size(); ++i) {
       const std::uint32_t code = q.scale_codes[i];
@@ -154,7 +170,7 @@ PackedWeight PackedWeight::from_values(const float* v, std::int64_t rows, std::i
 
 void PackedWeight::allocate() {
   chunk_cols_ = layout_ == WeightLayout::kNibble ? 32 : 16;
-  chunk_bytes_ = layout_ == WeightLayout::kF32 ? 64 : (layout_ == WeightLayout::kE4M3 || layout_ == WeightLayout::kNibble ? 16 : 32);
+  chunk_bytes_ = chunk_bytes(layout_);
   chunks_ = (cols_ + chunk_cols_ - 1) / chunk_cols_;
   const std::int64_t tiles = (rows_ + kTileRows - 1) / kTileRows;
   data_.assign(static_cast<std::size_t>(tiles * chunks_ * kTileRows * chunk_bytes_), 0);  // padding: code 0 = +0
@@ -181,20 +197,11 @@ void PackedWeight::put(std::int64_t r, std::int64_t c, std::uint32_t code) {
 }
 
 inline float PackedWeight::scale_at(std::size_t idx) const {
-  const std::uint8_t* p = scale_data_.data();
   switch (scale_element_) {
-    case Element::kFp32: {
-      float s;
-      std::memcpy(&s, p + 4 * idx, 4);
-      return s;
-    }
-    case Element::kBf16: {
-      std::uint16_t h;
-      std::memcpy(&h, p + 2 * idx, 2);
-      return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
-    }
-    case Element::kE8M0: return e8m0_value(p[idx]);
-    default: return e4m3_value(p[idx]);
+    case Element::kFp32: return scale_value<Element::kFp32>(scale_data_.data(), idx);
+    case Element::kBf16: return scale_value<Element::kBf16>(scale_data_.data(), idx);
+    case Element::kE8M0: return scale_value<Element::kE8M0>(scale_data_.data(), idx);
+    default: return scale_value<Element::kFp8E4M3>(scale_data_.data(), idx);
   }
 }
 
@@ -213,7 +220,7 @@ inline float PackedWeight::chunk_value(const std::uint8_t* p, std::int64_t k) co
     case WeightLayout::kBf16: {
       std::uint16_t h;
       std::memcpy(&h, p + 2 * k, 2);
-      return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+      return bf16_value(h);
     }
     case WeightLayout::kF16: {
       std::uint16_t h;
@@ -267,33 +274,19 @@ namespace {
 
 inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u); }
 
-// 16 elements of a 16-wide layout at column c of a row, as FP32 (E4M3: 2^-120 times the value),
-// the lanes outside mask m zero.
+// 16 elements of a 16-wide layout from q, as FP32 (E4M3: 2^-120 times the value).
 template <WeightLayout L>
-inline __m512 load16(const std::uint8_t* row, std::int64_t c, __mmask16 m) {
+inline __m512 load16(const std::uint8_t* q) {
   if constexpr (L == WeightLayout::kF32) {
-    return _mm512_maskz_loadu_ps(m, row + 4 * c);
+    return _mm512_loadu_ps(q);
   } else if constexpr (L == WeightLayout::kBf16) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * c)), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))), 16));
   } else if constexpr (L == WeightLayout::kF16) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * c));
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
   } else {
-    // Sign-extended byte << 20: sign at bit 31, exponent and mantissa at bits 26..20.
-    const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, row + c)), 20);
-    return _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u))));
-  }
-}
-
-template <WeightLayout L>
-inline __m512 load16(const std::uint8_t* row, std::int64_t c) {
-  if constexpr (L == WeightLayout::kF32) {
-    return _mm512_loadu_ps(row + 4 * c);
-  } else if constexpr (L == WeightLayout::kBf16) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c))), 16));
-  } else if constexpr (L == WeightLayout::kF16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
-  } else {
-    const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c))), 20);
+    // Sign-extended byte << 20: sign at bit 31, exponent and mantissa at bits 26..20 (2^-120
+    // times the E4M3 value, subnormals included); the caller folds the 2^120 into the scale.
+    const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 20);
     return _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u))));
   }
 }
@@ -314,7 +307,7 @@ inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<cons
 template <WeightLayout L>
 void PackedWeight::simd16(const float* x, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
-  constexpr std::int64_t CB = L == WeightLayout::kF32 ? 64 : (L == WeightLayout::kE4M3 ? 16 : 32);  // bytes per row per chunk
+  constexpr std::int64_t CB = chunk_bytes(L);
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
@@ -332,20 +325,8 @@ void PackedWeight::simd16(const float* x, float* y, std::int64_t t) const {
       const __m512 xv = load_x(x, c, cols_);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        __m512 w;
-        const std::uint8_t* q = p + i * CB;
-        if constexpr (L == WeightLayout::kF32) {
-          w = _mm512_loadu_ps(q);
-        } else if constexpr (L == WeightLayout::kBf16) {
-          w = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))), 16));
-        } else if constexpr (L == WeightLayout::kF16) {
-          w = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-        } else {
-          // Sign-extended byte << 20: sign at bit 31, exponent and mantissa at bits 26..20 (2^-120
-          // times the E4M3 value, subnormals included); the 2^120 is folded into the scale.
-          const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 20);
-          w = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), s[i]);
-        }
+        __m512 w = load16<L>(p + i * CB);
+        if constexpr (L == WeightLayout::kE4M3) w = _mm512_mul_ps(w, s[i]);
         acc[i] = _mm512_fmadd_ps(w, xv, acc[i]);
       }
     }
@@ -358,19 +339,7 @@ namespace {
 // A block scale in its storage element S, broadcast to 16 lanes.
 template <Element S>
 inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
-  if constexpr (S == Element::kBf16) {
-    std::uint16_t h;
-    std::memcpy(&h, scales + 2 * idx, 2);
-    return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(h) << 16)));
-  } else if constexpr (S == Element::kFp32) {
-    float f;
-    std::memcpy(&f, scales + 4 * idx, 4);
-    return _mm512_set1_ps(f);
-  } else if constexpr (S == Element::kE8M0) {
-    return _mm512_set1_ps(e8m0_value(scales[idx]));
-  } else {
-    return _mm512_set1_ps(e4m3_value(scales[idx]));
-  }
+  return _mm512_set1_ps(scale_value<S>(scales, idx));
 }
 
 // The 4-bit GEMV of one tile: 4 rows, 32 columns a chunk. S: scale storage (kFp32 with
@@ -381,7 +350,7 @@ template <Element S, bool kPerHalf, bool kTensorScale>
 void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled, const std::uint8_t* scales,
                  const std::size_t* sbase, std::int64_t cpb, float tensor_scale, const float* x, float* y) {
   constexpr int R = 4;
-  constexpr std::int64_t CB = 16;
+  constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   const __m512 lut = _mm512_loadu_ps(lut16);
@@ -435,7 +404,7 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
 
 void PackedWeight::simd_nibble(const float* x, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
-  const std::uint8_t* p = data_.data() + t * chunks_ * R * 16;
+  const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
   std::size_t sbase[R];  // scale index of each row's first block
   for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
   const bool halves = scaled_ && grid_cols_ > 1 && block_cols_ == 16;

@@ -33,10 +33,6 @@ void softmax_row(float* s, Eigen::Index n) {
   for (Eigen::Index j = 0; j < n; ++j) s[j] /= sum;
 }
 
-}  // namespace
-
-namespace {
-
 void round_rows(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
   const std::int64_t n = rows * cols;
   if (f.scaling.kind == ScaleKind::kNone || (static_tensor_scale && f.scaling.kind == ScaleKind::kTensor)) {
