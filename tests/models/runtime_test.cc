@@ -205,9 +205,10 @@ TEST(Sampling, TemperatureAndTopP) {
 
 // ---- corrupt llama2.c files ------------------------------------------------------------------
 
+// The ModelFileError message of loading `p` (a checkpoint file or a Hugging Face directory).
 std::string load_error(const fs::path& p) {
   try {
-    load_llama2c(p.string());
+    load_model(p.string());
   } catch (const ModelFileError& e) {
     return e.what();
   }
@@ -370,15 +371,6 @@ TEST(HuggingFace, Stories260KConvertedToSafetensorsGivesTheReferenceLogits) {
   fs::remove_all(sharded);
 }
 
-std::string hf_error(const fs::path& dir) {
-  try {
-    load_hf(dir.string());
-  } catch (const ModelFileError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(HuggingFace, CorruptSafetensorsAreRejectedNamingFileAndTensor) {
   const fs::path dir = temp_dir("hf_bad");
   write_config(dir, stories().config, 10000.0, 1e-5);
@@ -390,24 +382,24 @@ TEST(HuggingFace, CorruptSafetensorsAreRejectedNamingFileAndTensor) {
   auto put = [&](const std::string& data) { std::ofstream(file, std::ios::binary) << data; };
 
   put(good.substr(0, good.size() - 100));  // last tensor cut short
-  EXPECT_NE(hf_error(dir).find("model.safetensors: tensor 'model.norm.weight': data_offsets outside"), std::string::npos) << hf_error(dir);
+  EXPECT_NE(load_error(dir).find("model.safetensors: tensor 'model.norm.weight': data_offsets outside"), std::string::npos) << load_error(dir);
   std::string flipped = good;
   flipped[7] = static_cast<char>(0x40);  // header length bit flip: far beyond the file
   put(flipped);
-  EXPECT_NE(hf_error(dir).find("does not fit"), std::string::npos) << hf_error(dir);
+  EXPECT_NE(load_error(dir).find("does not fit"), std::string::npos) << load_error(dir);
   std::string dtype = good;
   const auto at = dtype.find("\"F32\"");
   dtype.replace(at, 5, "\"I64\"");
   put(dtype);
-  EXPECT_NE(hf_error(dir).find("has dtype I64"), std::string::npos) << hf_error(dir);
+  EXPECT_NE(load_error(dir).find("has dtype I64"), std::string::npos) << load_error(dir);
   std::string renamed = good;
   const auto q = renamed.find("model.layers.3.mlp.up_proj");
   renamed[q + 13] = '9';
   put(renamed);
-  EXPECT_NE(hf_error(dir).find("missing tensor 'model.layers.3.mlp.up_proj.weight'"), std::string::npos) << hf_error(dir);
+  EXPECT_NE(load_error(dir).find("missing tensor 'model.layers.3.mlp.up_proj.weight'"), std::string::npos) << load_error(dir);
   put(good);
   std::ofstream(dir / "config.json") << R"({"model_type": "llama", "hidden_size": 64})";
-  EXPECT_NE(hf_error(dir).find("config.json: missing key 'intermediate_size'"), std::string::npos) << hf_error(dir);
+  EXPECT_NE(load_error(dir).find("config.json: missing key 'intermediate_size'"), std::string::npos) << load_error(dir);
   fs::remove_all(dir);
 }
 
