@@ -304,12 +304,14 @@ inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<cons
 
 }  // namespace
 
-template <WeightLayout L>
-void PackedWeight::simd16(const float* x, float* y, std::int64_t t) const {
+template <WeightLayout L, int NT>
+void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
   constexpr std::int64_t CB = chunk_bytes(L);
-  __m512 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 acc[R][NT];
+  for (int i = 0; i < R; ++i) {
+    for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
+  }
   const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
   const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
   std::size_t sbase[R];  // scale index of each row's first block; segment k uses sbase + k
@@ -322,16 +324,19 @@ void PackedWeight::simd16(const float* x, float* y, std::int64_t t) const {
     }
     for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
       for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
-      const __m512 xv = load_x(x, c, cols_);
+      __m512 xv[NT];
+      for (int n = 0; n < NT; ++n) xv[n] = load_x(x + n * ldx, c, cols_);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         __m512 w = load16<L>(p + i * CB);
         if constexpr (L == WeightLayout::kE4M3) w = _mm512_mul_ps(w, s[i]);
-        acc[i] = _mm512_fmadd_ps(w, xv, acc[i]);
+        for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_fmadd_ps(w, xv[n], acc[i][n]);
       }
     }
   }
-  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+  for (int n = 0; n < NT; ++n) {
+    for (int i = 0; i < R; ++i) y[n * R + i] = _mm512_reduce_add_ps(acc[i][n]);
+  }
 }
 
 namespace {
@@ -346,13 +351,15 @@ inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
 // `scaled` false: unscaled); per_half: 16-column blocks (NVFP4), a scale per half-chunk; cpb:
 // chunks per scale block otherwise (the whole row when the grid has one column); TS: multiply by
 // the FP32 tensor scale after the block scale.
-template <Element S, bool kPerHalf, bool kTensorScale>
+template <Element S, bool kPerHalf, bool kTensorScale, int NT>
 void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled, const std::uint8_t* scales,
-                 const std::size_t* sbase, std::int64_t cpb, float tensor_scale, const float* x, float* y) {
+                 const std::size_t* sbase, std::int64_t cpb, float tensor_scale, const float* x, std::int64_t ldx, float* y) {
   constexpr int R = 4;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
-  __m512 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 acc[R][NT];
+  for (int i = 0; i < R; ++i) {
+    for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
+  }
   const __m512 lut = _mm512_loadu_ps(lut16);
   const __m512 tsv = _mm512_set1_ps(tensor_scale);
   __m512 lut_lo[R], lut_hi[R];
@@ -376,13 +383,16 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
         left = cpb - 1;
       }
     }
-    __m512 x_lo, x_hi;
-    if (j < full) {
-      x_lo = _mm512_loadu_ps(x + 32 * j);
-      x_hi = _mm512_loadu_ps(x + 32 * j + 16);
-    } else {
-      x_lo = load_x(x, 32 * j, cols);
-      x_hi = load_x(x, 32 * j + 16, cols);
+    __m512 x_lo[NT], x_hi[NT];
+    for (int n = 0; n < NT; ++n) {
+      const float* xn = x + n * ldx;
+      if (j < full) {
+        x_lo[n] = _mm512_loadu_ps(xn + 32 * j);
+        x_hi[n] = _mm512_loadu_ps(xn + 32 * j + 16);
+      } else {
+        x_lo[n] = load_x(xn, 32 * j, cols);
+        x_hi[n] = load_x(xn, 32 * j + 16, cols);
+      }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
@@ -393,16 +403,21 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
         w_lo = _mm512_mul_ps(w_lo, tsv);
         w_hi = _mm512_mul_ps(w_hi, tsv);
       }
-      acc[i] = _mm512_fmadd_ps(w_lo, x_lo, acc[i]);
-      acc[i] = _mm512_fmadd_ps(w_hi, x_hi, acc[i]);
+      for (int n = 0; n < NT; ++n) {
+        acc[i][n] = _mm512_fmadd_ps(w_lo, x_lo[n], acc[i][n]);
+        acc[i][n] = _mm512_fmadd_ps(w_hi, x_hi[n], acc[i][n]);
+      }
     }
   }
-  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]);
+  for (int n = 0; n < NT; ++n) {
+    for (int i = 0; i < R; ++i) y[n * R + i] = _mm512_reduce_add_ps(acc[i][n]);
+  }
 }
 
 }  // namespace
 
-void PackedWeight::simd_nibble(const float* x, float* y, std::int64_t t) const {
+template <int NT>
+void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
   const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
   std::size_t sbase[R];  // scale index of each row's first block
@@ -411,11 +426,11 @@ void PackedWeight::simd_nibble(const float* x, float* y, std::int64_t t) const {
   const std::int64_t cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
   const std::uint8_t* sc = scale_data_.data();
   const bool ts = tensor_scale_ != 1.0f;
-#define RLSIM_NIBBLE(S)                                                                                                     \
-  (halves ? (ts ? nibble_tile<S, true, true>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y)         \
-              : nibble_tile<S, true, false>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y))         \
-          : (ts ? nibble_tile<S, false, true>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y)        \
-                : nibble_tile<S, false, false>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, y)))
+#define RLSIM_NIBBLE(S)                                                                                                       \
+  (halves ? (ts ? nibble_tile<S, true, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y)  \
+              : nibble_tile<S, true, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y))  \
+          : (ts ? nibble_tile<S, false, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y) \
+                : nibble_tile<S, false, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y)))
   switch (scale_element_) {
     case Element::kBf16: RLSIM_NIBBLE(Element::kBf16); break;
     case Element::kE8M0: RLSIM_NIBBLE(Element::kE8M0); break;
@@ -426,43 +441,70 @@ void PackedWeight::simd_nibble(const float* x, float* y, std::int64_t t) const {
 }
 #endif
 
-void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
+#ifdef RLSIM_AVX512
+template <int NT>
+void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
+  switch (layout_) {
+    case WeightLayout::kF32: simd16<WeightLayout::kF32, NT>(x, cols_, out, t); break;
+    case WeightLayout::kBf16: simd16<WeightLayout::kBf16, NT>(x, cols_, out, t); break;
+    case WeightLayout::kF16: simd16<WeightLayout::kF16, NT>(x, cols_, out, t); break;
+    case WeightLayout::kE4M3: simd16<WeightLayout::kE4M3, NT>(x, cols_, out, t); break;
+    case WeightLayout::kNibble: simd_nibble<NT>(x, cols_, out, t); break;
+  }
+}
+#endif
+
+void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const { gemm_rows(x, 1, y, r1 - r0, r0, r1); }
+
+void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
 #ifdef RLSIM_AVX512
   if (simd_ok_) {
-    for (std::int64_t t = r0 / kTileRows; t * kTileRows < r1; ++t) {
-      float out[kTileRows];
-      switch (layout_) {
-        case WeightLayout::kF32: simd16<WeightLayout::kF32>(x, out, t); break;
-        case WeightLayout::kBf16: simd16<WeightLayout::kBf16>(x, out, t); break;
-        case WeightLayout::kF16: simd16<WeightLayout::kF16>(x, out, t); break;
-        case WeightLayout::kE4M3: simd16<WeightLayout::kE4M3>(x, out, t); break;
-        case WeightLayout::kNibble: simd_nibble(x, out, t); break;
-      }
-      for (std::int64_t i = 0; i < kTileRows; ++i) {
-        const std::int64_t r = t * kTileRows + i;
-        if (r >= r0 && r < r1) y[r - r0] = out[i];
+    // Token blocks of kTokenBlock keep their activations in L2 while every tile of [r0, r1)
+    // passes over them; a tile's tokens go 4 at a time (16 accumulators), the rest one by one.
+    // Each (token, row) is summed exactly as a single-token call sums it.
+    constexpr std::int64_t kTokenBlock = 64;
+    constexpr std::int64_t NT = 4;
+    for (std::int64_t n0 = 0; n0 < tokens; n0 += kTokenBlock) {
+      const std::int64_t n1 = std::min(tokens, n0 + kTokenBlock);
+      for (std::int64_t t = r0 / kTileRows; t * kTileRows < r1; ++t) {
+        for (std::int64_t n = n0; n < n1;) {
+          float out[NT * kTileRows];
+          const std::int64_t nt = n1 - n >= NT ? NT : 1;
+          if (nt == NT) {
+            simd_tile<NT>(x + n * cols_, out, t);
+          } else {
+            simd_tile<1>(x + n * cols_, out, t);
+          }
+          for (std::int64_t m = 0; m < nt; ++m) {
+            for (std::int64_t i = 0; i < kTileRows; ++i) {
+              const std::int64_t r = t * kTileRows + i;
+              if (r >= r0 && r < r1) y[(n + m) * ldy + r - r0] = out[m * kTileRows + i];
+            }
+          }
+          n += nt;
+        }
       }
     }
     return;
   }
 #endif
-  gemv_rows_scalar(x, y, r0, r1);
+  for (std::int64_t n = 0; n < tokens; ++n) gemv_rows_scalar(x + n * cols_, y + n * ldy, r0, r1);
 }
 
 void gemv(std::span<const GemvJob> jobs) {
   std::int64_t total = 0;
-  for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols();
+  for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;
   auto run = [&](std::int64_t w0, std::int64_t w1) {
     // Rows whose first multiply-add falls in [w0, w1), boundaries on multiples of 4 rows.
     std::int64_t off = 0;
     for (const GemvJob& j : jobs) {
-      const std::int64_t rows = j.w->rows(), cols = j.w->cols();
+      const std::int64_t rows = j.w->rows(), cols = j.w->cols() * j.tokens;  // work per row
       auto boundary = [&](std::int64_t w) {
         const std::int64_t r = std::clamp<std::int64_t>((w - off + cols - 1) / cols, 0, rows);
         return std::min(rows, (r + 3) / 4 * 4);
       };
       const std::int64_t a = w0 <= off ? 0 : boundary(w0), b = w1 >= off + rows * cols ? rows : boundary(w1);
-      if (a < b) j.w->gemv_rows(j.x, j.y + a, a, b);
+      if (a < b) j.w->gemm_rows(j.x, j.tokens, j.y + a, rows, a, b);
       off += rows * cols;
     }
   };

@@ -78,6 +78,13 @@ class PackedWeight {
   /// `x` holds cols() values. Uses the SIMD kernel where available and the shape allows it.
   void gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
+  /// The batched GEMV: y[n * ldy + r - r0] = sum_c at(r, c) * x[n * cols() + c] for `tokens`
+  /// activation rows n and r in [r0, r1). Every (n, r) is summed in exactly the order of
+  /// gemv_rows (same accumulator lanes, same chunk order, same final reduction), so the result
+  /// of a token does not depend on how many tokens share the call: the batch-invariant linear
+  /// (He et al., "Defeating Nondeterminism in LLM Inference", Thinking Machines 2025).
+  void gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
+
   /// The scalar kernel: the same products, summed in column order.
   void gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
@@ -92,9 +99,13 @@ class PackedWeight {
   float code_value(std::int64_t r, std::int64_t c) const;  // element value before scaling
   float chunk_value(const std::uint8_t* chunk_row, std::int64_t k) const;  // element k of a chunk row
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-  template <WeightLayout L>
-  void simd16(const float* x, float* y, std::int64_t tile) const;  // y[0..4) of a tile
-  void simd_nibble(const float* x, float* y, std::int64_t tile) const;
+  // One tile for NT activation rows (row n at x + n * ldx): y[n * 4 + i] for tile row i.
+  template <WeightLayout L, int NT>
+  void simd16(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
+  template <int NT>
+  void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
+  template <int NT>
+  void simd_tile(const float* x, float* y, std::int64_t tile) const;  // dispatch on the layout
 #endif
 
   WeightLayout layout_ = WeightLayout::kF32;
@@ -111,16 +122,19 @@ class PackedWeight {
   std::vector<std::uint8_t> scale_data_;
 };
 
-/// One GEMV: y[0, w.rows()) = W x.
+/// One GEMV, or a batch of them on the same weight: y[n, 0..w.rows()) = W x[n] for n < tokens, x
+/// [tokens, w.cols()] and y [tokens, w.rows()] row-major.
 struct GemvJob {
   const PackedWeight* w = nullptr;
   const float* x = nullptr;
   float* y = nullptr;
+  std::int64_t tokens = 1;
 };
 
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
-/// rows split among the threads in contiguous ranges of equal work (rows x cols). Each row's sum
-/// is the same whatever the thread count, so results are deterministic. Small totals (under 2^16
+/// rows split among the threads in contiguous ranges of equal work (rows x cols x tokens). Each
+/// row's sum is the same whatever the thread count and the number of tokens, so results are
+/// deterministic and batch-invariant. Small totals (under 2^16
 /// multiply-adds) run on the calling thread.
 void gemv(std::span<const GemvJob> jobs);
 

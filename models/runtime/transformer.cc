@@ -89,8 +89,10 @@ RuntimePrecision runtime_precision(std::string_view name) {
   }
 }
 
-Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p)
-    : config_(w.config), precision_name_(p.name), recipe_(p.recipe) {
+std::string_view kernel_mode_name(KernelMode m) { return m == KernelMode::kBatchInvariant ? "batch-invariant" : "default"; }
+
+Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, KernelMode kernels)
+    : config_(w.config), precision_name_(p.name), recipe_(p.recipe), kernels_(kernels) {
   const TransformerConfig& c = config_;
   if (recipe_) {
     hidden_ = recipe_->hidden_element();
@@ -162,15 +164,15 @@ void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixR
     }
     inputs.emplace_back(&f, x);
     MatrixRM& m = inputs.back().second;
-    round_to_format(m.data(), m.rows(), m.cols(), f);
+    round_activation(m, f);
     return m;
   };
   for (const auto& [l, y] : outs) input_for(l->activation);  // all roundings first: `inputs` stops growing
-  if (x.rows() == 1) {
+  if (x.rows() == 1 || kernels_ == KernelMode::kBatchInvariant) {
     std::vector<GemvJob> jobs;
     for (const auto& [l, y] : outs) {
-      y->resize(1, l->packed.rows());
-      jobs.push_back({&l->packed, input_for(l->activation).data(), y->data()});
+      y->resize(x.rows(), l->packed.rows());
+      jobs.push_back({&l->packed, input_for(l->activation).data(), y->data(), x.rows()});
     }
     gemv(jobs);
   } else {
@@ -179,6 +181,15 @@ void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixR
   for (const auto& [l, y] : outs) {
     if (l->bias.size() > 0) y->rowwise() += l->bias.transpose();
   }
+}
+
+void Transformer::round_activation(MatrixRM& x, const Format& f) const {
+  if (kernels_ == KernelMode::kBatchInvariant && !row_local(f, false) && x.rows() > 1) {
+#pragma omp parallel for schedule(static)
+    for (Eigen::Index r = 0; r < x.rows(); ++r) round_to_format(x.row(r).data(), 1, x.cols(), f);
+    return;
+  }
+  round_to_format(x.data(), x.rows(), x.cols(), f);
 }
 
 std::size_t Transformer::decode_weight_bytes() const {
@@ -230,7 +241,7 @@ void Transformer::store_kv(MatrixRM& kv) const {
   if (attention_ != Element::kFp32) round_to_format(kv.data(), kv.rows(), kv.cols(), Format{attention_, {}});
 }
 
-MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache) const {
+MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only) const {
   const TransformerConfig& c = config_;
   const Eigen::Index T = x.rows(), hd = c.head_dim, P = first_pos + T;
   const int group = c.heads / c.kv_heads;
@@ -269,32 +280,36 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     vc.middleRows(first_pos, T) = v;
 
     MatrixRM out(T, static_cast<Eigen::Index>(c.heads) * hd);
-    // Heads in parallel for a prefill (each writes its own columns of `out`); a decode step's
-    // heads are too small to be worth a parallel region.
+    if (kernels_ == KernelMode::kBatchInvariant) {
+      attention_fixed_order(q, kc, vc, first_pos, out);
+    } else {
+      // Heads in parallel for a prefill (each writes its own columns of `out`); a decode step's
+      // heads are too small to be worth a parallel region.
 #pragma omp parallel for schedule(static) if (T > 1)
-    for (int h = 0; h < c.heads; ++h) {
-      MatrixRM s(T, P);
-      const Eigen::Index g = h / group;
-      // A fresh prefill is causal over a square: only the lower triangle of the scores is needed.
-      const bool causal_square = first_pos == 0 && T > 1;
-      if (causal_square) {
-        s.triangularView<Eigen::Lower>() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
-      } else {
-        s.noalias() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
-      }
-      for (Eigen::Index t = 0; t < T; ++t) {
-        const Eigen::Index visible = first_pos + t + 1;  // causal: positions 0..first_pos + t
-        float* row = s.row(t).data();
-        for (Eigen::Index j = 0; j < visible; ++j) row[j] *= scale;
-        softmax_row(row, visible);
-        for (Eigen::Index j = visible; j < P; ++j) row[j] = 0;
-      }
-      if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
-      if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
-      if (causal_square) {
-        out.middleCols(h * hd, hd).noalias() = s.triangularView<Eigen::Lower>() * vc.block(0, g * hd, P, hd);
-      } else {
-        out.middleCols(h * hd, hd).noalias() = s * vc.block(0, g * hd, P, hd);
+      for (int h = 0; h < c.heads; ++h) {
+        MatrixRM s(T, P);
+        const Eigen::Index g = h / group;
+        // A fresh prefill is causal over a square: only the lower triangle of the scores is needed.
+        const bool causal_square = first_pos == 0 && T > 1;
+        if (causal_square) {
+          s.triangularView<Eigen::Lower>() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
+        } else {
+          s.noalias() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
+        }
+        for (Eigen::Index t = 0; t < T; ++t) {
+          const Eigen::Index visible = first_pos + t + 1;  // causal: positions 0..first_pos + t
+          float* row = s.row(t).data();
+          for (Eigen::Index j = 0; j < visible; ++j) row[j] *= scale;
+          softmax_row(row, visible);
+          for (Eigen::Index j = visible; j < P; ++j) row[j] = 0;
+        }
+        if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
+        if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
+        if (causal_square) {
+          out.middleCols(h * hd, hd).noalias() = s.triangularView<Eigen::Lower>() * vc.block(0, g * hd, P, hd);
+        } else {
+          out.middleCols(h * hd, hd).noalias() = s * vc.block(0, g * hd, P, hd);
+        }
       }
     }
     round_hidden(out);
@@ -320,9 +335,54 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     x += d;
     round_hidden(x);
   }
+  if (last_only && x.rows() > 1) x = x.bottomRows(1).eval();
   rmsnorm(x, final_norm_);
   round_hidden(x);
   return linear(head_, x);
+}
+
+void Transformer::attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, const MatrixRM& vc, int first_pos, MatrixRM& out) const {
+  const TransformerConfig& c = config_;
+  const Eigen::Index T = q.rows(), hd = c.head_dim;
+  const int group = c.heads / c.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Format attn_fmt{attention_, {}}, soft_fmt{softmax_, {}};
+  // One (query, head) at a time, every sum in index order: the result of a query does not
+  // depend on how many other queries are computed with it.
+#pragma omp parallel for schedule(static) collapse(2) if (T > 1)
+  for (Eigen::Index t = 0; t < T; ++t) {
+    for (int h = 0; h < c.heads; ++h) {
+      const Eigen::Index visible = first_pos + t + 1, g = h / group;
+      const float* qv = q.row(t).data() + h * hd;
+      std::vector<float> s(static_cast<std::size_t>(visible)), acc(static_cast<std::size_t>(hd), 0.0f);
+      for (Eigen::Index j = 0; j < visible; ++j) {
+        const float* kv = kc.row(j).data() + g * hd;
+        float d = 0;
+        for (Eigen::Index e = 0; e < hd; ++e) d += qv[e] * kv[e];
+        s[static_cast<std::size_t>(j)] = d * scale;
+      }
+      softmax_row(s.data(), visible);
+      round_to_format(s.data(), 1, visible, soft_fmt);
+      round_to_format(s.data(), 1, visible, attn_fmt);
+      for (Eigen::Index j = 0; j < visible; ++j) {
+        const float p = s[static_cast<std::size_t>(j)];
+        const float* vv = vc.row(j).data() + g * hd;
+        for (Eigen::Index e = 0; e < hd; ++e) acc[static_cast<std::size_t>(e)] += p * vv[e];
+      }
+      std::copy(acc.begin(), acc.end(), out.row(t).data() + h * hd);
+    }
+  }
+}
+
+MatrixRM Transformer::embed(std::span<const int> tokens) const {
+  const TransformerConfig& c = config_;
+  MatrixRM x(static_cast<Eigen::Index>(tokens.size()), c.dim);
+  for (Eigen::Index t = 0; t < x.rows(); ++t) {
+    const int tok = tokens[static_cast<std::size_t>(t)];
+    if (tok < 0 || tok >= c.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", tok, c.vocab));
+    x.row(t) = embedding_.row(tok);
+  }
+  return x;
 }
 
 MatrixRM Transformer::prefill(std::span<const int> tokens) const {
@@ -330,27 +390,26 @@ MatrixRM Transformer::prefill(std::span<const int> tokens) const {
   const auto T = static_cast<Eigen::Index>(tokens.size());
   if (T == 0) return MatrixRM(0, c.vocab);
   if (T > c.max_seq) throw std::invalid_argument(fmt::format("prefill of {} tokens exceeds max_seq {}", T, c.max_seq));
-  MatrixRM x(T, c.dim);
-  for (Eigen::Index t = 0; t < T; ++t) {
-    const int tok = tokens[static_cast<std::size_t>(t)];
-    if (tok < 0 || tok >= c.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", tok, c.vocab));
-    x.row(t) = embedding_.row(tok);
-  }
+  MatrixRM x = embed(tokens);
   const Eigen::Index kv_dim = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
   std::vector<MatrixRM> kc(layers_.size(), MatrixRM(T, kv_dim)), vc(layers_.size(), MatrixRM(T, kv_dim));
   return forward_layers(std::move(x), 0, kc.data(), vc.data());
 }
 
-std::span<const float> Transformer::decode(int token) {
+std::span<const float> Transformer::extend(std::span<const int> tokens) {
   const TransformerConfig& c = config_;
-  if (pos_ >= c.max_seq) throw std::invalid_argument(fmt::format("decode past max_seq {}", c.max_seq));
-  if (token < 0 || token >= c.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", token, c.vocab));
-  MatrixRM x = embedding_.row(token);
-  const MatrixRM logits = forward_layers(std::move(x), pos_, k_cache_.data(), v_cache_.data());
-  ++pos_;
+  if (tokens.empty()) throw std::invalid_argument("extend: no tokens");
+  if (pos_ + static_cast<std::int64_t>(tokens.size()) > c.max_seq) {
+    throw std::invalid_argument(fmt::format("decode past max_seq {} ({} tokens at position {})", c.max_seq, tokens.size(), pos_));
+  }
+  MatrixRM x = embed(tokens);
+  const MatrixRM logits = forward_layers(std::move(x), pos_, k_cache_.data(), v_cache_.data(), true);
+  pos_ += static_cast<int>(tokens.size());
   logits_.assign(logits.data(), logits.data() + logits.size());
   return logits_;
 }
+
+std::span<const float> Transformer::decode(int token) { return extend(std::span<const int>(&token, 1)); }
 
 int sample_token(std::span<const float> logits, double temperature, double top_p, double uniform) {
   const std::size_t n = logits.size();

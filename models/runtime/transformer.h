@@ -27,6 +27,22 @@ struct RuntimePrecision {
 /// "fp32" or a built-in recipe name; throws std::invalid_argument listing the valid names.
 RuntimePrecision runtime_precision(std::string_view name);
 
+/// Which kernels compute the linears and attention.
+///  - kDefault: as real stacks do, prefill (several tokens) runs Eigen GEMMs and Eigen attention
+///    products whose blocking depends on the number of tokens, decode (one token) the packed
+///    GEMV kernels: the trainer and rollout paths sum in different orders.
+///  - kBatchInvariant: every linear runs the packed kernels with a per-token reduction order
+///    that does not depend on how many tokens share the call (PackedWeight::gemm_rows);
+///    attention sums each query's scores and outputs in one fixed order; activation scales that
+///    a format computes over the whole tensor (per-tensor FP8, NVFP4's tensor scale) are computed
+///    per token, as a one-token decode computes them. With identical recipes, prefill and
+///    decode then give bit-identical logits at every position (the deterministic-RL condition;
+///    He et al., "Defeating Nondeterminism in LLM Inference", Thinking Machines Lab 2025).
+enum class KernelMode { kDefault, kBatchInvariant };
+
+/// "default" or "batch-invariant".
+std::string_view kernel_mode_name(KernelMode m);
+
 /// A model instantiated in one precision.
 ///
 /// Numerics (emulated value for value; the quantisers are bit-exact, models/precision):
@@ -50,10 +66,11 @@ RuntimePrecision runtime_precision(std::string_view name);
 /// Weight bytes read per decoded token: decode_weight_bytes().
 class Transformer {
  public:
-  Transformer(const ModelWeights& weights, const RuntimePrecision& precision);
+  Transformer(const ModelWeights& weights, const RuntimePrecision& precision, KernelMode kernels = KernelMode::kDefault);
 
   const TransformerConfig& config() const { return config_; }
   const std::string& precision_name() const { return precision_name_; }
+  KernelMode kernels() const { return kernels_; }
 
   /// Trainer path: logits [T, vocab] of positions 0..T-1 for `tokens` (a fresh context).
   /// Throws std::invalid_argument when T exceeds max_seq or a token is outside the vocabulary.
@@ -62,6 +79,11 @@ class Transformer {
   /// Rollout path: feeds `token` at the next position of the KV cache and returns its logits
   /// [vocab] (valid until the next call). Throws std::invalid_argument past max_seq.
   std::span<const float> decode(int token);
+  /// Rollout path, prompt prefill: feeds `tokens` at the next positions of the KV cache in one
+  /// pass (as an inference engine prefills a prompt) and returns the logits [vocab] of the last
+  /// one (valid until the next call). Throws std::invalid_argument past max_seq, for an empty
+  /// span or a token outside the vocabulary.
+  std::span<const float> extend(std::span<const int> tokens);
   /// Empties the KV cache (next decode is position 0).
   void reset() { pos_ = 0; }
   int position() const { return pos_; }
@@ -90,11 +112,18 @@ class Transformer {
   void rmsnorm(MatrixRM& x, const VectorF& w) const;  // in place, per row
   void rope(MatrixRM& x, int heads, int first_pos) const;  // in place, rows are positions
   void store_kv(MatrixRM& kv) const;                     // round to the KV-cache format
-  MatrixRM forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache) const;
+  /// Logits of every row of x, or of the last row only when `last_only`.
+  MatrixRM forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only = false) const;
+  /// Batch-invariant attention of queries q [T, heads * head_dim] at positions first_pos.. over
+  /// the caches, into out [T, heads * head_dim].
+  void attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, const MatrixRM& vc, int first_pos, MatrixRM& out) const;
+  MatrixRM embed(std::span<const int> tokens) const;  // rows of the embedding; checks the ids
+  void round_activation(MatrixRM& x, const Format& f) const;  // per tensor, or per row when batch-invariant
 
   TransformerConfig config_;
   std::string precision_name_;
   std::optional<Recipe> recipe_;
+  KernelMode kernels_ = KernelMode::kDefault;
   Element hidden_ = Element::kFp32, attention_ = Element::kFp32, softmax_ = Element::kFp32;
   Format kv_{Element::kFp32, {}};
   MatrixRM embedding_;

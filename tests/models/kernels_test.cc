@@ -178,5 +178,38 @@ TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
   for (float v : one[0]) EXPECT_TRUE(std::isfinite(v));
 }
 
+TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
+  // The batch-invariant linear: a token's outputs from a call of 1, 3, 4, 9 or 70 tokens (4-token
+  // groups, the 1-token remainder, two 64-token blocks) equal its own single-token GEMV exactly,
+  // for every kernel layout and a ragged shape.
+  const char* formats[] = {"fp32", "bf16", "fp16", "fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8", "int4/group32", "nvfp4", "mxfp4"};
+  for (const char* name : formats) {
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 200}, {64, 576}}) {
+      SCOPED_TRACE(std::string(name) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 4, 0.02f);
+      const PackedWeight p(quantize(parse_format(name), rows, cols, std::span<const float>(w)));
+      const std::int64_t tokens = 70;
+      const std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 8, 1.0f);
+      std::vector<float> single(static_cast<std::size_t>(tokens * rows));
+      for (std::int64_t n = 0; n < tokens; ++n) p.gemv_rows(x.data() + n * cols, single.data() + n * rows, 0, rows);
+      for (std::int64_t batch : {1, 3, 4, 9, 70}) {
+        std::vector<float> y(static_cast<std::size_t>(batch * rows), NAN);
+        GemvJob job{&p, x.data(), y.data(), batch};
+        gemv(std::span<const GemvJob>(&job, 1));
+        for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], single[i]) << "batch " << batch << " element " << i;
+      }
+      // A row range inside a tile, with a leading dimension wider than the range.
+      std::vector<float> part(static_cast<std::size_t>(5 * rows), -7.0f);
+      p.gemm_rows(x.data(), 5, part.data() + 2, rows, 2, rows - 1);
+      for (std::int64_t n = 0; n < 5; ++n) {
+        EXPECT_EQ(part[static_cast<std::size_t>(n * rows + rows - 1)], -7.0f);  // past the range
+        for (std::int64_t r = 2; r < rows - 1; ++r) {
+          ASSERT_EQ(part[static_cast<std::size_t>(n * rows + r)], single[static_cast<std::size_t>(n * rows + r)]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rlsim::models

@@ -188,6 +188,55 @@ TEST(Stories260K, PrefillAndDecodeAgree) {
   }
 }
 
+TEST(Stories260K, BatchInvariantKernelsMakePrefillAndDecodeBitIdentical) {
+  // The deterministic-RL condition: with batch-invariant kernels the trainer's prefill and the
+  // rollout's prompt prefill + decode give the same logits bit for bit at every position, for
+  // every recipe (per-tensor activation scales included) and with an FP8 KV cache.
+  const std::vector<int> tokens = read_tokens(kStories / "reference/prompt/tokens.txt");
+  ASSERT_GT(tokens.size(), 20u);
+  for (const char* p : {"fp32", "bf16", "fp16", "fp8-tensor", "fp8-block", "mxfp8", "int4-w4a16-g32", "nvfp4", "mxfp4", "hif8", "hif4"}) {
+    Recipe r = runtime_precision(p).recipe.value_or(builtin_recipe("bf16"));
+    r.kv_cache = parse_format("fp8-e4m3/tensor");
+    for (const RuntimePrecision& rp : {runtime_precision(p), RuntimePrecision{r.name + "+fp8kv", r}}) {
+      SCOPED_TRACE(rp.name);
+      Transformer model(stories(), rp, KernelMode::kBatchInvariant);
+      EXPECT_EQ(model.kernels(), KernelMode::kBatchInvariant);
+      const MatrixRM all = model.prefill(tokens);
+      // The rollout engine: a 7-token prompt in one pass, then one token at a time.
+      const std::size_t prompt = 7;
+      const auto first = model.extend(std::span<const int>(tokens.data(), prompt));
+      ASSERT_EQ(first.size(), static_cast<std::size_t>(all.cols()));
+      for (Eigen::Index v = 0; v < all.cols(); ++v) ASSERT_EQ(first[static_cast<std::size_t>(v)], all(prompt - 1, v));
+      for (std::size_t t = prompt; t < tokens.size(); ++t) {
+        const auto row = model.decode(tokens[t]);
+        for (Eigen::Index v = 0; v < all.cols(); ++v) ASSERT_EQ(row[static_cast<std::size_t>(v)], all(static_cast<Eigen::Index>(t), v)) << "position " << t;
+      }
+      // The same model with the default kernels differs by summation order, and for NVFP4 by its
+      // activation tensor scale (over the whole prefill there, per token here).
+      const MatrixRM def = Transformer(stories(), rp).prefill(tokens);
+      if (rp.name == "fp32") {
+        EXPECT_LT((def - all).cwiseAbs().maxCoeff(), 1e-4);
+      }
+      EXPECT_LT((def - all).cwiseAbs().mean(), std::string(p) == "nvfp4" ? 1.5 : 0.5) << rp.name;
+    }
+  }
+}
+
+TEST(Stories260K, ExtendEqualsPrefillRowsInDefaultMode) {
+  // A rollout engine's prompt prefill into the KV cache runs the trainer's kernels for the
+  // layers; the lm_head of its last token alone is a GEMV (as in vLLM), so logits agree to FP32
+  // summation order.
+  const std::vector<int> tokens = read_tokens(kStories / "reference/prompt/tokens.txt");
+  Transformer model(stories(), runtime_precision("bf16"));
+  const MatrixRM all = model.prefill(tokens);
+  const auto last = model.extend(tokens);
+  EXPECT_EQ(model.position(), static_cast<int>(tokens.size()));
+  for (Eigen::Index v = 0; v < all.cols(); ++v) EXPECT_NEAR(last[static_cast<std::size_t>(v)], all(all.rows() - 1, v), 1e-4);
+  EXPECT_THROW(model.extend(std::span<const int>()), std::invalid_argument);
+  std::vector<int> too_many(static_cast<std::size_t>(stories().config.max_seq), 1);
+  EXPECT_THROW(model.extend(too_many), std::invalid_argument);
+}
+
 TEST(Sampling, TemperatureAndTopP) {
   const std::vector<float> logits{0.0f, 2.0f, 1.0f, 2.0f};
   EXPECT_EQ(sample_token(logits, 0, 1, 0.99), 1);  // greedy: first maximum
