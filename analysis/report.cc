@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/output_dir.h"
 #include "analysis/plots.h"
 #include "models/graph/verify.h"
 #include "sim/scenario/units.h"
@@ -82,12 +83,6 @@ std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
                       s.training.efficiency.compute, s.placement.train_devices);
   }
   return fmt::format("{} ({:.0f} % of the step){}", best, step > 0 ? 100.0 * best_v / step : 0.0, why.empty() ? "" : ": " + why);
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
 }  // namespace
@@ -300,17 +295,7 @@ std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const 
 }
 
 void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const sim::RecordingSink& trace) {
-  const fs::path final_dir(dir);
-  const fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
-  fs::create_directories(parent);
-  std::string tmp_name = ".";  // built stepwise: GCC 12 warns (-Wrestrict, false positive) on "." + string&&
-  tmp_name += final_dir.filename().string();
-  tmp_name += ".tmp";
-  const fs::path tmp = parent / tmp_name;
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
-  try {
+  write_directory(dir, [&](const fs::path& tmp) {
     // Plots first: a failure to draw becomes a warning in summary.json, not a lost run.
     if (s.output.plots) {
       std::string why;
@@ -360,12 +345,7 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
     }
     if (s.output.trace) write_text(tmp / "trace.json", chrome_trace(s, r, trace));
     write_text(tmp / "summary.json", summary_json(s, r).dump(2) + "\n");
-    fs::remove_all(final_dir, ec);
-    fs::rename(tmp, final_dir);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  });
 }
 
 }  // namespace rlsim::analysis

@@ -15,6 +15,7 @@
 #include "models/graph/graph.h"
 #include "models/runtime/model.h"
 #include "sim/cli/precision_cmds.h"
+#include "sim/cli/drift_cmds.h"
 #include "sim/cli/runtime_cmds.h"
 #include "sim/cli/verify_cmds.h"
 #include "sim/pipeline/pipeline.h"
@@ -265,6 +266,41 @@ int main(int argc, char** argv) {
   gen->add_flag("--quiet,-q", go.quiet, "No tokens/s line on stderr");
   gen->footer("Example: rlsim generate --model ../shared/models/stories260K/stories260K.bin --temperature 0 --steps 200");
 
+  cli::DriftCliOptions dro;
+  auto* drift = app.add_subcommand(
+      "drift",
+      "Measure the training-inference mismatch on a real model: the rollout recipe samples with the decode path (KV cache), the "
+      "training recipe scores the same tokens with the prefill path; log-prob mismatch, KL, TIS clipping vs rollout length");
+  drift->add_option("file", dro.file, "Drift file (YAML) with any of the options below as keys: " + [] {
+    std::string k;
+    for (const auto& x : cli::drift_file_keys()) k += (k.empty() ? "" : ", ") + x;
+    return k;
+  }() + "; options given here override it");
+  drift->add_option("--model,-m", dro.model, "llama2.c checkpoint file or Hugging Face model directory");
+  drift->add_option("--tokenizer,-z", dro.tokenizer, "Tokenizer (default: found beside the model)");
+  drift->add_option("--pairs", dro.pairs,
+                    "TRAIN:ROLLOUT pairs, comma-separated; each side fp32 or a recipe (" + models::recipe_names() +
+                        "), optionally +kv=FORMAT for its KV cache (e.g. fp8-block:fp8-block+kv=fp8-e4m3)")
+      ->delimiter(',');
+  drift->add_option("--lengths", dro.lengths, "Response lengths to report, ascending (default 16,32,64,128); all samples run to the longest")
+      ->delimiter(',');
+  drift->add_option("--prompts", dro.prompts, "Prompts (default 8; built-in story openings, cycled, or --prompt-file lines)");
+  drift->add_option("--prompt-file", dro.prompt_file, "Prompts, one per line (BOS is prepended)");
+  drift->add_option("--samples", dro.samples, "Continuations sampled per prompt (default 4)");
+  drift->add_option("--temperature,-t", dro.temperature, "Sampling temperature > 0; log-probabilities are of logits / T (default 1)");
+  drift->add_option("--seed", dro.seed, "Sampling and bootstrap seed (default 1)");
+  drift->add_flag("--batch-invariant", dro.batch_invariant,
+                  "Batch-invariant kernels on both sides: same reduction order in prefill and decode (identical recipes then give delta = 0)");
+  drift->add_option("--tis-cap", dro.tis_cap, "Cap C of token-level truncated importance sampling (default 2)");
+  drift->add_option("--bootstrap", dro.bootstrap, "Bootstrap resamples of sequences for the 95 % intervals (default 1000; 0: none)");
+  drift->add_option("--out,-o", dro.out, "Output directory (default: the file's out:, else out/<file stem>, else out/drift)");
+  drift->add_flag("--no-plots", dro.no_plots, "Write the CSVs only");
+  drift->add_flag("--quiet,-q", dro.quiet, "Print nothing on success");
+  drift->footer(
+      "Outputs: drift.csv (train,rollout,length,metric,value,ci_low,ci_high), per_token.csv, drift_vs_length.png, drift_vs_position.png, "
+      "delta_histogram.png.\nExamples:\n  rlsim drift scenarios/drift-stories260k.yaml\n"
+      "  rlsim drift --model ../shared/models/stories260K/stories260K.bin --pairs bf16:bf16,bf16:fp8-block --lengths 32,64,128 --prompts 4 --samples 4");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -284,6 +320,7 @@ int main(int argc, char** argv) {
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
     if (*verify) return cli::cmd_verify(vo, std::cout);
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);
+    if (*drift) return cli::cmd_drift(dro, std::cout, std::cerr);
   } catch (const sim::ScenarioError& e) {
     std::cerr << "rlsim: error: " << e.what() << "\n";
     return 2;

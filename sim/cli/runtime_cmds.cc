@@ -27,9 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// The tokenizer beside a model: tokenizer.json in a Hugging Face directory; for a checkpoint
-/// file, tokenizer.bin or the single tok*.bin in its directory.
-std::string default_tokenizer(const std::string& model) {
+}  // namespace
+
+std::string default_tokenizer(const std::string& model, std::string_view command) {
   const fs::path p(model);
   if (fs::is_directory(p)) return (p / "tokenizer.json").string();
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
@@ -40,10 +40,8 @@ std::string default_tokenizer(const std::string& model) {
     if (name.rfind("tok", 0) == 0 && e.path().extension() == ".bin") found.push_back(e.path());
   }
   if (found.size() == 1) return found[0].string();
-  throw sim::ScenarioError(fmt::format("rlsim generate: no tokenizer given and none unique beside {} (use --tokenizer)", model));
+  throw sim::ScenarioError(fmt::format("{}: no tokenizer given and none unique beside {} (use --tokenizer)", command, model));
 }
-
-}  // namespace
 
 int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err) {
   models::RuntimePrecision precision;
@@ -53,7 +51,7 @@ int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err)
     throw sim::ScenarioError(std::string("rlsim generate: ") + e.what());
   }
   const models::ModelWeights weights = models::load_model(o.model);
-  const auto tokenizer = models::load_tokenizer(o.tokenizer.empty() ? default_tokenizer(o.model) : o.tokenizer, weights.config.vocab);
+  const auto tokenizer = models::load_tokenizer(o.tokenizer.empty() ? default_tokenizer(o.model, "rlsim generate") : o.tokenizer, weights.config.vocab);
   if (tokenizer->vocab_size() > weights.config.vocab) {
     throw sim::ScenarioError(fmt::format("rlsim generate: the tokenizer has {} tokens, the model {}", tokenizer->vocab_size(), weights.config.vocab));
   }

@@ -5,9 +5,15 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rlsim::cli {
+
+/// The tokenizer beside a model: tokenizer.json in a Hugging Face directory; for a checkpoint
+/// file, tokenizer.bin or the single tok*.bin in its directory. Throws sim::ScenarioError
+/// (prefixed with `command`) when none is found.
+std::string default_tokenizer(const std::string& model, std::string_view command);
 
 /// Options of `rlsim generate`.
 struct GenerateOptions {

@@ -1,0 +1,36 @@
+#include "analysis/output_dir.h"
+
+#include <fstream>
+#include <stdexcept>
+
+namespace rlsim::analysis {
+
+namespace fs = std::filesystem;
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+void write_directory(const fs::path& dir, const std::function<void(const fs::path& tmp)>& fill) {
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  std::string tmp_name = ".";  // built stepwise: GCC 12 warns (-Wrestrict, false positive) on "." + string&&
+  tmp_name += dir.filename().string();
+  tmp_name += ".tmp";
+  const fs::path tmp = parent / tmp_name;
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);
+  try {
+    fill(tmp);
+    fs::remove_all(dir, ec);
+    fs::rename(tmp, dir);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace rlsim::analysis
