@@ -15,6 +15,10 @@
 #include "models/precision/format.h"
 #include "sim/engine/random.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace rlsim::analysis {
 namespace {
 
@@ -98,12 +102,18 @@ void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& res
   gp << "set terminal pngcairo size 1400,560 font 'sans,10'\n";
   gp << "set output " << quoted(png.string()) << "\n";
   gp << "set multiplot layout 1,2 title 'Training-inference mismatch vs rollout length (bands: bootstrap 95 % CI)'\n";
-  gp << "set logscale xy\nset format x '%g'\nset xlabel 'rollout length (tokens)'\nset grid\n";
-  gp << "set key top left noenhanced\nset style fill transparent solid 0.2 noborder\n";
+  gp << "set logscale xy 2\nset logscale y 10\nset format x '%g'\nset format y '%g'\nset xlabel 'rollout length (tokens)'\nset grid\n";
+  gp << "set key below noenhanced\nset style fill transparent solid 0.2 noborder\n";
+  if (!results.empty() && !results.front().by_length.empty()) {
+    const auto& bl = results.front().by_length;
+    gp << "set xrange [" << bl.front().first / 1.25 << ":" << bl.back().first * 1.25 << "]\nset xtics (";
+    for (std::size_t i = 0; i < bl.size(); ++i) gp << (i ? ", " : "") << bl[i].first;
+    gp << ")\n";
+  }
   for (const char* metric : {"mean_abs_delta", "kl"}) {
     const std::size_t m = metric_index(metric);
     gp << "set ylabel " << quoted(std::string(metric) == "kl" ? "KL(rollout || train), nats per token" : "mean |log p_train - log p_rollout|")
-       << "\n";
+       << " noenhanced\n";
     gp << "plot ";
     for (std::size_t i = 0; i < results.size(); ++i) {
       bool any = false;
@@ -132,7 +142,7 @@ void plot_vs_position(const fs::path& png, const std::vector<DriftPairResult>& r
   gp << "set terminal pngcairo size 1400,560 font 'sans,10'\n";
   gp << "set output " << quoted(png.string()) << "\n";
   gp << "set multiplot layout 1,2 title 'Mismatch at each response position (mean over sequences, positions binned)'\n";
-  gp << "set logscale y\nset xlabel 'response position (tokens)'\nset grid\nset key top left noenhanced\n";
+  gp << "set logscale y\nset format y '%g'\nset xlabel 'response position (tokens)'\nset grid\nset key below noenhanced\n";
   for (int which = 0; which < 2; ++which) {
     gp << "set ylabel " << quoted(which == 0 ? "mean |delta| at the position" : "mean KL at the position") << "\n";
     gp << "plot ";
@@ -177,7 +187,7 @@ void plot_histogram(const fs::path& png, const std::vector<DriftPairResult>& res
   gp << "set terminal pngcairo size 1000,600 font 'sans,10'\n";
   gp << "set output " << quoted(png.string()) << "\n";
   gp << "set title 'Distribution of delta = log p_train(y) - log p_rollout(y) over all sampled tokens' noenhanced\n";
-  gp << "set logscale y\nset xlabel 'delta (nats)'\nset ylabel 'tokens'\nset grid\nset key top right noenhanced\n";
+  gp << "set logscale y\nset format y '%g'\nset xlabel 'delta (nats)'\nset ylabel 'tokens'\nset grid\nset key below noenhanced\n";
   gp << "set xrange [" << -range << ":" << range << "]\n";
   gp << "plot ";
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -300,17 +310,34 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
     }
   }
   const models::KernelMode mode = o.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault;
+  // Sequences run in parallel, each thread with its own rollout engine (KV cache), when those
+  // copies are small (dense FP32 + packed weights, KV cache at max_seq, under 2 GiB together);
+  // otherwise one at a time with the kernels' own threads. A sequence's numbers do not depend
+  // on which thread runs it, or on how many threads the kernels use.
+  const double kv_bytes = 8.0 * c.layers * c.max_seq * static_cast<double>(c.kv_heads) * c.head_dim;
+  const double copy_bytes = 8.0 * static_cast<double>(weights.parameters()) + kv_bytes;
+#ifdef _OPENMP
+  const int threads = copy_bytes * omp_get_max_threads() <= 2.0 * (1 << 30) ? omp_get_max_threads() : 1;
+#else
+  const int threads = 1;
+#endif
+  const std::size_t n_seq = o.prompts.size() * static_cast<std::size_t>(o.samples);
   std::vector<DriftPairResult> results;
   for (const DriftPair& pair : o.pairs) {
-    DriftPairResult res{pair.train.label, pair.rollout.label, {}, {}, 0, 0};
-    models::Transformer rollout(weights, pair.rollout.precision, mode);
+    DriftPairResult res{pair.train.label, pair.rollout.label, std::vector<std::vector<DriftToken>>(n_seq), {}, 0, 0};
+    const models::Transformer rollout_model(weights, pair.rollout.precision, mode);
     const models::Transformer trainer(weights, pair.train.precision, mode);
     double rollout_s = 0, train_s = 0;
     std::int64_t rollout_tokens = 0, train_tokens = 0;
-    std::vector<float> rollout_logits(static_cast<std::size_t>(L) * static_cast<std::size_t>(c.vocab));
-    std::vector<double> lr, lt;
-    for (std::size_t p = 0; p < o.prompts.size(); ++p) {
-      for (int k = 0; k < o.samples; ++k) {
+#pragma omp parallel num_threads(threads) reduction(+ : rollout_s, train_s, rollout_tokens, train_tokens) if (threads > 1)
+    {
+      models::Transformer rollout = rollout_model;
+      std::vector<float> rollout_logits(static_cast<std::size_t>(L) * static_cast<std::size_t>(c.vocab));
+      std::vector<double> lr, lt;
+#pragma omp for schedule(dynamic, 1)
+      for (std::size_t i = 0; i < n_seq; ++i) {
+        const std::size_t p = i / static_cast<std::size_t>(o.samples);
+        const int k = static_cast<int>(i % static_cast<std::size_t>(o.samples));
         // Common random numbers: the same uniform draws for this (prompt, sample) in every pair.
         sim::Rng rng(sim::mix_seed(o.seed) ^ sim::mix_seed((static_cast<std::uint64_t>(p) << 32) | static_cast<std::uint64_t>(k)));
         std::vector<int> seq = o.prompts[p];
@@ -331,7 +358,7 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
         auto t2 = std::chrono::steady_clock::now();
         train_s += std::chrono::duration<double>(t2 - t1).count();
         train_tokens += static_cast<std::int64_t>(seq.size() - 1);
-        std::vector<DriftToken> toks;
+        std::vector<DriftToken>& toks = res.sequences[i];
         toks.reserve(static_cast<std::size_t>(L));
         for (int t = 0; t < L; ++t) {
           const std::span<const float> r_row(rollout_logits.data() + static_cast<std::ptrdiff_t>(t) * c.vocab, static_cast<std::size_t>(c.vocab));
@@ -356,9 +383,11 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
           d.prob_diff = std::fabs(std::exp(d.logp_train) - std::exp(d.logp_rollout));
           toks.push_back(d);
         }
-        res.sequences.push_back(std::move(toks));
       }
     }
+    // Each side's rate over the threads that ran it: tokens / (its summed seconds / threads).
+    rollout_s /= threads;
+    train_s /= threads;
     res.rollout_tokens_per_s = rollout_s > 0 ? static_cast<double>(rollout_tokens) / rollout_s : 0;
     res.train_tokens_per_s = train_s > 0 ? static_cast<double>(train_tokens) / train_s : 0;
     for (int len : o.lengths) res.by_length.emplace_back(len, drift_metrics(res.sequences, len, o.tis_cap, o.bootstrap, o.seed));

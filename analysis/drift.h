@@ -95,14 +95,18 @@ struct DriftPairResult {
   std::string train, rollout;                        // labels
   std::vector<std::vector<DriftToken>> sequences;    // prompt-major, then sample
   std::vector<std::pair<int, std::vector<DriftMetric>>> by_length;
-  double rollout_tokens_per_s = 0;                   // sampled tokens / rollout wall time
-  double train_tokens_per_s = 0;                     // scored positions / trainer wall time
+  // Throughput of each side on this machine: tokens / (seconds summed over the threads that ran
+  // sequences / their number). Wall-clock figures, not part of the CSVs.
+  double rollout_tokens_per_s = 0;                   // sampled tokens (prompt prefill + decode)
+  double train_tokens_per_s = 0;                     // scored positions (one prefill per sequence)
 };
 
 /// Runs every pair: for each prompt and sample, the rollout side samples options.lengths.back()
 /// tokens (not stopped at EOS, so every position is measured) with sim::Rng seeded from
 /// (seed, prompt, sample) — the same draws for every pair — and the trainer scores them.
-/// `progress` (may be null) gets a line per pair. Throws std::invalid_argument when a prompt plus
+/// Sequences run in parallel (OpenMP, a rollout engine per thread) when the model is small
+/// enough to copy; results do not depend on the thread count. `progress` (may be null) gets a
+/// line per pair. Throws std::invalid_argument when a prompt plus
 /// the longest length exceeds the model's max_seq, for a non-positive temperature, or bad lengths.
 std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, const DriftOptions& options, std::ostream* progress);
 
