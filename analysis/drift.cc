@@ -99,9 +99,9 @@ std::size_t metric_index(const std::string& name) {
 
 void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& results) {
   Gnuplot gp("gnuplot");
-  gp << "set terminal pngcairo size 1400,560 font 'sans,10'\n";
+  gp << "set terminal pngcairo size 1800,560 font 'sans,10'\n";
   gp << "set output " << quoted(png.string()) << "\n";
-  gp << "set multiplot layout 1,2 title 'Training-inference mismatch vs rollout length (bands: bootstrap 95 % CI)'\n";
+  gp << "set multiplot layout 1,3 title 'Training-inference mismatch vs rollout length (bands: bootstrap 95 % CI)'\n";
   gp << "set logscale xy 2\nset logscale y 10\nset format x '%g'\nset format y '%g'\nset xlabel 'rollout length (tokens)'\nset grid\n";
   gp << "set key below noenhanced\nset style fill transparent solid 0.2 noborder\n";
   if (!results.empty() && !results.front().by_length.empty()) {
@@ -110,10 +110,12 @@ void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& res
     for (std::size_t i = 0; i < bl.size(); ++i) gp << (i ? ", " : "") << bl[i].first;
     gp << ")\n";
   }
-  for (const char* metric : {"mean_abs_delta", "kl"}) {
+  for (const char* metric : {"mean_abs_delta", "kl", "seq_log_ratio_abs"}) {
     const std::size_t m = metric_index(metric);
-    gp << "set ylabel " << quoted(std::string(metric) == "kl" ? "KL(rollout || train), nats per token" : "mean |log p_train - log p_rollout|")
-       << " noenhanced\n";
+    const std::string label = std::string(metric) == "kl"                  ? "KL(rollout || train), nats per token"
+                              : std::string(metric) == "mean_abs_delta" ? "mean |log p_train - log p_rollout| per token"
+                                                                          : "mean |sum of delta| per sequence (log importance ratio)";
+    gp << "set ylabel " << quoted(label) << " noenhanced\n";
     gp << "plot ";
     for (std::size_t i = 0; i < results.size(); ++i) {
       bool any = false;

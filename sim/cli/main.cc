@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
   bench->add_option("--threads", bro.threads, "runtime: OpenMP threads")->check(CLI::Range(1, 1024))->capture_default_str();
   bench->add_option("--decode-tokens", bro.decode_tokens, "runtime: decode steps timed per run")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   bench->add_option("--prefill-tokens", bro.prefill_tokens, "runtime: prompt length of the prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  bench->add_flag("--batch-invariant", bro.batch_invariant, "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
   bench->add_option("--repeat", bench_repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
 
   cli::QuantizeOptions qo;

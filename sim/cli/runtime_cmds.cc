@@ -168,11 +168,8 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   sim::Rng rng(1);
   std::vector<int> prompt(static_cast<std::size_t>(o.prefill_tokens));
   for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;
-  for (const models::RuntimePrecision& p : precisions) {
-    models::Transformer model(w, p);
-    const double bytes = static_cast<double>(model.decode_weight_bytes());
-    err << fmt::format("  {}: {:.1f} MB of weights per decoded token\n", p.name, bytes / 1e6);
-    err.flush();
+  // Best decode tok/s (decode_tokens steps from position 0) and prefill tok/s of one model.
+  auto measure = [&](models::Transformer& model) {
     double best = std::numeric_limits<double>::infinity();
     for (int r = 0; r < o.repeat + 1; ++r) {  // one warm-up run
       model.reset();
@@ -182,9 +179,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r > 0) best = std::min(best, s);
     }
-    const double toks = o.decode_tokens / best;
-    out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f}\n", p.name, toks, toks / (gbps * 1e9 / bytes));
-    out.flush();
+    const double decode = o.decode_tokens / best;
     best = std::numeric_limits<double>::infinity();
     for (int r = 0; r < o.repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -193,8 +188,27 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
       if (!std::isfinite(logits(logits.rows() - 1, 0))) throw std::logic_error("bench runtime: prefill logits not finite");
       best = std::min(best, s);
     }
-    out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, o.prefill_tokens / best);
-    out.flush();
+    return std::pair<double, double>(decode, o.prefill_tokens / best);
+  };
+  for (const models::RuntimePrecision& p : precisions) {
+    std::pair<double, double> def;
+    {
+      models::Transformer model(w, p);
+      const double bytes = static_cast<double>(model.decode_weight_bytes());
+      err << fmt::format("  {}: {:.1f} MB of weights per decoded token\n", p.name, bytes / 1e6);
+      err.flush();
+      def = measure(model);
+      out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f}\n", p.name, def.first, def.first / (gbps * 1e9 / bytes));
+      out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, def.second);
+      out.flush();
+    }
+    if (o.batch_invariant) {
+      models::Transformer model(w, p, models::KernelMode::kBatchInvariant);
+      const auto bi = measure(model);
+      out << fmt::format("batch-invariant decode {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.first, bi.first / def.first);
+      out << fmt::format("batch-invariant prefill {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.second, bi.second / def.second);
+      out.flush();
+    }
   }
   return 0;
 }

@@ -43,6 +43,7 @@ struct BenchRuntimeOptions {
   int decode_tokens = 64;            // timed decode steps from position 0, batch 1
   int prefill_tokens = 512;
   int repeat = 3;                    // the best run is reported
+  bool batch_invariant = false;      // also time models::KernelMode::kBatchInvariant
 };
 
 /// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
@@ -50,6 +51,10 @@ struct BenchRuntimeOptions {
 ///   bandwidth GBPS GB/s                      (read bandwidth of a 1 GiB buffer on `threads` threads)
 ///   decode PRECISION TOKS tok/s roofline FRACTION   (FRACTION = TOKS / (GBPS / weight bytes per token))
 ///   prefill PRECISION TOKS tok/s             (one prefill of prefill_tokens, all logits)
+/// and with batch_invariant, after each precision's two lines, the same runs with batch-invariant
+/// kernels and their ratio to the default kernels' tok/s:
+///   batch-invariant decode PRECISION TOKS tok/s ratio R
+///   batch-invariant prefill PRECISION TOKS tok/s ratio R
 /// and progress with the weight bytes per token and kernel layouts to `err`. Throws
 /// sim::ScenarioError (exit 2) for an unknown precision and models::ModelFileError for a bad
 /// config file.

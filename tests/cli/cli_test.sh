@@ -207,12 +207,61 @@ check "bench runtime: bandwidth line" grep -qE '^bandwidth [0-9]+\.[0-9] GB/s$' 
 check "bench runtime: decode lines with roofline" test "$(grep -cE '^decode (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s roofline [0-9]+\.[0-9]{2}$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: prefill lines" test "$(grep -cE '^prefill (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: nothing else on stdout" test "$(wc -l <"$WORK/bench_rt.txt")" -eq 5
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --decode-tokens 4 --prefill-tokens 16 --repeat 1 --batch-invariant \
+  >"$WORK/bench_bi.txt" 2>/dev/null
+check "bench runtime --batch-invariant: decode and prefill lines with the ratio" \
+  test "$(grep -cE '^batch-invariant (decode|prefill) bf16 [0-9]+\.[0-9] tok/s ratio [0-9]+\.[0-9]{2}$' "$WORK/bench_bi.txt")" -eq 2
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp7 >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime: unknown precision is bad input (2)" test $? -eq 2
 echo '{"model_type": "llama"}' >"$WORK/bad_config.json"
 "$RLSIM" bench runtime --shape "$WORK/bad_config.json" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime: bad config is bad input (2)" test $? -eq 2
 check "bench runtime: error names the file and key" grep -q "bad_config.json: missing key 'hidden_size'" "$WORK/bench_bad.err"
+
+# --- rlsim drift: the stories260K drift scenarios, reduced; determinism; bad input ----------------
+DR=(--prompts 2 --samples 2 --lengths 8,24 --bootstrap 50)
+"$RLSIM" drift "$SRC/scenarios/drift-stories260k.yaml" "${DR[@]}" --out "$WORK/drift1" >"$WORK/drift1.txt" 2>"$WORK/drift1.err"
+check "drift scenario: exit 0" test $? -eq 0
+check "drift: drift.csv header" grep -qx "train,rollout,length,metric,value,ci_low,ci_high" "$WORK/drift1/drift.csv"
+for pair in bf16,bf16 bf16,fp8-block fp8-block,fp8-block bf16,int4-w4a16-g32 int4-qat-g32,int4-w4a16-g32 bf16,mxfp8 bf16,nvfp4 \
+  fp8-block,fp8-block+kv=fp8-e4m3; do
+  for m in mean_abs_delta p99_abs_delta kl max_prob_diff seq_log_ratio_abs tis_clip_fraction; do
+    grep -q "^$pair,24,$m," "$WORK/drift1/drift.csv" || { echo "missing $pair,24,$m"; fail=$((fail + 1)); }
+  done
+done
+check "drift: 8 pairs x 2 lengths x 7 metrics" test "$(wc -l <"$WORK/drift1/drift.csv")" -eq $((1 + 8 * 2 * 7))
+check "drift: per_token.csv has 8 pairs x 4 sequences x 24 tokens" test "$(wc -l <"$WORK/drift1/per_token.csv")" -eq $((1 + 8 * 4 * 24))
+check "drift: three plots" test -s "$WORK/drift1/drift_vs_length.png" -a -s "$WORK/drift1/drift_vs_position.png" -a -s "$WORK/drift1/delta_histogram.png"
+check "drift: summary table on stdout" grep -q "^bf16:fp8-block  *24 " "$WORK/drift1.txt"
+# FP8 rollout against BF16 training drifts more than the kernel path alone (bf16:bf16).
+awk -F, '$3==24 && $4=="mean_abs_delta" {v[$1":"$2]=$5} END {exit !(v["bf16:fp8-block"] > 3 * v["bf16:bf16"] && v["bf16:bf16"] > 0)}' \
+  "$WORK/drift1/drift.csv"
+check "drift: bf16:fp8-block mean |delta| > 3x bf16:bf16 > 0" test $? -eq 0
+OMP_NUM_THREADS=1 "$RLSIM" drift "$SRC/scenarios/drift-stories260k.yaml" "${DR[@]}" --out "$WORK/drift2" --no-plots -q
+check "drift: same seed (and 1 thread instead of 2) -> identical drift.csv" cmp -s "$WORK/drift1/drift.csv" "$WORK/drift2/drift.csv"
+check "drift: same seed -> identical per_token.csv" cmp -s "$WORK/drift1/per_token.csv" "$WORK/drift2/per_token.csv"
+"$RLSIM" drift "$SRC/scenarios/drift-stories260k-batch-invariant.yaml" "${DR[@]}" --out "$WORK/drift_bi" -q --no-plots
+check "drift batch-invariant scenario: exit 0" test $? -eq 0
+awk -F, 'NR > 1 && !($1 == "bf16" && $2 == "fp8-block") {n++; if ($9 != 0) bad++} END {exit !(n == 3 * 4 * 24 && bad == 0)}' "$WORK/drift_bi/per_token.csv"
+check "drift --batch-invariant: delta exactly 0 at every position for identical numerics" test $? -eq 0
+awk -F, 'NR > 1 && $1 == "bf16" && $2 == "fp8-block" && $9 != 0 {n++} END {exit !(n > 0)}' "$WORK/drift_bi/per_token.csv"
+check "drift --batch-invariant: a precision pair still drifts" test $? -eq 0
+"$RLSIM" drift --model "$ST/stories260K.bin" --pairs bf16:bf16 --lengths 8 --prompts 1 --samples 1 --batch-invariant -q --no-plots --out "$WORK/drift_cli"
+check "drift from options alone: zero delta with --batch-invariant" test "$(awk -F, '$4=="mean_abs_delta" {print $5}' "$WORK/drift_cli/drift.csv")" = "0"
+printf 'model: ../models/x.bin\npairs: [bf16:bf16]\nlenghts: [8]\n' >"$WORK/bad_drift.yaml"
+"$RLSIM" drift "$WORK/bad_drift.yaml" >/dev/null 2>"$WORK/bad_drift.err"
+check "drift: unknown key is bad input (2)" test $? -eq 2
+check "drift: error names file, line and key" grep -q "bad_drift.yaml:3: unknown key 'lenghts'" "$WORK/bad_drift.err"
+printf 'model: %s\npairs: [bf16:fp9]\n' "$ST/stories260K.bin" >"$WORK/bad_pair.yaml"
+"$RLSIM" drift "$WORK/bad_pair.yaml" >/dev/null 2>"$WORK/bad_pair.err"
+check "drift: unknown recipe is bad input (2), with the line" test $? -eq 2 -a -n "$(grep 'bad_pair.yaml:2:' "$WORK/bad_pair.err")"
+"$RLSIM" drift --model "$ST/stories260K.bin" --pairs bf16:bf16 --lengths 600 --out "$WORK/drift_long" >/dev/null 2>"$WORK/long.err"
+check "drift: length past max_seq is bad input (2)" test $? -eq 2
+check "drift: ... and says so" grep -q "max_seq 512" "$WORK/long.err"
+"$RLSIM" drift --model "$ST/stories260K.bin" --pairs bf16:bf16 --temperature 0 >/dev/null 2>&1
+check "drift: temperature 0 is bad input (2)" test $? -eq 2
+test ! -e "$WORK/drift_long" -a ! -e "$WORK/.drift_long.tmp"
+check "drift: nothing half-written on error" test $? -eq 0
 
 # --- async schedule end to end: staleness and idle ratios in summary.json ------------------------
 "$RLSIM" run "$WORK/base.yaml" --out "$WORK/async" -q --no-plots --set placement.mode=disaggregated \
