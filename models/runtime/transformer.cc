@@ -20,6 +20,23 @@ inline float round_bf16(float x) {
   return std::bit_cast<float>((u & 0x7F800000u) == 0x7F800000u ? u : r);
 }
 
+// Dot product in one fixed order whatever the caller: 16 lane sums over strides of 16 (vectorised),
+// then the lanes added pairwise. Batch-invariant attention scores use it in prefill and decode alike.
+inline float dot_fixed(const float* a, const float* b, Eigen::Index n) {
+  float lane[16] = {};
+  Eigen::Index e = 0;
+  for (; e + 16 <= n; e += 16) {
+    for (int l = 0; l < 16; ++l) lane[l] += a[e + l] * b[e + l];
+  }
+  for (int l = 0; e < n; ++e, ++l) lane[l] += a[e] * b[e];
+  int top = 8;  // lanes past n hold zeros: the tree starts at the smallest power of two >= n
+  while (top > 1 && top >= n) top /= 2;
+  for (int w = top; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+  }
+  return lane[0];
+}
+
 bool is_fp32(const Format& f) { return f.element == Element::kFp32 && f.scaling.kind == ScaleKind::kNone; }
 
 void softmax_row(float* s, Eigen::Index n) {
@@ -347,29 +364,40 @@ void Transformer::attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, c
   const int group = c.heads / c.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Format attn_fmt{attention_, {}}, soft_fmt{softmax_, {}};
-  // One (query, head) at a time, every sum in index order: the result of a query does not
+  // One (query, head) at a time, every sum in one fixed order: the result of a query does not
   // depend on how many other queries are computed with it.
-#pragma omp parallel for schedule(static) collapse(2) if (T > 1)
-  for (Eigen::Index t = 0; t < T; ++t) {
-    for (int h = 0; h < c.heads; ++h) {
-      const Eigen::Index visible = first_pos + t + 1, g = h / group;
-      const float* qv = q.row(t).data() + h * hd;
-      std::vector<float> s(static_cast<std::size_t>(visible)), acc(static_cast<std::size_t>(hd), 0.0f);
-      for (Eigen::Index j = 0; j < visible; ++j) {
-        const float* kv = kc.row(j).data() + g * hd;
-        float d = 0;
-        for (Eigen::Index e = 0; e < hd; ++e) d += qv[e] * kv[e];
-        s[static_cast<std::size_t>(j)] = d * scale;
+#pragma omp parallel if (T > 1)
+  {
+    std::vector<float> s(static_cast<std::size_t>(first_pos + T));
+#pragma omp for schedule(static) collapse(2)
+    for (Eigen::Index t = 0; t < T; ++t) {
+      for (int h = 0; h < c.heads; ++h) {
+        const Eigen::Index visible = first_pos + t + 1, g = h / group;
+        const float* qv = q.row(t).data() + h * hd;
+        for (Eigen::Index j = 0; j < visible; ++j) s[static_cast<std::size_t>(j)] = dot_fixed(qv, kc.row(j).data() + g * hd, hd) * scale;
+        softmax_row(s.data(), visible);
+        round_to_format(s.data(), 1, visible, soft_fmt);
+        round_to_format(s.data(), 1, visible, attn_fmt);
+        // out[e] = sum over j in order of p_j v_j[e]: 8 outputs at a time in registers.
+        float* o = out.row(t).data() + h * hd;
+        const float* v0 = vc.data() + g * hd;
+        const Eigen::Index ld = vc.cols();
+        Eigen::Index e0 = 0;
+        for (; e0 + 8 <= hd; e0 += 8) {
+          float a8[8] = {};
+          for (Eigen::Index j = 0; j < visible; ++j) {
+            const float p = s[static_cast<std::size_t>(j)];
+            const float* vv = v0 + j * ld + e0;
+            for (int l = 0; l < 8; ++l) a8[l] += p * vv[l];
+          }
+          std::copy(a8, a8 + 8, o + e0);
+        }
+        for (; e0 < hd; ++e0) {
+          float a = 0;
+          for (Eigen::Index j = 0; j < visible; ++j) a += s[static_cast<std::size_t>(j)] * v0[j * ld + e0];
+          o[e0] = a;
+        }
       }
-      softmax_row(s.data(), visible);
-      round_to_format(s.data(), 1, visible, soft_fmt);
-      round_to_format(s.data(), 1, visible, attn_fmt);
-      for (Eigen::Index j = 0; j < visible; ++j) {
-        const float p = s[static_cast<std::size_t>(j)];
-        const float* vv = vc.row(j).data() + g * hd;
-        for (Eigen::Index e = 0; e < hd; ++e) acc[static_cast<std::size_t>(e)] += p * vv[e];
-      }
-      std::copy(acc.begin(), acc.end(), out.row(t).data() + h * hd);
     }
   }
 }
