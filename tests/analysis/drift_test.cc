@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "analysis/drift.h"
+#include "models/runtime/kernels.h"
 
 namespace rlsim::analysis {
 namespace {
@@ -145,7 +146,11 @@ TEST(DriftRun, DefaultKernelsDriftAndPrecisionDriftsMore) {
   const auto results = run_drift(stories(), small_options({"fp32:fp32", "bf16:bf16", "bf16:fp8-block", "bf16:nvfp4", "fp32:bf16"}, false), nullptr);
   auto mean_abs = [&](std::size_t i) { return results[i].by_length.back().second[0].value; };
   EXPECT_LT(mean_abs(0), 1e-4);  // fp32: summation order only, no rounding to amplify it
-  EXPECT_GT(mean_abs(1), 0.0);   // bf16 both sides: the kernel path alone moves log-probs
+  if (models::simd_kernels_available()) {
+    // bf16 both sides: the kernel path alone moves log-probs (the SIMD GEMV sums in 16 lanes,
+    // the prefill GEMM in its own blocks; a portable build's scalar kernels may coincide here).
+    EXPECT_GT(mean_abs(1), 0.0);
+  }
   EXPECT_LT(mean_abs(1), 0.02);
   EXPECT_GT(mean_abs(2), 3 * mean_abs(1));  // FP8 rollout vs BF16 training
   EXPECT_GT(mean_abs(3), mean_abs(2));      // NVFP4 rollout drifts further than FP8
