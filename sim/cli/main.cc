@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
   drift->footer(
       "Outputs: drift.csv (train,rollout,length,metric,value,ci_low,ci_high), per_token.csv, drift_vs_length.png, drift_vs_position.png, "
       "delta_histogram.png.\nExamples:\n  rlsim drift scenarios/drift-stories260k.yaml\n"
-      "  rlsim drift --model ../shared/models/stories260K/stories260K.bin --pairs bf16:bf16,bf16:fp8-block --lengths 32,64,128 --prompts 4 --samples 4");
+      "  rlsim drift --model ../shared/models/stories260K/stories260K.bin --pairs bf16:bf16,bf16:fp8-block --lengths 32,64,128 --prompts 4 --samples 4\n");
 
   try {
     app.parse(argc, argv);
