@@ -305,6 +305,10 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
   const int L = o.lengths.back();
   for (std::size_t p = 0; p < o.prompts.size(); ++p) {
     if (o.prompts[p].empty()) throw std::invalid_argument(fmt::format("prompt {} has no tokens", p));
+    for (int t : o.prompts[p]) {
+      // Checked here: nothing may throw inside the parallel region below.
+      if (t < 0 || t >= c.vocab) throw std::invalid_argument(fmt::format("prompt {} has token {} outside the model's vocabulary of {}", p, t, c.vocab));
+    }
     // The trainer scores prompt + response[0..L-2]: its last row predicts response[L-1].
     if (static_cast<int>(o.prompts[p].size()) + L - 1 > c.max_seq) {
       throw std::invalid_argument(fmt::format("prompt {} ({} tokens) plus the longest length {} exceeds the model's max_seq {}", p,

@@ -207,6 +207,9 @@ TEST(DriftRun, BadOptionsAreRejected) {
   o.lengths = {8};
   o.temperature = 0;
   EXPECT_THROW(run_drift(stories(), o, nullptr), std::invalid_argument);
+  o.temperature = 1;
+  o.prompts = {{1, 512}};  // stories260K's vocabulary is 0..511
+  EXPECT_THROW(run_drift(stories(), o, nullptr), std::invalid_argument);
 }
 
 }  // namespace
