@@ -442,7 +442,7 @@ std::vector<std::string> write_drift_outputs(const fs::path& dir, const std::vec
 
 void print_drift_summary(std::ostream& out, const std::vector<DriftPairResult>& results, bool batch_invariant) {
   out << fmt::format("Training-inference mismatch, delta = log p_train(y) - log p_rollout(y) ({} kernels; [95 % bootstrap CI])\n",
-                     batch_invariant ? "batch-invariant" : "default");
+                     models::kernel_mode_name(batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault));
   std::size_t w = 4;
   for (const DriftPairResult& r : results) w = std::max(w, r.train.size() + r.rollout.size() + 1);
   out << fmt::format("{:<{}} {:>6}  {:>32}  {:>32}  {:>9}  {:>9}  {:>9}  {:>9}\n", "pair", w, "length", "mean |delta|", "KL (nats/token)", "p99|delta|",

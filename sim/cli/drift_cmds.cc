@@ -157,7 +157,7 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
   const std::string dir = o.out ? *o.out : o.file.empty() ? "out/drift" : "out/" + fs::path(o.file).stem().string();
   if (!o.quiet) {
     err << fmt::format("rlsim drift: {} pairs x {} prompts x {} samples, lengths up to {}, temperature {}, {} kernels\n", d.pairs.size(), n_prompts,
-                       d.samples, d.lengths.back(), d.temperature, d.batch_invariant ? "batch-invariant" : "default");
+                       d.samples, d.lengths.back(), d.temperature, models::kernel_mode_name(d.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault));
   }
   std::vector<analysis::DriftPairResult> results;
   try {
