@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
@@ -331,13 +332,16 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
   std::vector<DriftPairResult> results;
   for (const DriftPair& pair : o.pairs) {
     DriftPairResult res{pair.train.label, pair.rollout.label, std::vector<std::vector<DriftToken>>(n_seq), {}, 0, 0};
-    const models::Transformer rollout_model(weights, pair.rollout.precision, mode);
+    models::Transformer rollout_model(weights, pair.rollout.precision, mode);
     const models::Transformer trainer(weights, pair.train.precision, mode);
     double rollout_s = 0, train_s = 0;
     std::int64_t rollout_tokens = 0, train_tokens = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : rollout_s, train_s, rollout_tokens, train_tokens) if (threads > 1)
     {
-      models::Transformer rollout = rollout_model;
+      // A copy per thread only when sequences run in parallel: a large model is never duplicated.
+      std::optional<models::Transformer> copy;
+      if (threads > 1) copy.emplace(rollout_model);
+      models::Transformer& rollout = copy ? *copy : rollout_model;
       std::vector<float> rollout_logits(static_cast<std::size_t>(L) * static_cast<std::size_t>(c.vocab));
       std::vector<double> lr, lt;
 #pragma omp for schedule(dynamic, 1)
