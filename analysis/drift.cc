@@ -80,12 +80,6 @@ std::vector<double> metrics_of(const std::vector<SequenceSums>& seqs, const std:
   return {abs_delta / n_tok, quantile(all, 0.99), std::max(0.0, kl / n_tok), max_pd, seq_abs / n_seq, seq_std, clipped / n_tok};
 }
 
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
 // A value for a log-scaled axis: non-positive values are not drawn.
 double log_axis(double v) { return v > 0 ? v : std::numeric_limits<double>::quiet_NaN(); }
 
@@ -101,7 +95,7 @@ std::size_t metric_index(const std::string& name) {
 void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& results) {
   Gnuplot gp("gnuplot");
   gp << "set terminal pngcairo size 1800,560 font 'sans,10'\n";
-  gp << "set output " << quoted(png.string()) << "\n";
+  gp << "set output " << gnuplot_quoted(png.string()) << "\n";
   gp << "set multiplot layout 1,3 title 'Training-inference mismatch vs rollout length (bands: bootstrap 95 % CI)'\n";
   gp << "set logscale xy 2\nset logscale y 10\nset format x '%g'\nset format y '%g'\nset xlabel 'rollout length (tokens)'\nset grid\n";
   gp << "set key below noenhanced\nset style fill transparent solid 0.2 noborder\n";
@@ -116,14 +110,14 @@ void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& res
     const std::string label = std::string(metric) == "kl"                  ? "KL(rollout || train), nats per token"
                               : std::string(metric) == "mean_abs_delta" ? "mean |log p_train - log p_rollout| per token"
                                                                           : "mean |sum of delta| per sequence (log importance ratio)";
-    gp << "set ylabel " << quoted(label) << " noenhanced\n";
+    gp << "set ylabel " << gnuplot_quoted(label) << " noenhanced\n";
     gp << "plot ";
     for (std::size_t i = 0; i < results.size(); ++i) {
       bool any = false;
       for (const auto& [L, ms] : results[i].by_length) any = any || ms[m].value > 0;
       const std::string title = results[i].train + ":" + results[i].rollout + (any ? "" : " (exactly 0)");
       gp << (i ? ", " : "") << "'-' using 1:2:3 with filledcurves lc rgb '" << colour(i) << "' notitle, '-' using 1:2 with linespoints lw 2 pt 7 lc rgb '"
-         << colour(i) << "' title " << quoted(title);
+         << colour(i) << "' title " << gnuplot_quoted(title);
     }
     gp << "\n";
     for (const DriftPairResult& r : results) {
@@ -143,14 +137,14 @@ void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& res
 void plot_vs_position(const fs::path& png, const std::vector<DriftPairResult>& results) {
   Gnuplot gp("gnuplot");
   gp << "set terminal pngcairo size 1400,560 font 'sans,10'\n";
-  gp << "set output " << quoted(png.string()) << "\n";
+  gp << "set output " << gnuplot_quoted(png.string()) << "\n";
   gp << "set multiplot layout 1,2 title 'Mismatch at each response position (mean over sequences, positions binned)'\n";
   gp << "set logscale y\nset format y '%g'\nset xlabel 'response position (tokens)'\nset grid\nset key below noenhanced\n";
   for (int which = 0; which < 2; ++which) {
-    gp << "set ylabel " << quoted(which == 0 ? "mean |delta| at the position" : "mean KL at the position") << "\n";
+    gp << "set ylabel " << gnuplot_quoted(which == 0 ? "mean |delta| at the position" : "mean KL at the position") << "\n";
     gp << "plot ";
     for (std::size_t i = 0; i < results.size(); ++i) {
-      gp << (i ? ", " : "") << "'-' using 1:2 with lines lw 2 lc rgb '" << colour(i) << "' title " << quoted(results[i].train + ":" + results[i].rollout);
+      gp << (i ? ", " : "") << "'-' using 1:2 with lines lw 2 lc rgb '" << colour(i) << "' title " << gnuplot_quoted(results[i].train + ":" + results[i].rollout);
     }
     gp << "\n";
     for (const DriftPairResult& r : results) {
@@ -188,13 +182,13 @@ void plot_histogram(const fs::path& png, const std::vector<DriftPairResult>& res
   const double width = 2 * range / kBins;
   Gnuplot gp("gnuplot");
   gp << "set terminal pngcairo size 1000,600 font 'sans,10'\n";
-  gp << "set output " << quoted(png.string()) << "\n";
+  gp << "set output " << gnuplot_quoted(png.string()) << "\n";
   gp << "set title 'Distribution of delta = log p_train(y) - log p_rollout(y) over all sampled tokens' noenhanced\n";
   gp << "set logscale y\nset format y '%g'\nset xlabel 'delta (nats)'\nset ylabel 'tokens'\nset grid\nset key below noenhanced\n";
   gp << "set xrange [" << -range << ":" << range << "]\n";
   gp << "plot ";
   for (std::size_t i = 0; i < results.size(); ++i) {
-    gp << (i ? ", " : "") << "'-' using 1:2 with steps lw 2 lc rgb '" << colour(i) << "' title " << quoted(results[i].train + ":" + results[i].rollout);
+    gp << (i ? ", " : "") << "'-' using 1:2 with steps lw 2 lc rgb '" << colour(i) << "' title " << gnuplot_quoted(results[i].train + ":" + results[i].rollout);
   }
   gp << "\n";
   for (const DriftPairResult& r : results) {

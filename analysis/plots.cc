@@ -18,8 +18,9 @@ int phase_colour(const std::string& phase) {
   return 8;
 }
 
-std::string quoted(const std::filesystem::path& p) {
-  std::string s = p.string();
+}  // namespace
+
+std::string gnuplot_quoted(std::string_view s) {
   std::string out = "'";
   for (char c : s) {
     if (c == '\'') out += "''";
@@ -27,8 +28,6 @@ std::string quoted(const std::filesystem::path& p) {
   }
   return out + "'";
 }
-
-}  // namespace
 
 bool gnuplot_available() {
   const char* path = std::getenv("PATH");
@@ -59,8 +58,8 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
   {
     Gnuplot gp("gnuplot");
     gp << "set terminal pngcairo size 1400,420 font 'sans,10'\n";
-    gp << "set output " << quoted(png) << "\n";
-    gp << "set title " << quoted(std::filesystem::path("Timeline: " + s.name)) << " noenhanced\n";
+    gp << "set output " << gnuplot_quoted(png.string()) << "\n";
+    gp << "set title " << gnuplot_quoted("Timeline: " + s.name) << " noenhanced\n";
     gp << "set xlabel 'simulated time (s)'\nset yrange [0.3:3.7]\n";
     gp << "set ytics ('weight sync' 1, 'training' 2, 'rollout' 3)\nset grid xtics\n";
     gp << "set style fill solid 0.8 border -1\n";
@@ -101,12 +100,12 @@ bool plot_memory(const std::filesystem::path& png, const sim::Scenario& s, const
   {
     Gnuplot gp("gnuplot");
     gp << "set terminal pngcairo size 1400,480 font 'sans,10'\n";
-    gp << "set output " << quoted(png) << "\n";
-    gp << "set title " << quoted(std::filesystem::path("Memory per device: " + s.name)) << " noenhanced\n";
+    gp << "set output " << gnuplot_quoted(png.string()) << "\n";
+    gp << "set title " << gnuplot_quoted("Memory per device: " + s.name) << " noenhanced\n";
     gp << "set xlabel 'simulated time (s)'\nset ylabel 'GB'\nset grid\nset key outside right\n";
     gp << "set yrange [0:" << s.cluster.device.memory_bytes / 1e9 * 1.1 << "]\n";
     gp << "plot " << s.cluster.device.memory_bytes / 1e9 << " with lines dt 2 lc rgb 'red' title 'capacity'";
-    for (const auto& l : r.ledgers) gp << ", '-' using 1:2 with steps lw 2 title " << quoted(std::filesystem::path(l.group())) << " noenhanced";
+    for (const auto& l : r.ledgers) gp << ", '-' using 1:2 with steps lw 2 title " << gnuplot_quoted(l.group()) << " noenhanced";
     gp << "\n";
     for (const auto& pts : series) gp.send1d(pts);
   }

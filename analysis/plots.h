@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "sim/pipeline/pipeline.h"
 #include "sim/scenario/scenario.h"
@@ -11,6 +12,9 @@ namespace rlsim::analysis {
 
 /// Whether a `gnuplot` executable is on PATH.
 bool gnuplot_available();
+
+/// `s` as a gnuplot single-quoted string (a quote doubled inside), for titles and file names.
+std::string gnuplot_quoted(std::string_view s);
 
 /// Timeline: one row per role (rollout / training / weight sync), a bar per phase occurrence,
 /// x = simulated seconds. Returns false (with `why`) when it cannot be drawn.

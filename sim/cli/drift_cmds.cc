@@ -17,12 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 // Reads a scalar of type T from a drift file node, or fails naming file, line and expectation.
 template <typename T>
 T get(const YAML::Node& n, const std::string& file, const std::string& key, const char* expected) {
@@ -51,7 +45,7 @@ void merge_file(DriftCliOptions& o) {
   } catch (const YAML::Exception& e) {
     throw sim::ScenarioError(fmt::format("{}:{}: not valid YAML: {}", o.file, e.mark.line + 1, e.msg));
   }
-  if (!root.IsMap()) throw sim::ScenarioError(fmt::format("{}: expected a mapping of drift keys ({})", o.file, join(drift_file_keys())));
+  if (!root.IsMap()) throw sim::ScenarioError(fmt::format("{}: expected a mapping of drift keys ({})", o.file, fmt::join(drift_file_keys(), ", ")));
   const fs::path base = fs::path(o.file).parent_path();
   auto relative = [&](const std::string& p) { return fs::path(p).is_absolute() ? p : (base / p).lexically_normal().string(); };
   for (const auto& kv : root) {
@@ -96,7 +90,7 @@ void merge_file(DriftCliOptions& o) {
     } else if (key == "out") {
       if (!o.out) o.out = get<std::string>(v, f, key, "a directory");
     } else {
-      throw sim::ScenarioError(fmt::format("{}:{}: unknown key '{}' (expected one of: {})", f, kv.first.Mark().line + 1, key, join(drift_file_keys())));
+      throw sim::ScenarioError(fmt::format("{}:{}: unknown key '{}' (expected one of: {})", f, kv.first.Mark().line + 1, key, fmt::join(drift_file_keys(), ", ")));
     }
   }
 }

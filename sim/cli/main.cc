@@ -272,11 +272,9 @@ int main(int argc, char** argv) {
       "drift",
       "Measure the training-inference mismatch on a real model: the rollout recipe samples with the decode path (KV cache), the "
       "training recipe scores the same tokens with the prefill path; log-prob mismatch, KL, TIS clipping vs rollout length");
-  drift->add_option("file", dro.file, "Drift file (YAML) with any of the options below as keys: " + [] {
-    std::string k;
-    for (const auto& x : cli::drift_file_keys()) k += (k.empty() ? "" : ", ") + x;
-    return k;
-  }() + "; options given here override it");
+  drift->add_option("file", dro.file,
+                    fmt::format("Drift file (YAML) with any of the options below as keys: {}; options given here override it",
+                                fmt::join(cli::drift_file_keys(), ", ")));
   drift->add_option("--model,-m", dro.model, "llama2.c checkpoint file or Hugging Face model directory");
   drift->add_option("--tokenizer,-z", dro.tokenizer, "Tokenizer (default: found beside the model)");
   drift->add_option("--pairs", dro.pairs,
