@@ -7,6 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
 // reports wherever they inline (GCC bug 105593, a false positive fixed in GCC 13).
@@ -80,6 +82,7 @@ std::string_view layout_name(WeightLayout l) {
     case WeightLayout::kF16: return "f16";
     case WeightLayout::kE4M3: return "e4m3";
     case WeightLayout::kNibble: return "nibble";
+    case WeightLayout::kE4M3KMajor: return "e4m3-kmajor";
   }
   return "?";
 }
@@ -92,108 +95,336 @@ bool simd_kernels_available() {
 #endif
 }
 
-PackedWeight::PackedWeight(const QuantizedTensor& q) : element_(q.format.element), rows_(q.rows), cols_(q.cols) {
-  const Format& f = q.format;
-  scaled_ = f.scaling.kind != ScaleKind::kNone;
-  scale_element_ = scaled_ ? traits(f.scaling.kind).scale_element : Element::kFp32;
-  block_rows_ = scaled_ ? q.block_rows : rows_;
-  block_cols_ = scaled_ ? q.block_cols : cols_;
-  grid_cols_ = (cols_ + block_cols_ - 1) / block_cols_;
-  tensor_scale_ = static_cast<float>(q.tensor_scale);
+WeightLayout PackedWeight::layout_for(const Format& f) {
+  const bool scaled = f.scaling.kind != ScaleKind::kNone;
+  switch (f.element) {
+    case Element::kBf16: return scaled ? WeightLayout::kF32 : WeightLayout::kBf16;
+    case Element::kFp16: return scaled ? WeightLayout::kF32 : WeightLayout::kF16;
+    case Element::kFp8E4M3: return f.scaling.kind == ScaleKind::kMx32 ? WeightLayout::kE4M3KMajor : WeightLayout::kE4M3;
+    case Element::kInt4:
+    case Element::kFp4E2M1: return WeightLayout::kNibble;
+    default: return WeightLayout::kF32;
+  }
+}
 
-  // Which layout: a kernel of its own, or the decoded values.
-  bool nan_scale = false, big_scale = false;  // big: s * 2^120 would overflow (the E4M3 bit trick)
-  if (scaled_) {
+PackedWeight::PackedWeight(const QuantizedTensor& q) {
+  // A kernel of its own where the values allow it (the E4M3 bit trick needs finite scales below
+  // 2^8 and no NaN code), the decoded values otherwise.
+  WeightLayout l = layout_for(q.format);
+  bool nan_scale = false, big_scale = false;
+  if (q.format.scaling.kind != ScaleKind::kNone) {
     for (double s : q.scales) nan_scale |= !std::isfinite(s), big_scale |= s >= 256.0;
   }
-  const bool nan_code = element_ == Element::kFp8E4M3 &&
-                        std::any_of(q.codes.begin(), q.codes.end(), [](std::uint32_t c) { return (c & 0x7Fu) == 0x7Fu; });
-  if (!scaled_ && element_ == Element::kBf16) {
-    layout_ = WeightLayout::kBf16;
-  } else if (!scaled_ && element_ == Element::kFp16) {
-    layout_ = WeightLayout::kF16;
-  } else if (element_ == Element::kFp8E4M3 && !nan_scale && !big_scale && !nan_code && q.tensor_scale == 1.0) {
-    layout_ = WeightLayout::kE4M3;
-  } else if ((element_ == Element::kInt4 || element_ == Element::kFp4E2M1) && !nan_scale && std::isfinite(q.tensor_scale)) {
-    layout_ = WeightLayout::kNibble;
-  } else {
-    layout_ = WeightLayout::kF32;
+  if (l == WeightLayout::kE4M3 || l == WeightLayout::kE4M3KMajor) {
+    const bool nan_code = std::any_of(q.codes.begin(), q.codes.end(), [](std::uint32_t c) { return (c & 0x7Fu) == 0x7Fu; });
+    if (nan_scale || big_scale || nan_code || q.tensor_scale != 1.0) l = WeightLayout::kF32;
+  } else if (l == WeightLayout::kNibble && (nan_scale || !std::isfinite(q.tensor_scale))) {
+    l = WeightLayout::kF32;
   }
-
-  if (layout_ == WeightLayout::kF32) {
-    scaled_ = false;
-    tensor_scale_ = 1.0f;
-    scale_element_ = Element::kFp32;
-    block_rows_ = rows_, block_cols_ = cols_, grid_cols_ = 1;
-  }
+  configure(q.format, q.rows, q.cols, q.block_rows, q.block_cols, l);
   allocate();
-  if (layout_ == WeightLayout::kF32) {
-    const std::vector<double> v = dequantize(q);
-    for (std::int64_t r = 0; r < rows_; ++r) {
-      for (std::int64_t c = 0; c < cols_; ++c) put(r, c, std::bit_cast<std::uint32_t>(static_cast<float>(v[static_cast<std::size_t>(r * cols_ + c)])));
-    }
-  } else {
-    for (std::int64_t r = 0; r < rows_; ++r) {
-      for (std::int64_t c = 0; c < cols_; ++c) put(r, c, q.codes[static_cast<std::size_t>(r * cols_ + c)]);
-    }
-  }
-  if (layout_ == WeightLayout::kNibble) {
-    for (std::uint32_t c = 0; c < 16; ++c) lut_[c] = static_cast<float>(decode(element_, c));
-  }
-  if (scaled_) {
-    const int sb = traits(scale_element_).bits / 8;  // FP32 4, BF16 2, E8M0 / E4M3 1
-    scale_data_.resize(q.scale_codes.size() * static_cast<std::size_t>(sb));
-    for (std::size_t i = 0; i < q.scale_codes.size(); ++i) {
-      const std::uint32_t code = q.scale_codes[i];
-      std::memcpy(scale_data_.data() + i * static_cast<std::size_t>(sb), &code, static_cast<std::size_t>(sb));  // little-endian low bytes
-    }
-  }
-  switch (layout_) {
-    case WeightLayout::kE4M3: simd_ok_ = grid_cols_ == 1 || block_cols_ % 16 == 0; break;
-    case WeightLayout::kNibble: simd_ok_ = grid_cols_ == 1 || block_cols_ % 32 == 0 || block_cols_ == 16; break;
-    default: simd_ok_ = true; break;
-  }
+  store_loader(q);
+  loader_to_kernel();
 }
 
 PackedWeight PackedWeight::from_values(const float* v, std::int64_t rows, std::int64_t cols) {
   if (rows <= 0 || cols <= 0) throw std::invalid_argument("PackedWeight::from_values: shape must be positive");
   PackedWeight p;
-  p.rows_ = rows, p.cols_ = cols;
-  p.block_rows_ = rows, p.block_cols_ = cols;
-  p.simd_ok_ = true;
+  p.configure(Format{Element::kFp32, {}}, rows, cols, rows, cols, WeightLayout::kF32);
   p.allocate();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) p.put(r, c, std::bit_cast<std::uint32_t>(v[r * cols + c]));
-  }
+  std::memcpy(p.data_.data(), v, static_cast<std::size_t>(rows * cols) * sizeof(float));
+  p.loader_to_kernel();
   return p;
 }
 
-void PackedWeight::allocate() {
+PackedWeight PackedWeight::reloadable(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols) {
+  if (rows <= 0 || cols <= 0 || block_rows <= 0 || block_cols <= 0) {
+    throw std::invalid_argument(fmt::format("PackedWeight::reloadable: shape [{}, {}] and block {}x{} must be positive", rows, cols, block_rows, block_cols));
+  }
+  PackedWeight p;
+  p.configure(f, rows, cols, block_rows, block_cols, layout_for(f));
+  p.allocate();
+  return p;
+}
+
+void PackedWeight::configure(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols, WeightLayout layout) {
+  format_ = f;
+  element_ = f.element;
+  layout_ = layout;
+  rows_ = rows, cols_ = cols;
+  scaled_ = f.scaling.kind != ScaleKind::kNone && layout != WeightLayout::kF32;
+  scale_element_ = scaled_ ? traits(f.scaling.kind).scale_element : Element::kFp32;
+  block_rows_ = scaled_ ? block_rows : rows_;
+  block_cols_ = scaled_ ? block_cols : cols_;
+  grid_rows_ = (rows_ + block_rows_ - 1) / block_rows_;
+  grid_cols_ = (cols_ + block_cols_ - 1) / block_cols_;
+  tile_scales_ = layout == WeightLayout::kNibble && scaled_ && block_rows_ == 1;
+  tensor_scale_ = 1.0f;
   chunk_cols_ = layout_ == WeightLayout::kNibble ? 32 : 16;
   chunk_bytes_ = chunk_bytes(layout_);
   chunks_ = (cols_ + chunk_cols_ - 1) / chunk_cols_;
+  if (layout_ == WeightLayout::kNibble) {
+    for (std::uint32_t c = 0; c < 16; ++c) lut_[c] = static_cast<float>(decode(element_, c));
+  }
+  switch (layout_) {
+    case WeightLayout::kE4M3: simd_ok_ = grid_cols_ == 1 || block_cols_ % 16 == 0; break;
+    case WeightLayout::kNibble: simd_ok_ = grid_cols_ == 1 || block_cols_ % 32 == 0 || block_cols_ == 16; break;
+    case WeightLayout::kE4M3KMajor: simd_ok_ = !scaled_ || block_cols_ == 32; break;
+    default: simd_ok_ = true; break;
+  }
+}
+
+int PackedWeight::scale_size() const { return traits(scale_element_).bits / 8; }  // FP32 4, BF16 2, E8M0 / E4M3 1
+
+std::size_t PackedWeight::kernel_code_bytes() const {
+  if (layout_ == WeightLayout::kE4M3KMajor) return static_cast<std::size_t>(rows_ * cols_);
   const std::int64_t tiles = (rows_ + kTileRows - 1) / kTileRows;
-  data_.assign(static_cast<std::size_t>(tiles * chunks_ * kTileRows * chunk_bytes_), 0);  // padding: code 0 = +0
+  return static_cast<std::size_t>(tiles * chunks_ * kTileRows * chunk_bytes_);
+}
+
+std::size_t PackedWeight::kernel_scale_bytes() const {
+  if (!scaled_) return 0;
+  const auto sb = static_cast<std::size_t>(scale_size());
+  if (layout_ == WeightLayout::kE4M3KMajor) return static_cast<std::size_t>((grid_cols_ + 1) / 2 * 2 * rows_) * sb;
+  if (tile_scales_) return static_cast<std::size_t>((rows_ + kTileRows - 1) / kTileRows * kTileRows * grid_cols_) * sb;
+  return static_cast<std::size_t>(grid_rows_ * grid_cols_) * sb;
+}
+
+std::size_t PackedWeight::loader_code_bytes() const {
+  const auto n = static_cast<std::size_t>(rows_ * cols_);
+  switch (layout_) {
+    case WeightLayout::kF32: return 4 * n;
+    case WeightLayout::kBf16:
+    case WeightLayout::kF16: return 2 * n;
+    case WeightLayout::kE4M3:
+    case WeightLayout::kE4M3KMajor: return n;
+    case WeightLayout::kNibble: return static_cast<std::size_t>(rows_ * ((cols_ + 1) / 2));
+  }
+  return 0;
+}
+
+std::size_t PackedWeight::loader_scale_bytes() const {
+  return scaled_ ? static_cast<std::size_t>(grid_rows_ * grid_cols_) * static_cast<std::size_t>(scale_size()) : 0;
+}
+
+void PackedWeight::allocate() {
+  data_.assign(std::max(kernel_code_bytes(), loader_code_bytes()), 0);  // padding: code 0 = +0
+  scale_data_.assign(std::max(kernel_scale_bytes(), loader_scale_bytes()), 0);
 }
 
 std::size_t PackedWeight::offset(std::int64_t r, std::int64_t c) const {
   return static_cast<std::size_t>((((r / kTileRows) * chunks_ + c / chunk_cols_) * kTileRows + r % kTileRows) * chunk_bytes_);
 }
 
-void PackedWeight::put(std::int64_t r, std::int64_t c, std::uint32_t code) {
-  std::uint8_t* p = data_.data() + offset(r, c);
-  const std::int64_t k = c % chunk_cols_;
+std::size_t PackedWeight::block_index(std::int64_t r, std::int64_t b) const {
+  if (layout_ == WeightLayout::kE4M3KMajor) return static_cast<std::size_t>(((b / 2) * rows_ + r) * 2 + b % 2);
+  if (tile_scales_) return static_cast<std::size_t>(((r / kTileRows) * grid_cols_ + b) * kTileRows + r % kTileRows);
+  return static_cast<std::size_t>((r / block_rows_) * grid_cols_ + b);
+}
+
+void PackedWeight::check_fits(const QuantizedTensor& q) const {
+  if (!(q.format == format_) || q.rows != rows_ || q.cols != cols_) {
+    throw std::invalid_argument(fmt::format("weight [{}, {}] in {} cannot be stored into a weight [{}, {}] in {}", q.rows, q.cols,
+                                            q.format.str(), rows_, cols_, format_.str()));
+  }
+  if (scaled_ && (q.block_rows != block_rows_ || q.block_cols != block_cols_ || q.scale_codes.size() != static_cast<std::size_t>(grid_rows_ * grid_cols_))) {
+    throw std::invalid_argument(fmt::format("weight blocks {}x{} differ from the layout's {}x{}", q.block_rows, q.block_cols, block_rows_, block_cols_));
+  }
+  if (layout_ == WeightLayout::kE4M3 || layout_ == WeightLayout::kE4M3KMajor) {
+    if (q.tensor_scale != 1.0) throw std::invalid_argument("fp8-e4m3 weight with a tensor scale other than 1 does not fit the e4m3 kernel layout");
+    if (std::any_of(q.codes.begin(), q.codes.end(), [](std::uint32_t c) { return (c & 0x7Fu) == 0x7Fu; })) {
+      throw std::invalid_argument("fp8-e4m3 weight holds a NaN code (a NaN in the master weights)");
+    }
+    if (scaled_) {
+      for (double s : q.scales) {
+        if (!std::isfinite(s) || s >= 256.0) throw std::invalid_argument(fmt::format("fp8-e4m3 block scale {} is NaN or >= 2^8 (outside the e4m3 kernel's range)", s));
+      }
+    }
+  } else if (layout_ == WeightLayout::kNibble) {
+    if (!std::isfinite(q.tensor_scale)) throw std::invalid_argument("4-bit weight with a non-finite tensor scale");
+    if (scaled_) {
+      for (double s : q.scales) {
+        if (!std::isfinite(s)) throw std::invalid_argument("4-bit weight with a NaN block scale (a NaN in the master weights)");
+      }
+    }
+  }
+}
+
+std::size_t PackedWeight::store_loader(const QuantizedTensor& q) {
+  check_fits(q);
+  const auto n = static_cast<std::size_t>(rows_ * cols_);
+  std::uint8_t* d = data_.data();
   switch (layout_) {
-    case WeightLayout::kF32: std::memcpy(p + 4 * k, &code, 4); break;
-    case WeightLayout::kBf16:
-    case WeightLayout::kF16: {
-      const auto h = static_cast<std::uint16_t>(code);
-      std::memcpy(p + 2 * k, &h, 2);
+    case WeightLayout::kF32: {
+      if (format_.element == Element::kFp32) {
+        for (std::size_t i = 0; i < n; ++i) std::memcpy(d + 4 * i, &q.codes[i], 4);
+      } else {
+        const std::vector<double> v = dequantize(q);
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto f = static_cast<float>(v[i]);
+          std::memcpy(d + 4 * i, &f, 4);
+        }
+      }
       break;
     }
-    case WeightLayout::kE4M3: p[k] = static_cast<std::uint8_t>(code); break;
-    case WeightLayout::kNibble: p[k % 16] = static_cast<std::uint8_t>(p[k % 16] | (k < 16 ? code & 0xFu : (code & 0xFu) << 4)); break;
+    case WeightLayout::kBf16:
+    case WeightLayout::kF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto h = static_cast<std::uint16_t>(q.codes[i]);
+        std::memcpy(d + 2 * i, &h, 2);
+      }
+      break;
+    case WeightLayout::kE4M3:
+    case WeightLayout::kE4M3KMajor:
+      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<std::uint8_t>(q.codes[i]);
+      break;
+    case WeightLayout::kNibble: {
+      // compressed-tensors pack-quantized: element 2j in the low nibble; INT4 offset-binary.
+      const std::uint32_t bias = element_ == Element::kInt4 ? 8u : 0u;
+      const auto row_bytes = static_cast<std::size_t>((cols_ + 1) / 2);
+      std::fill(d, d + loader_code_bytes(), std::uint8_t{0});
+      for (std::int64_t r = 0; r < rows_; ++r) {
+        std::uint8_t* row = d + static_cast<std::size_t>(r) * row_bytes;
+        const std::uint32_t* c = q.codes.data() + r * cols_;
+        for (std::int64_t j = 0; j < cols_; ++j) row[j / 2] = static_cast<std::uint8_t>(row[j / 2] | (((c[j] ^ bias) & 0xFu) << (4 * (j & 1))));
+      }
+      break;
+    }
   }
+  if (scaled_) {
+    const auto sb = static_cast<std::size_t>(scale_size());
+    for (std::size_t i = 0; i < q.scale_codes.size(); ++i) {
+      const std::uint32_t code = q.scale_codes[i];
+      std::memcpy(scale_data_.data() + i * sb, &code, sb);  // little-endian low bytes
+    }
+  }
+  tensor_scale_ = layout_ == WeightLayout::kNibble ? static_cast<float>(q.tensor_scale) : 1.0f;
+  return loader_bytes();
+}
+
+std::vector<std::uint8_t> PackedWeight::loader_image() const {
+  std::vector<std::uint8_t> out(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(loader_code_bytes()));
+  out.insert(out.end(), scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(loader_scale_bytes()));
+  return out;
+}
+
+namespace {
+// Scratch for the in-place conversions (one per thread: layers may be converted in parallel).
+std::vector<std::uint8_t>& scratch_buffer() {
+  thread_local std::vector<std::uint8_t> s;
+  return s;
+}
+// Bytes per element in the loader layout of a tiled layout other than kNibble.
+std::size_t element_bytes(WeightLayout l) {
+  return l == WeightLayout::kF32 ? 4 : (l == WeightLayout::kBf16 || l == WeightLayout::kF16 ? 2 : 1);
+}
+// Square blocks of the (un)transposition: 64 x 64 bytes stay in L1.
+constexpr std::int64_t kTransposeBlock = 64;
+}  // namespace
+
+std::size_t PackedWeight::loader_to_kernel() {
+  std::vector<std::uint8_t>& src = scratch_buffer();
+  const std::size_t lc = loader_code_bytes(), kc = kernel_code_bytes();
+  src.assign(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(lc));
+  std::fill(data_.begin(), data_.end(), std::uint8_t{0});
+  std::uint8_t* d = data_.data();
+  if (layout_ == WeightLayout::kE4M3KMajor) {
+    // [rows, cols] -> [cols, rows]
+    for (std::int64_t r0 = 0; r0 < rows_; r0 += kTransposeBlock) {
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += kTransposeBlock) {
+        const std::int64_t r1 = std::min(rows_, r0 + kTransposeBlock), c1 = std::min(cols_, c0 + kTransposeBlock);
+        for (std::int64_t r = r0; r < r1; ++r) {
+          for (std::int64_t c = c0; c < c1; ++c) d[c * rows_ + r] = src[static_cast<std::size_t>(r * cols_ + c)];
+        }
+      }
+    }
+  } else if (layout_ == WeightLayout::kNibble) {
+    const std::uint8_t bias = element_ == Element::kInt4 ? 8 : 0;
+    const auto row_bytes = (cols_ + 1) / 2;
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      const std::uint8_t* row = src.data() + r * row_bytes;
+      auto code = [&](std::int64_t j) -> std::uint8_t { return j < cols_ ? static_cast<std::uint8_t>(((row[j / 2] >> (4 * (j & 1))) ^ bias) & 0xF) : 0; };
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
+        std::uint8_t* p = d + offset(r, c0);
+        for (std::int64_t j = 0; j < 16; ++j) p[j] = static_cast<std::uint8_t>(code(c0 + j) | code(c0 + j + 16) << 4);
+      }
+    }
+  } else {
+    const std::size_t es = element_bytes(layout_);
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
+        const auto n = static_cast<std::size_t>(std::min(chunk_cols_, cols_ - c0));
+        std::memcpy(d + offset(r, c0), src.data() + static_cast<std::size_t>(r * cols_ + c0) * es, n * es);
+      }
+    }
+  }
+  std::size_t moved = 2 * lc + kc + lc + kc;  // scratch copy, zero fill, placement
+  if (scaled_ && (tile_scales_ || layout_ == WeightLayout::kE4M3KMajor)) {
+    const std::size_t ls = loader_scale_bytes(), sb = static_cast<std::size_t>(scale_size());
+    src.assign(scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(ls));
+    std::fill(scale_data_.begin(), scale_data_.end(), std::uint8_t{0});
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      for (std::int64_t b = 0; b < grid_cols_; ++b) {
+        std::memcpy(scale_data_.data() + block_index(r, b) * sb, src.data() + static_cast<std::size_t>(r * grid_cols_ + b) * sb, sb);
+      }
+    }
+    moved += 3 * ls + 2 * kernel_scale_bytes();
+  }
+  return moved;
+}
+
+std::size_t PackedWeight::kernel_to_loader() {
+  std::vector<std::uint8_t>& src = scratch_buffer();
+  const std::size_t lc = loader_code_bytes(), kc = kernel_code_bytes();
+  src.assign(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(kc));
+  std::fill(data_.begin(), data_.end(), std::uint8_t{0});
+  std::uint8_t* d = data_.data();
+  if (layout_ == WeightLayout::kE4M3KMajor) {
+    for (std::int64_t r0 = 0; r0 < rows_; r0 += kTransposeBlock) {
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += kTransposeBlock) {
+        const std::int64_t r1 = std::min(rows_, r0 + kTransposeBlock), c1 = std::min(cols_, c0 + kTransposeBlock);
+        for (std::int64_t r = r0; r < r1; ++r) {
+          for (std::int64_t c = c0; c < c1; ++c) d[r * cols_ + c] = src[static_cast<std::size_t>(c * rows_ + r)];
+        }
+      }
+    }
+  } else if (layout_ == WeightLayout::kNibble) {
+    const std::uint8_t bias = element_ == Element::kInt4 ? 8 : 0;
+    const auto row_bytes = (cols_ + 1) / 2;
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      std::uint8_t* row = d + r * row_bytes;
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
+        const std::uint8_t* p = src.data() + offset(r, c0);
+        for (std::int64_t k = 0; k < 32 && c0 + k < cols_; ++k) {
+          const std::int64_t j = c0 + k;
+          const auto code = static_cast<std::uint8_t>(((k < 16 ? p[k] : p[k - 16] >> 4) & 0xF) ^ bias);
+          row[j / 2] = static_cast<std::uint8_t>(row[j / 2] | code << (4 * (j & 1)));
+        }
+      }
+    }
+  } else {
+    const std::size_t es = element_bytes(layout_);
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
+        const auto n = static_cast<std::size_t>(std::min(chunk_cols_, cols_ - c0));
+        std::memcpy(d + static_cast<std::size_t>(r * cols_ + c0) * es, src.data() + offset(r, c0), n * es);
+      }
+    }
+  }
+  std::size_t moved = 2 * kc + kc + kc + lc;
+  if (scaled_ && (tile_scales_ || layout_ == WeightLayout::kE4M3KMajor)) {
+    const std::size_t ks = kernel_scale_bytes(), sb = static_cast<std::size_t>(scale_size());
+    src.assign(scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(ks));
+    std::fill(scale_data_.begin(), scale_data_.end(), std::uint8_t{0});
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      for (std::int64_t b = 0; b < grid_cols_; ++b) {
+        std::memcpy(scale_data_.data() + static_cast<std::size_t>(r * grid_cols_ + b) * sb, src.data() + block_index(r, b) * sb, sb);
+      }
+    }
+    moved += 3 * ks + 2 * loader_scale_bytes();
+  }
+  (void)lc;
+  return moved;
 }
 
 inline float PackedWeight::scale_at(std::size_t idx) const {
@@ -207,7 +438,7 @@ inline float PackedWeight::scale_at(std::size_t idx) const {
 
 inline float PackedWeight::scale(std::int64_t r, std::int64_t c) const {
   if (!scaled_) return 1.0f;
-  return scale_at(static_cast<std::size_t>((r / block_rows_) * grid_cols_ + c / block_cols_));
+  return scale_at(block_index(r, c / block_cols_));
 }
 
 inline float PackedWeight::chunk_value(const std::uint8_t* p, std::int64_t k) const {
@@ -227,13 +458,17 @@ inline float PackedWeight::chunk_value(const std::uint8_t* p, std::int64_t k) co
       std::memcpy(&h, p + 2 * k, 2);
       return f16_value(h);
     }
-    case WeightLayout::kE4M3: return e4m3_value(p[k]);
+    case WeightLayout::kE4M3:
+    case WeightLayout::kE4M3KMajor: return e4m3_value(p[k]);
     case WeightLayout::kNibble: return lut_[k < 16 ? p[k] & 0xFu : p[k % 16] >> 4];
   }
   return 0.0f;
 }
 
-float PackedWeight::code_value(std::int64_t r, std::int64_t c) const { return chunk_value(data_.data() + offset(r, c), c % chunk_cols_); }
+float PackedWeight::code_value(std::int64_t r, std::int64_t c) const {
+  if (layout_ == WeightLayout::kE4M3KMajor) return e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
+  return chunk_value(data_.data() + offset(r, c), c % chunk_cols_);
+}
 
 float PackedWeight::at(std::int64_t r, std::int64_t c) const {
   if (r < 0 || r >= rows_ || c < 0 || c >= cols_) throw std::out_of_range("PackedWeight::at: index outside the matrix");
@@ -243,7 +478,29 @@ float PackedWeight::at(std::int64_t r, std::int64_t c) const {
   return v;
 }
 
+void PackedWeight::kmajor_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
+  // Each row summed in column order with one FMA chain: the SIMD kernel's order, lane by lane.
+  for (std::int64_t r = r0; r < r1; ++r) {
+    float acc = 0.0f, s = 1.0f;
+    for (std::int64_t c = 0; c < cols_; ++c) {
+      if (scaled_ && c % block_cols_ == 0) s = scale(r, c);
+      float w = e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
+      if (scaled_) w *= s;
+#ifdef FP_FAST_FMAF
+      acc = std::fma(w, x[c], acc);
+#else
+      acc += w * x[c];
+#endif
+    }
+    y[r - r0] = acc;
+  }
+}
+
 void PackedWeight::gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
+  if (layout_ == WeightLayout::kE4M3KMajor) {
+    kmajor_scalar(x, y, r0, r1);
+    return;
+  }
   for (std::int64_t r = r0; r < r1; ++r) {
     float acc = 0.0f, s = 1.0f;
     std::int64_t next_block = 0;  // first column of the next scale block
@@ -353,7 +610,7 @@ inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
 // the FP32 tensor scale after the block scale.
 template <Element S, bool kPerHalf, bool kTensorScale, int NT>
 void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled, const std::uint8_t* scales,
-                 const std::size_t* sbase, std::int64_t cpb, float tensor_scale, const float* x, std::int64_t ldx, float* y) {
+                 const std::size_t* sbase, std::size_t sstride, std::int64_t cpb, float tensor_scale, const float* x, std::int64_t ldx, float* y) {
   constexpr int R = 4;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
   __m512 acc[R][NT];
@@ -374,11 +631,11 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
         for (int i = 0; i < R; ++i) {
           // Exact products: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 / E8M0
           // scale <= 8 (an FP32 block scale may round here as the dequantised value does).
-          lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j)));
-          lut_hi[i] = 32 * j + 16 < cols ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j) + 1)) : lut_lo[i];
+          lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j) * sstride));
+          lut_hi[i] = 32 * j + 16 < cols ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + (2 * static_cast<std::size_t>(j) + 1) * sstride)) : lut_lo[i];
         }
       } else if (left-- == 0) {
-        for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk));
+        for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
         ++blk;
         left = cpb - 1;
       }
@@ -420,17 +677,18 @@ template <int NT>
 void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
   const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
-  std::size_t sbase[R];  // scale index of each row's first block
-  for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  std::size_t sbase[R];  // scale slot of each row's first block; block b at sbase + b * sstride
+  for (int i = 0; i < R; ++i) sbase[i] = tile_scales_ ? block_index(t * R + i, 0) : block_index(std::min(t * R + i, rows_ - 1), 0);
+  const std::size_t sstride = tile_scales_ ? kTileRows : 1;
   const bool halves = scaled_ && grid_cols_ > 1 && block_cols_ == 16;
   const std::int64_t cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
   const std::uint8_t* sc = scale_data_.data();
   const bool ts = tensor_scale_ != 1.0f;
 #define RLSIM_NIBBLE(S)                                                                                                       \
-  (halves ? (ts ? nibble_tile<S, true, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y)  \
-              : nibble_tile<S, true, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y))  \
-          : (ts ? nibble_tile<S, false, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y) \
-                : nibble_tile<S, false, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, cpb, tensor_scale_, x, ldx, y)))
+  (halves ? (ts ? nibble_tile<S, true, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y)  \
+              : nibble_tile<S, true, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y))  \
+          : (ts ? nibble_tile<S, false, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y) \
+                : nibble_tile<S, false, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y)))
   switch (scale_element_) {
     case Element::kBf16: RLSIM_NIBBLE(Element::kBf16); break;
     case Element::kE8M0: RLSIM_NIBBLE(Element::kE8M0); break;
@@ -450,6 +708,57 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
     case WeightLayout::kF16: simd16<WeightLayout::kF16, NT>(x, cols_, out, t); break;
     case WeightLayout::kE4M3: simd16<WeightLayout::kE4M3, NT>(x, cols_, out, t); break;
     case WeightLayout::kNibble: simd_nibble<NT>(x, cols_, out, t); break;
+    case WeightLayout::kE4M3KMajor: break;  // not tiled: simd_kmajor
+  }
+}
+
+namespace {
+// E8M0 scales of 16 rows r..r+15 of 32-column block b in the Ascend layout ([kb/2, rows, 2]:
+// 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 (the
+// E4M3 bit trick), as FP32.
+inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, __mmask16 m) {
+  const __m256i pairs = _mm256_maskz_loadu_epi16(m, scales + ((b / 2) * rows + r) * 2);
+  __m512i c = _mm512_cvtepu16_epi32(pairs);
+  if (b % 2) c = _mm512_srli_epi32(c, 8);
+  c = _mm512_and_si512(c, _mm512_set1_epi32(0xFF));
+  const __mmask16 zero = _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512());
+  const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(c, 23), zero, _mm512_set1_epi32(0x00400000));  // code 0: 2^-127
+  return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(kE4M3Fix));
+}
+}  // namespace
+
+template <int NT>
+void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
+  // 64 rows (4 vectors of 16) of NT tokens; each (token, row) is one FMA chain over the columns
+  // in order, as kmajor_scalar sums it.
+  constexpr int V = 4;
+  __mmask16 m[V];
+  for (int v = 0; v < V; ++v) m[v] = tail_mask(std::clamp<std::int64_t>(r1 - r0 - 16 * v, 0, 16));
+  __m512 acc[NT][V], s[V];
+  for (int n = 0; n < NT; ++n) {
+    for (int v = 0; v < V; ++v) acc[n][v] = _mm512_setzero_ps();
+  }
+  const __m512 unscaled = _mm512_set1_ps(kE4M3Fix);
+  for (int v = 0; v < V; ++v) s[v] = unscaled;
+  const std::uint8_t* codes = data_.data() + r0;
+  for (std::int64_t c = 0; c < cols_; ++c) {
+    if (scaled_ && c % 32 == 0) {
+      for (int v = 0; v < V; ++v) s[v] = kmajor_scales(scale_data_.data(), rows_, c / 32, r0 + 16 * v, m[v]);
+    }
+    const std::uint8_t* ck = codes + c * rows_;
+    __m512 w[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m[v], ck + 16 * v)), 20);
+      w[v] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), s[v]);
+    }
+    for (int n = 0; n < NT; ++n) {
+      const __m512 xb = _mm512_set1_ps(x[n * cols_ + c]);
+      for (int v = 0; v < V; ++v) acc[n][v] = _mm512_fmadd_ps(w[v], xb, acc[n][v]);
+    }
+  }
+  for (int n = 0; n < NT; ++n) {
+    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(y + n * ldy + 16 * v, m[v], acc[n][v]);
   }
 }
 #endif
@@ -457,6 +766,26 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
 void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const { gemm_rows(x, 1, y, r1 - r0, r0, r1); }
 
 void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
+  if (layout_ == WeightLayout::kE4M3KMajor) {
+#ifdef RLSIM_AVX512
+    if (simd_ok_) {
+      for (std::int64_t n = 0; n < tokens;) {
+        const std::int64_t nt = tokens - n >= 4 ? 4 : 1;
+        for (std::int64_t rb = r0; rb < r1; rb += 64) {
+          if (nt == 4) {
+            simd_kmajor<4>(x + n * cols_, y + n * ldy + rb - r0, ldy, rb, std::min(r1, rb + 64));
+          } else {
+            simd_kmajor<1>(x + n * cols_, y + n * ldy + rb - r0, ldy, rb, std::min(r1, rb + 64));
+          }
+        }
+        n += nt;
+      }
+      return;
+    }
+#endif
+    for (std::int64_t n = 0; n < tokens; ++n) kmajor_scalar(x + n * cols_, y + n * ldy, r0, r1);
+    return;
+  }
 #ifdef RLSIM_AVX512
   if (simd_ok_) {
     // Token blocks of kTokenBlock keep their activations in L2 while every tile of [r0, r1)

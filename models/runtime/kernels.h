@@ -33,10 +33,13 @@ enum class WeightLayout : std::uint8_t {
   kF16,     // IEEE binary16 bits, 2 bytes per element
   kE4M3,    // fp8-e4m3 codes, 1 byte per element, one scale per block (FP32 / BF16 / E8M0 / E4M3)
   kNibble,  // 4-bit codes (INT4 two's complement or FP4 E2M1), 2 per byte, one scale per block,
-            // optional FP32 tensor scale (NVFP4)
+            // optional FP32 tensor scale (NVFP4); 1 x N blocks: scales tile-permuted (Marlin-style)
+  kE4M3KMajor,  // MXFP8 in the Ascend 950 NPU layout: fp8-e4m3 codes transposed to [in, out], E8M0
+                // scales [out, in/32] reshaped to [in/64, out, 2] (vllm-ascend AscendW8A8MXFP8,
+                // process_weights_after_loading; vllm-ascend #7631)
 };
 
-/// "f32", "bf16", "f16", "e4m3", "nibble".
+/// "f32", "bf16", "f16", "e4m3", "nibble", "e4m3-kmajor".
 std::string_view layout_name(WeightLayout l);
 
 /// True when the AVX-512 kernels were compiled in.
@@ -44,12 +47,28 @@ bool simd_kernels_available();
 
 /// A weight matrix [rows = out_features, cols = in_features] in its storage format.
 ///
-/// Layout: tiles of 4 rows; a tile is stored chunk by chunk, each chunk holding 16 columns (32 for
-/// kNibble) of its 4 rows one after the other, so a GEMV reads every tile as one sequential
-/// stream. kNibble chunks are 16 bytes per row, byte j holding element j in its low nibble and
-/// element j + 16 in its high nibble (the SIMD unpack then needs no shuffle). Rows and columns are
-/// padded to whole tiles and chunks with code 0 (+0). Scales are in their storage element, one per
-/// block of block_rows x block_cols, grid row-major.
+/// Kernel layout (what the GEMV kernels read):
+///  - tiled (every layout but kE4M3KMajor): tiles of 4 rows; a tile is stored chunk by chunk, each
+///    chunk holding 16 columns (32 for kNibble) of its 4 rows one after the other, so a GEMV reads
+///    every tile as one sequential stream. kNibble chunks are 16 bytes per row, byte j holding
+///    element j in its low nibble and element j + 16 in its high nibble (the SIMD unpack then needs
+///    no shuffle): packed and tile-permuted as Marlin's INT4 layout is for its tensor-core tiles
+///    (Frantar et al. 2024, "MARLIN", sec. 3). Rows and columns are padded to whole tiles and
+///    chunks with code 0 (+0). Scales are in their storage element, one per block of block_rows x
+///    block_cols; the grid is row-major, except kNibble with 1 x N blocks, whose scales are
+///    permuted with the tiles ([tile][block column][4 rows], Marlin's scale permutation).
+///  - kE4M3KMajor (MXFP8, the Ascend 950 layout): codes [cols, rows] (k-major, element (r, c) at
+///    c * rows + r), E8M0 scales [ceil(kb / 2), rows, 2] for kb = ceil(cols / 32) 32-column blocks
+///    (block b of row r at ((b / 2) * rows + r) * 2 + b % 2). Its kernel keeps 16 rows per vector
+///    and sums each row in column order with one FMA chain.
+///
+/// Loader layout (the checkpoint's tensors, what a weight loader writes; see the reload lifecycle
+/// of weight_lifecycle.h): codes [rows, cols] row-major, one byte per 8-bit code, two bytes per
+/// 16-bit code, FP32 values for kF32, and for kNibble two codes per byte (element 2j in the low
+/// nibble, INT4 offset-binary: code + 8, the compressed-tensors pack-quantized bytes); scales
+/// [grid rows, grid cols] row-major in their storage element; NVFP4's tensor scale is a field.
+/// The storage is allocated once for the larger of the two layouts; loader_to_kernel() and
+/// kernel_to_loader() convert in place (through a scratch copy), so the buffers never move.
 class PackedWeight {
  public:
   PackedWeight() = default;
@@ -64,12 +83,45 @@ class PackedWeight {
   /// std::invalid_argument for a non-positive shape.
   static PackedWeight from_values(const float* v, std::int64_t rows, std::int64_t cols);
 
+  /// The layout a format's tensors take when they are reloaded in place: chosen from the format
+  /// alone (fp32 -> kF32; unscaled bf16 / fp16 -> kBf16 / kF16; fp8-e4m3 with an MX scale ->
+  /// kE4M3KMajor, with any other scaling -> kE4M3; int4 / fp4-e2m1 -> kNibble; formats without a
+  /// kernel of their own -> kF32 holding the dequantised values).
+  static WeightLayout layout_for(const Format& f);
+
+  /// An empty weight of format `f`, shape [rows, cols] and blocks block_rows x block_cols (as
+  /// quantize() makes them), in layout_for(f), for the reload lifecycle: storage for the larger of
+  /// the loader and kernel layouts, zeroed, allocated here and never again. It holds the loader
+  /// layout (all codes 0) until store_loader() and loader_to_kernel(). Throws
+  /// std::invalid_argument for non-positive sizes.
+  static PackedWeight reloadable(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols);
+
+  /// Writes `q` in the loader layout into the storage (the weight loader's copy). The layout does
+  /// not change: throws std::invalid_argument when q's format, shape or blocks differ from this
+  /// weight's, or its values do not fit the layout's kernel (a NaN code or scale, an E4M3 block
+  /// scale >= 2^8, a tensor scale other than 1 for E4M3, a non-finite NVFP4 tensor scale).
+  /// Returns the bytes written.
+  std::size_t store_loader(const QuantizedTensor& q);
+  /// Loader layout -> kernel layout in place. Returns the bytes read and written.
+  std::size_t loader_to_kernel();
+  /// Kernel layout -> loader layout in place (the inverse: kernel_to_loader(loader_to_kernel(x))
+  /// leaves the loader bytes as they were). Returns the bytes read and written.
+  std::size_t kernel_to_loader();
+  /// Bytes of the loader layout: codes then scales (the checkpoint tensors' sizes).
+  std::size_t loader_bytes() const { return loader_code_bytes() + loader_scale_bytes(); }
+  /// A copy of the loader-layout bytes (codes then scales); meaningful while the storage holds
+  /// the loader layout.
+  std::vector<std::uint8_t> loader_image() const;
+  /// Addresses of the code and scale storage (stable for the life of the object).
+  const void* code_storage() const { return data_.data(); }
+  const void* scale_storage() const { return scale_data_.data(); }
+
   std::int64_t rows() const { return rows_; }
   std::int64_t cols() const { return cols_; }
   WeightLayout layout() const { return layout_; }
 
   /// Bytes a GEMV reads: elements (with tile and chunk padding) and scales, in their storage types.
-  std::size_t bytes() const { return data_.size() + scale_data_.size(); }
+  std::size_t bytes() const { return kernel_code_bytes() + kernel_scale_bytes(); }
 
   /// Dequantised value of element (r, c), as FP32.
   float at(std::int64_t r, std::int64_t c) const;
@@ -91,9 +143,17 @@ class PackedWeight {
  private:
   static constexpr std::int64_t kTileRows = 4;  // rows per tile (one accumulator each)
 
-  void allocate();                                      // zeroed data_ for the layout and shape
+  void configure(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols,
+                 WeightLayout layout);                 // shape, blocks and chunk geometry of a layout
+  void allocate();                                      // zeroed storage for both layouts
+  std::size_t kernel_code_bytes() const;
+  std::size_t kernel_scale_bytes() const;
+  std::size_t loader_code_bytes() const;
+  std::size_t loader_scale_bytes() const;
+  int scale_size() const;                               // bytes per stored scale
+  std::size_t block_index(std::int64_t r, std::int64_t b) const;  // kernel scale slot of row r, block column b
+  void check_fits(const QuantizedTensor& q) const;      // throws when q cannot be stored (store_loader)
   std::size_t offset(std::int64_t r, std::int64_t c) const;  // byte offset of (r, c)'s chunk row
-  void put(std::int64_t r, std::int64_t c, std::uint32_t code);
   float scale(std::int64_t r, std::int64_t c) const;    // decoded scale of the block holding (r, c)
   float scale_at(std::size_t block) const;              // decoded scale of a block (grid index)
   float code_value(std::int64_t r, std::int64_t c) const;  // element value before scaling
@@ -106,15 +166,22 @@ class PackedWeight {
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
   template <int NT>
   void simd_tile(const float* x, float* y, std::int64_t tile) const;  // dispatch on the layout
+  // kE4M3KMajor: rows [r0, r1) (at most 64) of NT tokens, y[n * ldy + r - r0].
+  template <int NT>
+  void simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
 #endif
+  void kmajor_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
   WeightLayout layout_ = WeightLayout::kF32;
+  Format format_{Element::kFp32, {}};
   Element element_ = Element::kFp32;
   Element scale_element_ = Element::kFp32;  // storage of the block scales (kFp32 also when unscaled)
   std::int64_t rows_ = 0, cols_ = 0;
   std::int64_t chunk_cols_ = 16, chunk_bytes_ = 64, chunks_ = 0;  // per row of a tile
   std::int64_t block_rows_ = 1, block_cols_ = 1, grid_cols_ = 1;
+  std::int64_t grid_rows_ = 1;
   bool scaled_ = false;
+  bool tile_scales_ = false;  // kNibble with 1 x N blocks: scales in tile order
   bool simd_ok_ = false;  // block shape fits the SIMD loops
   float tensor_scale_ = 1.0f;
   float lut_[16] = {};  // kNibble: value of each 4-bit code
