@@ -197,7 +197,8 @@ std::int64_t ModelWeights::parameters() const {
   std::int64_t n = embedding.size() + final_norm.size() + lm_head.size();
   for (const auto& l : layers) {
     n += l.attn_norm.size() + l.ffn_norm.size() + l.wq.size() + l.wk.size() + l.wv.size() + l.wo.size() + l.bq.size() + l.bk.size() +
-         l.bv.size() + l.q_norm.size() + l.k_norm.size() + l.w_gate.size() + l.w_up.size() + l.w_down.size();
+         l.bv.size() + l.q_norm.size() + l.k_norm.size() + l.w_gate.size() + l.w_up.size() + l.w_down.size() + l.router.size();
+    for (const ExpertWeights& e : l.experts) n += e.w_gate.size() + e.w_up.size() + e.w_down.size();
   }
   return n;
 }
@@ -356,6 +357,9 @@ ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, f
   if (c.dim <= 0 || c.hidden_dim <= 0 || c.layers <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.head_dim <= 0 || c.vocab <= 0) {
     throw std::invalid_argument("synthetic_weights: sizes must be positive");
   }
+  if (c.experts < 0 || (c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts || c.expert_hidden_dim <= 0))) {
+    throw std::invalid_argument("synthetic_weights: an MoE config needs 1 <= experts_per_token <= experts and expert_hidden_dim > 0");
+  }
   ModelWeights w;
   w.config = c;
   std::uint64_t stream = 0;
@@ -377,12 +381,40 @@ ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, f
     l.wq = rnd(q, d), l.wk = rnd(kv, d), l.wv = rnd(kv, d), l.wo = rnd(d, q);
     if (c.qkv_bias) l.bq = VectorF::Zero(q), l.bk = VectorF::Zero(kv), l.bv = VectorF::Zero(kv);
     if (c.qk_norm) l.q_norm = l.k_norm = VectorF::Ones(c.head_dim);
-    l.w_gate = rnd(c.hidden_dim, d), l.w_up = rnd(c.hidden_dim, d), l.w_down = rnd(d, c.hidden_dim);
+    if (c.experts > 0) {
+      l.router = rnd(c.experts, d);
+      for (int e = 0; e < c.experts; ++e) {
+        ExpertWeights ew;
+        ew.w_gate = rnd(c.expert_hidden_dim, d), ew.w_up = rnd(c.expert_hidden_dim, d), ew.w_down = rnd(d, c.expert_hidden_dim);
+        l.experts.push_back(std::move(ew));
+      }
+    } else {
+      l.w_gate = rnd(c.hidden_dim, d), l.w_up = rnd(c.hidden_dim, d), l.w_down = rnd(d, c.hidden_dim);
+    }
     w.layers.push_back(std::move(l));
   }
   w.final_norm = VectorF::Ones(d);
   if (!c.tied_embeddings) w.lm_head = rnd(c.vocab, d);
   return w;
+}
+
+TransformerConfig synthetic_moe_config() {
+  TransformerConfig c;
+  c.name = "synthetic-moe";
+  c.dim = 128;
+  c.hidden_dim = 128;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 32;
+  c.vocab = 512;
+  c.max_seq = 256;
+  c.rope_interleaved = false;
+  c.tied_embeddings = false;
+  c.experts = 8;
+  c.experts_per_token = 2;
+  c.expert_hidden_dim = 128;
+  return c;
 }
 
 ModelWeights load_model(const std::string& path) {

@@ -48,7 +48,18 @@ struct TransformerConfig {
   bool tied_embeddings = true;
   bool qkv_bias = false;  // Qwen2
   bool qk_norm = false;   // Qwen3: RMSNorm over each head of q and k before RoPE
+  /// Mixture of experts (Mixtral / Qwen3-MoE FFN): `experts` routed SwiGLU experts of width
+  /// expert_hidden_dim per layer, the top experts_per_token of a softmax router, their weights
+  /// renormalised to sum 1. experts == 0: the dense SwiGLU FFN of width hidden_dim.
+  int experts = 0;
+  int experts_per_token = 0;
+  int expert_hidden_dim = 0;
   int bos = 1, eos = 2;
+};
+
+/// One routed expert: a SwiGLU FFN.
+struct ExpertWeights {
+  MatrixRM w_gate, w_up, w_down;          // [expert_hidden, dim], [expert_hidden, dim], [dim, expert_hidden]
 };
 
 /// Weights of one decoder layer.
@@ -57,7 +68,9 @@ struct LayerWeights {
   MatrixRM wq, wk, wv, wo;                // [heads*hd, dim], [kv*hd, dim] x2, [dim, heads*hd]
   VectorF bq, bk, bv;                     // Qwen2 biases (empty otherwise)
   VectorF q_norm, k_norm;                 // Qwen3 per-head norms [head_dim] (empty otherwise)
-  MatrixRM w_gate, w_up, w_down;          // [hidden, dim], [hidden, dim], [dim, hidden]
+  MatrixRM w_gate, w_up, w_down;          // [hidden, dim], [hidden, dim], [dim, hidden] (dense FFN)
+  MatrixRM router;                        // MoE: [experts, dim] (empty for a dense FFN)
+  std::vector<ExpertWeights> experts;     // MoE: one per routed expert
 };
 
 /// A whole model in FP32 (the master weights).
@@ -91,10 +104,16 @@ ModelWeights load_hf(const std::string& dir);
 TransformerConfig read_hf_config(const std::string& path);
 
 /// Synthetic weights at a config's shapes: every matrix N(0, stddev^2) (HF initializer_range,
-/// 0.02 for Llama-family configs), norms 1, biases 0. Deterministic for a seed: each tensor has
-/// its own std::mt19937 stream seeded with (seed, tensor index). Throws std::invalid_argument for
-/// non-positive sizes.
+/// 0.02 for Llama-family configs), norms 1, biases 0; with config.experts > 0 a router and the
+/// experts in place of the dense FFN. Deterministic for a seed: each tensor has its own
+/// std::mt19937 stream seeded with (seed, tensor index). Throws std::invalid_argument for
+/// non-positive sizes or an MoE config whose experts_per_token is not in [1, experts].
 ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, float stddev = 0.02f);
+
+/// A small synthetic MoE configuration for tests and benchmarks ("synthetic-moe"): dim 128,
+/// 2 layers, 4 heads of 32 (2 KV heads), 8 experts of width 128, top-2, vocab 512, max_seq 256,
+/// Hugging Face RoPE, untied lm_head.
+TransformerConfig synthetic_moe_config();
 
 /// Loads either: a directory is a Hugging Face model, a file a llama2.c checkpoint.
 ModelWeights load_model(const std::string& path);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -111,6 +112,10 @@ std::string_view kernel_mode_name(KernelMode m) { return m == KernelMode::kBatch
 Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, KernelMode kernels)
     : config_(w.config), precision_name_(p.name), recipe_(p.recipe), kernels_(kernels) {
   const TransformerConfig& c = config_;
+  if (c.experts < 0 || (c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts || c.expert_hidden_dim <= 0))) {
+    throw std::invalid_argument(fmt::format("{}: MoE config needs 1 <= experts_per_token <= experts and expert_hidden_dim > 0 (got {}, {}, {})", c.name,
+                                            c.experts_per_token, c.experts, c.expert_hidden_dim));
+  }
   if (recipe_) {
     hidden_ = recipe_->hidden_element();
     attention_ = recipe_->attention;
@@ -118,50 +123,190 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, Kerne
     kv_ = recipe_->kv_cache;
   }
   const Format none{Element::kFp32, {}};
-  auto make = [&](const MatrixRM& master, const VectorF& bias, const LinearPrecision* lp) {
-    Linear l{MatrixRM(), PackedWeight(), bias, none};
-    if (lp && !is_fp32(lp->weight)) {
-      const QuantizedTensor q = quantize(lp->weight, master.rows(), master.cols(), std::span<const float>(master.data(), static_cast<std::size_t>(master.size())));
-      l.packed = PackedWeight(q);
-      const std::vector<double> v = dequantize(q);
-      l.w.resize(master.rows(), master.cols());
-      for (Eigen::Index i = 0; i < l.w.size(); ++i) l.w.data()[i] = static_cast<float>(v[static_cast<std::size_t>(i)]);
-    } else {
-      l.w = master;
-      l.packed = PackedWeight::from_values(master.data(), master.rows(), master.cols());
-    }
-    if (lp) l.activation = lp->activation;
-    return l;
+  auto make = [&](std::string name, Eigen::Index rows, Eigen::Index cols, const LinearPrecision* lp) {
+    return Linear{QuantizedLinear(std::move(name), lp ? lp->weight : none, rows, cols, true), VectorF(), lp ? lp->activation : none};
   };
   const LinearPrecision* lin = recipe_ ? &recipe_->linear : nullptr;
   const LinearPrecision* head = recipe_ ? &recipe_->lm_head : nullptr;
-  embedding_ = w.embedding;
-  if (recipe_) round_to_format(embedding_.data(), embedding_.rows(), embedding_.cols(), recipe_->embedding);
-  for (const LayerWeights& lw : w.layers) {
+  const LinearPrecision* router = recipe_ ? &recipe_->router : nullptr;
+  const Eigen::Index d = c.dim, qd = static_cast<Eigen::Index>(c.heads) * c.head_dim, kvd = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string pre = fmt::format("layers.{}.", i);
     Layer l;
-    l.attn_norm = lw.attn_norm;
-    l.ffn_norm = lw.ffn_norm;
-    l.q_norm = lw.q_norm;
-    l.k_norm = lw.k_norm;
-    l.q = make(lw.wq, lw.bq, lin);
-    l.k = make(lw.wk, lw.bk, lin);
-    l.v = make(lw.wv, lw.bv, lin);
-    l.o = make(lw.wo, {}, lin);
-    l.gate = make(lw.w_gate, {}, lin);
-    l.up = make(lw.w_up, {}, lin);
-    l.down = make(lw.w_down, {}, lin);
+    l.q = make(pre + "q_proj", qd, d, lin);
+    l.k = make(pre + "k_proj", kvd, d, lin);
+    l.v = make(pre + "v_proj", kvd, d, lin);
+    l.o = make(pre + "o_proj", d, qd, lin);
+    if (c.experts > 0) {
+      l.router = make(pre + "router", c.experts, d, router);
+      l.experts = QuantizedExpertGroup(pre + "experts", lin ? lin->weight : none, c.experts, d, c.expert_hidden_dim);
+      l.expert_activation = lin ? lin->activation : none;
+    } else {
+      l.gate = make(pre + "gate_proj", c.hidden_dim, d, lin);
+      l.up = make(pre + "up_proj", c.hidden_dim, d, lin);
+      l.down = make(pre + "down_proj", d, c.hidden_dim, lin);
+    }
     layers_.push_back(std::move(l));
   }
-  final_norm_ = w.final_norm;
-  head_ = make(w.classifier(), {}, head);
+  head_ = make("lm_head", c.vocab, d, head);
   inv_freq_.resize(static_cast<std::size_t>(c.head_dim / 2));
   for (int j = 0; j < c.head_dim / 2; ++j) {
     // llama2.c run.c and HF LlamaRotaryEmbedding alike: 1 / theta^(2j / head_dim) in FP32.
     inv_freq_[static_cast<std::size_t>(j)] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(c.head_dim));
   }
-  const Eigen::Index kv_dim = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
-  k_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kv_dim));
-  v_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kv_dim));
+  k_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
+  v_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
+  // A fresh load: the loader's copy, then quantise and transform.
+  load_weights(w);
+  process_weights_after_loading();
+}
+
+std::vector<Transformer::Linear*> Transformer::all_linears() {
+  std::vector<Linear*> out;
+  for (Layer& l : layers_) {
+    for (Linear* p : {&l.q, &l.k, &l.v, &l.o}) out.push_back(p);
+    if (config_.experts > 0) {
+      out.push_back(&l.router);
+    } else {
+      for (Linear* p : {&l.gate, &l.up, &l.down}) out.push_back(p);
+    }
+  }
+  out.push_back(&head_);
+  return out;
+}
+
+namespace {
+
+// dst = src in place (the storage of dst is kept once it exists); throws when a reload changes the shape.
+template <typename M>
+void copy_in_place(M& dst, const M& src, const std::string& what) {
+  if (dst.size() != 0 && (dst.rows() != src.rows() || dst.cols() != src.cols())) {
+    throw std::invalid_argument(fmt::format("{}: shape [{}, {}] differs from the engine's [{}, {}]", what, src.rows(), src.cols(), dst.rows(), dst.cols()));
+  }
+  if (dst.size() == 0) {
+    dst = src;
+  } else {
+    std::copy(src.data(), src.data() + src.size(), dst.data());
+  }
+}
+
+void check_shape(const MatrixRM& m, std::int64_t rows, std::int64_t cols, const std::string& what) {
+  if (m.rows() != rows || m.cols() != cols) {
+    throw std::invalid_argument(fmt::format("{}: shape [{}, {}], expected [{}, {}]", what, m.rows(), m.cols(), rows, cols));
+  }
+}
+
+}  // namespace
+
+ReloadStats Transformer::load_layer(int li, const LayerWeights& w) {
+  if (li < 0 || li >= static_cast<int>(layers_.size())) throw std::invalid_argument(fmt::format("load_layer: layer {} of {}", li, layers_.size()));
+  Layer& l = layers_[static_cast<std::size_t>(li)];
+  const std::string pre = fmt::format("layers.{}.", li);
+  ReloadStats st;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto vec = [&](VectorF& dst, const VectorF& src, const char* what) {
+    copy_in_place(dst, src, pre + what);
+    st.load_bytes += 2 * static_cast<std::size_t>(src.size()) * sizeof(float);
+  };
+  vec(l.attn_norm, w.attn_norm, "input_layernorm");
+  vec(l.ffn_norm, w.ffn_norm, "post_attention_layernorm");
+  vec(l.q_norm, w.q_norm, "q_norm");
+  vec(l.k_norm, w.k_norm, "k_norm");
+  vec(l.q.bias, w.bq, "q_proj.bias");
+  vec(l.k.bias, w.bk, "k_proj.bias");
+  vec(l.v.bias, w.bv, "v_proj.bias");
+  st.load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto lin = [&](Linear& dst, const MatrixRM& m) {
+    check_shape(m, dst.weight.rows(), dst.weight.cols(), dst.weight.name());
+    dst.weight.load_weight(std::span<const float>(m.data(), static_cast<std::size_t>(m.size())), st);
+  };
+  lin(l.q, w.wq);
+  lin(l.k, w.wk);
+  lin(l.v, w.wv);
+  lin(l.o, w.wo);
+  if (config_.experts > 0) {
+    lin(l.router, w.router);
+    if (static_cast<int>(w.experts.size()) != config_.experts) {
+      throw std::invalid_argument(fmt::format("{}experts: {} experts, expected {}", pre, w.experts.size(), config_.experts));
+    }
+    const std::int64_t d = config_.dim, h = config_.expert_hidden_dim;
+    for (int e = 0; e < config_.experts; ++e) {
+      const ExpertWeights& ew = w.experts[static_cast<std::size_t>(e)];
+      const std::string en = fmt::format("{}experts.{}.", pre, e);
+      check_shape(ew.w_gate, h, d, en + "gate_proj");
+      check_shape(ew.w_up, h, d, en + "up_proj");
+      check_shape(ew.w_down, d, h, en + "down_proj");
+      auto span = [](const MatrixRM& m) { return std::span<const float>(m.data(), static_cast<std::size_t>(m.size())); };
+      l.experts.load_expert(e, ExpertShard::kW1, span(ew.w_gate), st);
+      l.experts.load_expert(e, ExpertShard::kW3, span(ew.w_up), st);
+      l.experts.load_expert(e, ExpertShard::kW2, span(ew.w_down), st);
+    }
+  } else {
+    lin(l.gate, w.w_gate);
+    lin(l.up, w.w_up);
+    lin(l.down, w.w_down);
+  }
+  ready_ = false;
+  return st;
+}
+
+ReloadStats Transformer::load_weights(const ModelWeights& m) {
+  const TransformerConfig& c = config_;
+  if (static_cast<int>(m.layers.size()) != c.layers) throw std::invalid_argument(fmt::format("load_weights: {} layers, the engine has {}", m.layers.size(), c.layers));
+  check_shape(m.embedding, c.vocab, c.dim, "embed_tokens");
+  check_shape(m.classifier(), c.vocab, c.dim, "lm_head");
+  ReloadStats st;
+  for (int i = 0; i < c.layers; ++i) st += load_layer(i, m.layers[static_cast<std::size_t>(i)]);
+  auto t0 = std::chrono::steady_clock::now();
+  copy_in_place(embedding_, m.embedding, "embed_tokens");
+  copy_in_place(final_norm_, m.final_norm, "norm");
+  st.load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.load_bytes += 2 * static_cast<std::size_t>(m.embedding.size() + m.final_norm.size()) * sizeof(float);
+  t0 = std::chrono::steady_clock::now();
+  if (recipe_) round_to_format(embedding_.data(), embedding_.rows(), embedding_.cols(), recipe_->embedding);
+  st.quantize_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.quantize_bytes += 2 * static_cast<std::size_t>(embedding_.size()) * sizeof(float);
+  const MatrixRM& cls = m.classifier();
+  head_.weight.load_weight(std::span<const float>(cls.data(), static_cast<std::size_t>(cls.size())), st);
+  ready_ = false;
+  return st;
+}
+
+ReloadStats Transformer::process_weights_after_loading() {
+  ReloadStats st;
+  for (Linear* l : all_linears()) l->weight.process_weights_after_loading(st);
+  if (config_.experts > 0) {
+    for (Layer& l : layers_) l.experts.process_weights_after_loading(st);
+  }
+  ready_ = true;
+  return st;
+}
+
+ReloadStats Transformer::restore_weights_for_loading() {
+  ReloadStats st;
+  ready_ = false;
+  for (Linear* l : all_linears()) l->weight.restore_weights_for_loading(st);
+  if (config_.experts > 0) {
+    for (Layer& l : layers_) l.experts.restore_weights_for_loading(st);
+  }
+  return st;
+}
+
+bool Transformer::weights_ready() const { return ready_; }
+
+std::vector<const void*> Transformer::weight_buffers() const {
+  std::vector<const void*> out;
+  for (Linear* l : const_cast<Transformer*>(this)->all_linears()) l->weight.buffers(out);
+  if (config_.experts > 0) {
+    for (const Layer& l : layers_) l.experts.buffers(out);
+  }
+  return out;
+}
+
+void Transformer::check_ready() const {
+  if (!ready_) {
+    throw WeightStateError("forward pass on weights that are not all in the kernel layout: call process_weights_after_loading after loading");
+  }
 }
 
 MatrixRM Transformer::linear(const Linear& l, const MatrixRM& x) const {
@@ -188,12 +333,13 @@ void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixR
   if (x.rows() == 1 || kernels_ == KernelMode::kBatchInvariant) {
     std::vector<GemvJob> jobs;
     for (const auto& [l, y] : outs) {
-      y->resize(x.rows(), l->packed.rows());
-      jobs.push_back({&l->packed, input_for(l->activation).data(), y->data(), x.rows()});
+      const PackedWeight& w = l->weight.packed();
+      y->resize(x.rows(), w.rows());
+      jobs.push_back({&w, input_for(l->activation).data(), y->data(), x.rows()});
     }
     gemv(jobs);
   } else {
-    for (const auto& [l, y] : outs) y->noalias() = input_for(l->activation) * l->w.transpose();
+    for (const auto& [l, y] : outs) y->noalias() = input_for(l->activation) * l->weight.dense().transpose();
   }
   for (const auto& [l, y] : outs) {
     if (l->bias.size() > 0) y->rowwise() += l->bias.transpose();
@@ -210,9 +356,15 @@ void Transformer::round_activation(MatrixRM& x, const Format& f) const {
 }
 
 std::size_t Transformer::decode_weight_bytes() const {
-  std::size_t b = head_.packed.bytes() + static_cast<std::size_t>(config_.dim) * sizeof(float);
+  std::size_t b = head_.weight.packed().bytes() + static_cast<std::size_t>(config_.dim) * sizeof(float);
   for (const Layer& l : layers_) {
-    for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) b += p->packed.bytes();
+    for (const Linear* p : {&l.q, &l.k, &l.v, &l.o}) b += p->weight.packed().bytes();
+    if (config_.experts > 0) {
+      b += l.router.weight.packed().bytes() +
+           static_cast<std::size_t>(config_.experts_per_token) * (l.experts.w13(0).bytes() + l.experts.w2(0).bytes());
+    } else {
+      for (const Linear* p : {&l.gate, &l.up, &l.down}) b += p->weight.packed().bytes();
+    }
   }
   return b;
 }
@@ -338,16 +490,21 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     xb = x;
     rmsnorm(xb, l.ffn_norm);
     round_hidden(xb);
-    MatrixRM gt, up;
-    linears({{&l.gate, &gt}, {&l.up, &up}}, xb);
-    round_hidden(gt);
-    round_hidden(up);
-    for (Eigen::Index i = 0; i < gt.size(); ++i) {
-      const float a = gt.data()[i];
-      gt.data()[i] = a / (1.0f + std::exp(-a)) * up.data()[i];
+    MatrixRM d;
+    if (c.experts > 0) {
+      moe(l, xb, d);
+    } else {
+      MatrixRM gt, up;
+      linears({{&l.gate, &gt}, {&l.up, &up}}, xb);
+      round_hidden(gt);
+      round_hidden(up);
+      for (Eigen::Index i = 0; i < gt.size(); ++i) {
+        const float a = gt.data()[i];
+        gt.data()[i] = a / (1.0f + std::exp(-a)) * up.data()[i];
+      }
+      round_hidden(gt);
+      d = linear(l.down, gt);
     }
-    round_hidden(gt);
-    MatrixRM d = linear(l.down, gt);
     round_hidden(d);
     x += d;
     round_hidden(x);
@@ -356,6 +513,82 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
   rmsnorm(x, final_norm_);
   round_hidden(x);
   return linear(head_, x);
+}
+
+void Transformer::moe(const Layer& l, const MatrixRM& x, MatrixRM& out) const {
+  const TransformerConfig& c = config_;
+  const Eigen::Index T = x.rows(), I = c.expert_hidden_dim;
+  const int E = c.experts, K = c.experts_per_token;
+  const MatrixRM logits = linear(l.router, x);  // [T, E], FP32
+  // Routing: softmax over the experts, the top K (lowest index on ties), renormalised.
+  std::vector<int> pick(static_cast<std::size_t>(T * K));
+  std::vector<float> gate(static_cast<std::size_t>(T * K));
+  std::vector<std::vector<Eigen::Index>> rows(static_cast<std::size_t>(E));  // tokens of each expert, in order
+  std::vector<Eigen::Index> slot(static_cast<std::size_t>(T * K));           // row of (t, k) in its expert's batch
+  std::vector<float> p(static_cast<std::size_t>(E));
+  std::vector<int> order(static_cast<std::size_t>(E));
+  for (Eigen::Index t = 0; t < T; ++t) {
+    std::copy(logits.row(t).data(), logits.row(t).data() + E, p.begin());
+    softmax_row(p.data(), E);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
+      return p[static_cast<std::size_t>(a)] > p[static_cast<std::size_t>(b)] || (p[static_cast<std::size_t>(a)] == p[static_cast<std::size_t>(b)] && a < b);
+    });
+    float sum = 0;
+    for (int k = 0; k < K; ++k) sum += p[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])];
+    for (int k = 0; k < K; ++k) {
+      const int e = order[static_cast<std::size_t>(k)];
+      const auto i = static_cast<std::size_t>(t * K + k);
+      pick[i] = e;
+      gate[i] = p[static_cast<std::size_t>(e)] / sum;
+      slot[i] = static_cast<Eigen::Index>(rows[static_cast<std::size_t>(e)].size());
+      rows[static_cast<std::size_t>(e)].push_back(t);
+    }
+  }
+  // Each expert on its tokens: w13 (gate and up), SwiGLU, w2; all experts in one parallel region per stage.
+  std::vector<MatrixRM> xin(static_cast<std::size_t>(E)), h(static_cast<std::size_t>(E)), y(static_cast<std::size_t>(E));
+  std::vector<GemvJob> jobs;
+  for (int e = 0; e < E; ++e) {
+    const auto& r = rows[static_cast<std::size_t>(e)];
+    if (r.empty()) continue;
+    MatrixRM& xe = xin[static_cast<std::size_t>(e)];
+    xe.resize(static_cast<Eigen::Index>(r.size()), c.dim);
+    for (std::size_t j = 0; j < r.size(); ++j) xe.row(static_cast<Eigen::Index>(j)) = x.row(r[j]);
+    round_activation(xe, l.expert_activation);
+    h[static_cast<std::size_t>(e)].resize(xe.rows(), 2 * I);
+    jobs.push_back({&l.experts.w13(e), xe.data(), h[static_cast<std::size_t>(e)].data(), xe.rows()});
+  }
+  gemv(jobs);
+  jobs.clear();
+  for (int e = 0; e < E; ++e) {
+    MatrixRM& he = h[static_cast<std::size_t>(e)];
+    if (he.size() == 0) continue;
+    round_hidden(he);
+    MatrixRM& a = xin[static_cast<std::size_t>(e)];  // reused: the SwiGLU output [n, I]
+    a.resize(he.rows(), I);
+    for (Eigen::Index t = 0; t < he.rows(); ++t) {
+      for (Eigen::Index j = 0; j < I; ++j) {
+        const float g = he(t, j);
+        a(t, j) = g / (1.0f + std::exp(-g)) * he(t, I + j);
+      }
+    }
+    round_hidden(a);
+    round_activation(a, l.expert_activation);
+    y[static_cast<std::size_t>(e)].resize(a.rows(), c.dim);
+    jobs.push_back({&l.experts.w2(e), a.data(), y[static_cast<std::size_t>(e)].data(), a.rows()});
+  }
+  gemv(jobs);
+  for (MatrixRM& ye : y) {
+    if (ye.size() > 0) round_hidden(ye);
+  }
+  // Weighted sum in the order of the token's expert ranks.
+  out = MatrixRM::Zero(T, c.dim);
+  for (Eigen::Index t = 0; t < T; ++t) {
+    for (int k = 0; k < K; ++k) {
+      const auto i = static_cast<std::size_t>(t * K + k);
+      out.row(t) += gate[i] * y[static_cast<std::size_t>(pick[i])].row(slot[i]);
+    }
+  }
 }
 
 void Transformer::attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, const MatrixRM& vc, int first_pos, MatrixRM& out) const {
@@ -418,6 +651,7 @@ MatrixRM Transformer::prefill(std::span<const int> tokens) const {
   const auto T = static_cast<Eigen::Index>(tokens.size());
   if (T == 0) return MatrixRM(0, c.vocab);
   if (T > c.max_seq) throw std::invalid_argument(fmt::format("prefill of {} tokens exceeds max_seq {}", T, c.max_seq));
+  check_ready();
   MatrixRM x = embed(tokens);
   const Eigen::Index kv_dim = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
   std::vector<MatrixRM> kc(layers_.size(), MatrixRM(T, kv_dim)), vc(layers_.size(), MatrixRM(T, kv_dim));
@@ -427,6 +661,7 @@ MatrixRM Transformer::prefill(std::span<const int> tokens) const {
 std::span<const float> Transformer::extend(std::span<const int> tokens) {
   const TransformerConfig& c = config_;
   if (tokens.empty()) throw std::invalid_argument("extend: no tokens");
+  check_ready();
   if (pos_ + static_cast<std::int64_t>(tokens.size()) > c.max_seq) {
     throw std::invalid_argument(fmt::format("decode past max_seq {} ({} tokens at position {})", c.max_seq, tokens.size(), pos_));
   }

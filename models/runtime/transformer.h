@@ -14,6 +14,7 @@
 #include "models/precision/recipe.h"
 #include "models/runtime/kernels.h"
 #include "models/runtime/model.h"
+#include "models/runtime/weight_lifecycle.h"
 
 namespace rlsim::models {
 
@@ -63,6 +64,17 @@ std::string_view kernel_mode_name(KernelMode m);
 /// weights, projections of one token (decode) as the packed GEMV kernels of kernels.h on the
 /// weights in their storage format, with the same products.
 ///
+/// MoE layers (config.experts > 0): the router is a linear in recipe.router (FP32 logits), a
+/// softmax over the experts in FP32, the top experts_per_token (lowest index on ties) with their
+/// probabilities renormalised; each expert is a SwiGLU FFN whose fused gate/up (w13) and down (w2)
+/// weights are in recipe.linear and always run the packed kernels (tokens grouped per expert, so
+/// prefill and decode sum alike); the outputs are added in the order of the token's expert ranks.
+///
+/// Weights follow the reload lifecycle of weight_lifecycle.h: the constructor loads the master
+/// weights and processes them (a fresh load); restore_weights_for_loading(), load_weights() and
+/// process_weights_after_loading() reload them in place. A forward pass on weights not all
+/// transformed throws WeightStateError.
+///
 /// Weight bytes read per decoded token: decode_weight_bytes().
 class Transformer {
  public:
@@ -89,20 +101,46 @@ class Transformer {
   int position() const { return pos_; }
 
   /// Bytes of weights one decode step reads in their storage formats: every linear of every layer,
-  /// the lm_head, and one embedding row (as FP32). The numerator of the decode roofline.
+  /// the lm_head, and one embedding row (as FP32); for MoE layers the router and
+  /// experts_per_token experts (one token's). The numerator of the decode roofline.
   std::size_t decode_weight_bytes() const;
+
+  // --- Reload lifecycle (weight_lifecycle.h), over every linear and expert group -------------
+  /// Restores every quantised tensor to the loader layout (no-op for those already there).
+  ReloadStats restore_weights_for_loading();
+  /// The loader's copy of new master weights: every layer (load_layer), the embedding (rounded to
+  /// recipe.embedding), the final norm and the lm_head. Throws std::invalid_argument when a
+  /// tensor's shape differs from the engine's, WeightStateError when a tensor is transformed.
+  ReloadStats load_weights(const ModelWeights& master);
+  /// The loader's copy of one layer's weights (norms, biases, linears or router and experts).
+  ReloadStats load_layer(int layer, const LayerWeights& w);
+  /// Quantises what was loaded and transforms every tensor to its kernel layout.
+  ReloadStats process_weights_after_loading();
+  /// Whether every tensor is transformed (a forward pass is allowed).
+  bool weights_ready() const;
+  /// Addresses of every kernel-layout buffer (codes, scales, dense copies, in a fixed order).
+  std::vector<const void*> weight_buffers() const;
 
  private:
   struct Linear {
-    MatrixRM w;           // [out, in], values of the quantised weight (the Eigen GEMM of prefill)
-    PackedWeight packed;  // the same values in their storage format (the batch-1 GEMV kernels)
+    // [out, in]: packed() the storage format (the GEMV kernels), dense() its values (the Eigen
+    // GEMM of a multi-token default-mode pass).
+    QuantizedLinear weight;
     VectorF bias;         // empty when none
     Format activation;    // applied to the input per call
   };
   struct Layer {
     VectorF attn_norm, ffn_norm, q_norm, k_norm;
-    Linear q, k, v, o, gate, up, down;
+    Linear q, k, v, o, gate, up, down;  // gate / up / down: dense FFN only
+    Linear router;                      // MoE only
+    QuantizedExpertGroup experts;       // MoE only
+    Format expert_activation{Element::kFp32, {}};
   };
+
+  /// The MoE FFN of x [T, dim] (normed) into out [T, dim].
+  void moe(const Layer& l, const MatrixRM& x, MatrixRM& out) const;
+  void check_ready() const;
+  std::vector<Linear*> all_linears();
 
   MatrixRM linear(const Linear& l, const MatrixRM& x) const;
   /// Several linears on one input (q/k/v, gate/up): one activation rounding per format, one
@@ -135,6 +173,7 @@ class Transformer {
   std::vector<MatrixRM> k_cache_, v_cache_;
   int pos_ = 0;
   std::vector<float> logits_;
+  bool ready_ = false;  // every tensor transformed
 };
 
 /// Seeded sampling: temperature 0 is greedy (arg max, lowest index on ties); otherwise softmax of
