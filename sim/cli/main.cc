@@ -131,14 +131,19 @@ training: {backend: fsdp, precision: bf16, mini_batches: 4, micro_batch_tokens: 
 output: {plots: false, trace: false}
 )";
 
-int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo) {
+int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, cli::BenchReloadOptions ro) {
   if (what == "quantize") return cli::bench_quantize(repeat, std::cout);
+  if (what == "reload") {
+    ro.threads = bo.threads;
+    ro.batch_invariant = bo.batch_invariant;
+    return cli::bench_reload(ro, std::cout, std::cerr);
+  }
   if (what == "runtime") {
     bo.repeat = repeat;
     return cli::bench_runtime(bo, std::cout, std::cerr);
   }
   if (what == "verify") return cli::bench_verify(repeat, std::cout);
-  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize, verify)");
+  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize, verify, runtime, reload)");
   namespace fs = std::filesystem;
   const fs::path p = fs::temp_directory_path() / fmt::format("rlsim_bench_sim_{}.yaml", ::getpid());
   {
@@ -210,11 +215,24 @@ int main(int argc, char** argv) {
                     "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
                     "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
                     "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
-                    "precision on synthetic weights")
-      ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime"}))
+                    "precision on synthetic weights; reload: the quantised weight reload lifecycle (restore, load, quantise, "
+                    "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load")
+      ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload"}))
       ->capture_default_str();
   bench->add_option("--shape", bro.shape, "runtime: Hugging Face config.json whose shapes to use (default: SmolLM2-135M)");
-  bench->add_option("--precision", bro.precisions, "runtime: fp32 or recipes to measure")->delimiter(',')->capture_default_str();
+  cli::BenchReloadOptions rlo;
+  auto* bench_precision = bench->add_option("--precision", bro.precisions, "runtime, reload: fp32 or recipes to measure (reload default: fp8-block)")
+                              ->delimiter(',')
+                              ->capture_default_str();
+  bench->add_option("--model", rlo.model, "reload: llama2.c checkpoint, Hugging Face directory, or synthetic-moe (a small MoE with synthetic weights)");
+  bench->add_option("--cycles", rlo.cycles, "reload: reload cycles")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  bench->add_option("--check-every", rlo.check_every, "reload: also compare with a fresh engine every K cycles (0: after the last only)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  bench->add_option("--perturbation", rlo.perturbation, "reload: relative size of the seeded weight update per cycle (rms of the update / rms of the tensor)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  bench->add_option("--seed", rlo.seed, "reload: seed of the weight updates and probe tokens")->capture_default_str();
   bench->add_option("--threads", bro.threads, "runtime: OpenMP threads")->check(CLI::Range(1, 1024))->capture_default_str();
   bench->add_option("--decode-tokens", bro.decode_tokens, "runtime: decode steps timed per run")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   bench->add_option("--prefill-tokens", bro.prefill_tokens, "runtime: prompt length of the prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
@@ -315,7 +333,10 @@ int main(int argc, char** argv) {
   try {
     if (*run) return cmd_run(ro);
     if (*catalog) return cmd_catalog(catalog_what);
-    if (*bench) return cmd_bench(bench_what, bench_repeat, bro);
+    if (*bench) {
+      if (bench_precision->count() > 0) rlo.precisions = bro.precisions;
+      return cmd_bench(bench_what, bench_repeat, bro, rlo);
+    }
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
     if (*verify) return cli::cmd_verify(vo, std::cout);
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "models/runtime/kernels.h"
+#include "models/runtime/reload.h"
 #include "models/runtime/tokenizer.h"
 #include "models/runtime/transformer.h"
 #include "sim/engine/random.h"
@@ -211,6 +212,75 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
     }
   }
   return 0;
+}
+
+}  // namespace rlsim::cli
+
+namespace rlsim::cli {
+
+int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.model.empty()) throw sim::ScenarioError("rlsim bench reload: --model is required (a llama2.c checkpoint, a Hugging Face directory or synthetic-moe)");
+  if (o.cycles < 1 || o.check_every < 0) {
+    throw sim::ScenarioError(fmt::format("rlsim bench reload: --cycles {} must be >= 1 and --check-every {} >= 0", o.cycles, o.check_every));
+  }
+  if (!(o.perturbation >= 0) || !std::isfinite(o.perturbation)) {
+    throw sim::ScenarioError(fmt::format("rlsim bench reload: --perturbation {} must be finite and >= 0", o.perturbation));
+  }
+  std::vector<models::RuntimePrecision> precisions;
+  for (const std::string& name : o.precisions) {
+    try {
+      precisions.push_back(models::runtime_precision(name));
+    } catch (const std::invalid_argument& e) {
+      throw sim::ScenarioError(std::string("rlsim bench reload: ") + e.what());
+    }
+  }
+  const models::ModelWeights w = o.model == "synthetic-moe" ? models::synthetic_weights(models::synthetic_moe_config(), o.seed) : models::load_model(o.model);
+#ifdef _OPENMP
+  omp_set_num_threads(o.threads);
+#endif
+  const models::KernelMode kernels = o.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault;
+  models::ReloadOptions ro;
+  ro.cycles = o.cycles, ro.check_every = o.check_every, ro.perturbation = o.perturbation, ro.seed = o.seed;
+  double worst = 0;
+  bool stable = true;
+  for (const models::RuntimePrecision& p : precisions) {
+    const models::Transformer probe(w, p, kernels);
+    out << fmt::format("reload {} {}: {} parameters{}, {} kernel buffers, {} MB in kernel layouts per decode token, {} cycles, perturbation {}, seed {}, {} "
+                       "kernels, {} threads\n",
+                       w.config.name.empty() ? o.model : w.config.name, p.name, w.parameters(),
+                       w.config.experts > 0 ? fmt::format(" (MoE: {} experts, top {})", w.config.experts, w.config.experts_per_token) : "",
+                       probe.weight_buffers().size(), probe.decode_weight_bytes() / 1e6, o.cycles, o.perturbation, o.seed,
+                       models::kernel_mode_name(kernels), o.threads);
+    out.flush();
+    const models::ReloadReport r = models::run_reload(w, p, kernels, ro, [&](const models::ReloadCycle& c) {
+      const models::ReloadStats& s = c.stats;
+      out << fmt::format("cycle {} restore_ms {:.4f} load_ms {:.4f} quantize_ms {:.4f} transform_ms {:.4f} dense_ms {:.4f} total_ms {:.4f} restore_bytes {} "
+                         "load_bytes {} quantize_bytes {} transform_bytes {} dense_bytes {}{}\n",
+                         c.cycle, 1e3 * s.restore_s, 1e3 * s.load_s, 1e3 * s.quantize_s, 1e3 * s.transform_s, 1e3 * s.dense_s, 1e3 * c.seconds,
+                         s.restore_bytes, s.load_bytes, s.quantize_bytes, s.transform_bytes, s.dense_bytes,
+                         c.checked ? fmt::format(" logit_diff {}", c.logit_diff) : "");
+    });
+    models::ReloadStats sum;
+    for (const models::ReloadCycle& c : r.cycles) sum += c.stats;
+    const double n = static_cast<double>(r.cycles.size());
+    auto stage = [&](const char* name, double sec, std::size_t bytes) {
+      const double b = static_cast<double>(bytes);
+      out << fmt::format("stage {} ms_per_cycle {:.4f} MB_per_cycle {:.4f} GB/s {:.3f} ns_per_byte {:.4f}\n", name, 1e3 * sec / n, b / n / 1e6,
+                         sec > 0 ? b / sec / 1e9 : 0.0, b > 0 ? 1e9 * sec / b : 0.0);
+    };
+    stage("restore", sum.restore_s, sum.restore_bytes);
+    stage("load", sum.load_s, sum.load_bytes);
+    stage("quantize", sum.quantize_s, sum.quantize_bytes);
+    stage("transform", sum.transform_s, sum.transform_bytes);
+    stage("dense", sum.dense_s, sum.dense_bytes);
+    err << fmt::format("{}: {} checks against a fresh load, max |logit diff| {}, addresses {}\n", p.name, r.checks, r.max_abs_logit_diff,
+                       r.addresses_stable ? "stable" : "MOVED");
+    worst = std::max(worst, r.max_abs_logit_diff);
+    stable = stable && r.addresses_stable;
+  }
+  out << fmt::format("max_abs_logit_diff {}\n", worst);
+  out << fmt::format("addresses_stable {}\n", stable ? "yes" : "no");
+  return worst == 0 && stable ? 0 : 1;
 }
 
 }  // namespace rlsim::cli

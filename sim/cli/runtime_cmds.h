@@ -60,6 +60,33 @@ struct BenchRuntimeOptions {
 /// config file.
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err);
 
+/// Options of `rlsim bench reload`.
+struct BenchReloadOptions {
+  std::string model;                                // llama2.c checkpoint, Hugging Face directory, or "synthetic-moe"
+  std::vector<std::string> precisions{"fp8-block"};  // recipes (or fp32), each measured in turn
+  int cycles = 100;
+  int check_every = 0;                              // also compare with a fresh engine every K cycles (0: after the last only)
+  double perturbation = 1e-3;                       // models::perturb_weights' relative step
+  std::uint64_t seed = 1;
+  int threads = 2;
+  bool batch_invariant = false;                     // engines with models::KernelMode::kBatchInvariant
+};
+
+/// `rlsim bench reload`: models::run_reload() per precision. Prints to `out`, per precision, a
+/// header line, one line per cycle
+///   cycle N restore_ms T load_ms T quantize_ms T transform_ms T dense_ms T total_ms T
+///           restore_bytes B load_bytes B quantize_bytes B transform_bytes B dense_bytes B
+/// (one line; bytes read + written by each stage), then per stage
+///   stage NAME ms_per_cycle T MB_per_cycle M GB/s G ns_per_byte N
+/// (means over the cycles: the per-byte costs of a reload on this host), and after all precisions
+/// the last two lines
+///   max_abs_logit_diff VALUE     (largest over every check; 0: bit-identical to a fresh load)
+///   addresses_stable yes|no      (every kernel buffer kept its address over every cycle)
+/// Returns 0 when the difference is 0 and the addresses are stable, 1 otherwise. Throws
+/// sim::ScenarioError (exit 2) for an unknown precision or bad counts, models::ModelFileError
+/// for a bad model file.
+int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& err);
+
 /// Read bandwidth in GB/s (1e9 bytes per second): the best of `repeat` passes summing a buffer of
 /// `bytes` (first touched by the same threads) on the current OpenMP threads, 64-bit loads the
 /// compiler vectorises. The STREAM-style measure of what a memory-bound kernel can reach.
