@@ -413,7 +413,7 @@ TransformerConfig synthetic_moe_config() {
   c.tied_embeddings = false;
   c.experts = 8;
   c.experts_per_token = 2;
-  c.expert_hidden_dim = 128;
+  c.expert_hidden_dim = 64;
   return c;
 }
 

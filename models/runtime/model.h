@@ -111,7 +111,7 @@ TransformerConfig read_hf_config(const std::string& path);
 ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, float stddev = 0.02f);
 
 /// A small synthetic MoE configuration for tests and benchmarks ("synthetic-moe"): dim 128,
-/// 2 layers, 4 heads of 32 (2 KV heads), 8 experts of width 128, top-2, vocab 512, max_seq 256,
+/// 2 layers, 4 heads of 32 (2 KV heads), 8 experts of width 64, top-2, vocab 512, max_seq 256,
 /// Hugging Face RoPE, untied lm_head.
 TransformerConfig synthetic_moe_config();
 
