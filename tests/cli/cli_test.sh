@@ -218,6 +218,27 @@ echo '{"model_type": "llama"}' >"$WORK/bad_config.json"
 check "bench runtime: bad config is bad input (2)" test $? -eq 2
 check "bench runtime: error names the file and key" grep -q "bad_config.json: missing key 'hidden_size'" "$WORK/bench_bad.err"
 
+# --- rlsim bench reload: per-cycle stage lines, the two verdict lines last, bad input -----------
+"$RLSIM" bench reload --model "$ST/stories260K.bin" --precision fp8-block,int4-w4a16-g32 --cycles 3 --check-every 2 \
+  >"$WORK/reload.txt" 2>"$WORK/reload.err"
+check "bench reload: exit 0" test $? -eq 0
+check "bench reload: one line per cycle and precision with the four stages and their bytes" \
+  test "$(grep -cE '^cycle [1-3] restore_ms [0-9.]+ load_ms [0-9.]+ quantize_ms [0-9.]+ transform_ms [0-9.]+ dense_ms [0-9.]+ total_ms [0-9.]+ restore_bytes [1-9][0-9]* load_bytes [1-9][0-9]* quantize_bytes [1-9][0-9]* transform_bytes [1-9][0-9]*' "$WORK/reload.txt")" -eq 6
+check "bench reload: cycles 2 and 3 compared with a fresh load" test "$(grep -c ' logit_diff 0$' "$WORK/reload.txt")" -eq 4
+check "bench reload: per-byte cost of each stage" test "$(grep -cE '^stage (restore|load|quantize|transform|dense) ms_per_cycle .* ns_per_byte [0-9.]+$' "$WORK/reload.txt")" -eq 10
+check "bench reload: last two lines" test "$(tail -n 2 "$WORK/reload.txt" | tr '\n' ' ')" = "max_abs_logit_diff 0 addresses_stable yes "
+"$RLSIM" bench reload --model synthetic-moe --precision mxfp8 --cycles 2 >"$WORK/reload_moe.txt" 2>/dev/null
+check "bench reload: synthetic MoE, exit 0 and bit-exact" test "$?:$(tail -n 2 "$WORK/reload_moe.txt" | head -n 1)" = "0:max_abs_logit_diff 0"
+"$RLSIM" bench reload --model "$ST/stories260K.bin" --precision fp9 --cycles 2 >/dev/null 2>&1
+check "bench reload: unknown precision is bad input (2)" test $? -eq 2
+"$RLSIM" bench reload --precision fp8-block --cycles 2 >/dev/null 2>"$WORK/reload_bad.err"
+check "bench reload: --model is required (2)" test $? -eq 2
+check "bench reload: the error says so" grep -q "model is required" "$WORK/reload_bad.err"
+"$RLSIM" bench reload --model "$WORK/no-such-model.bin" --cycles 2 >/dev/null 2>&1
+check "bench reload: missing model file is bad input (2)" test $? -eq 2
+"$RLSIM" bench reload --model "$ST/stories260K.bin" --cycles 0 >/dev/null 2>&1
+check "bench reload: zero cycles is bad input (2)" test $? -eq 2
+
 # --- rlsim drift: the stories260K drift scenarios, reduced; determinism; bad input ----------------
 DR=(--prompts 2 --samples 2 --lengths 8,24 --bootstrap 50)
 "$RLSIM" drift "$SRC/scenarios/drift-stories260k.yaml" "${DR[@]}" --out "$WORK/drift1" >"$WORK/drift1.txt" 2>"$WORK/drift1.err"
