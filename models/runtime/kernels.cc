@@ -713,6 +713,8 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
 }
 
 namespace {
+// Rows per pass of the k-major kernel (4 vectors: 4 x NT accumulators).
+constexpr std::int64_t kKMajorRows = 64;
 // E8M0 scales of 16 rows r..r+15 of 32-column block b in the Ascend layout ([kb/2, rows, 2]:
 // 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 (the
 // E4M3 bit trick), as FP32.
@@ -729,36 +731,40 @@ inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::
 
 template <int NT>
 void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
-  // 64 rows (4 vectors of 16) of NT tokens; each (token, row) is one FMA chain over the columns
-  // in order, as kmajor_scalar sums it.
-  constexpr int V = 4;
-  __mmask16 m[V];
-  for (int v = 0; v < V; ++v) m[v] = tail_mask(std::clamp<std::int64_t>(r1 - r0 - 16 * v, 0, 16));
-  __m512 acc[NT][V], s[V];
-  for (int n = 0; n < NT; ++n) {
-    for (int v = 0; v < V; ++v) acc[n][v] = _mm512_setzero_ps();
-  }
-  const __m512 unscaled = _mm512_set1_ps(kE4M3Fix);
-  for (int v = 0; v < V; ++v) s[v] = unscaled;
-  const std::uint8_t* codes = data_.data() + r0;
-  for (std::int64_t c = 0; c < cols_; ++c) {
-    if (scaled_ && c % 32 == 0) {
-      for (int v = 0; v < V; ++v) s[v] = kmajor_scales(scale_data_.data(), rows_, c / 32, r0 + 16 * v, m[v]);
-    }
-    const std::uint8_t* ck = codes + c * rows_;
-    __m512 w[V];
+  // Rows [r0, r1) of NT tokens. The columns go one 32-column scale block at a time; within a
+  // block, the rows go kKMajorRows at a time (V vectors of 16), each (token, row) one FMA chain
+  // over the block's columns in order, its running sum kept in y between blocks (an exact FP32
+  // store and load), so every row is summed in column order as kmajor_scalar sums it. A block's
+  // codes are one contiguous stream of 32 x rows bytes.
+  constexpr int V = kKMajorRows / 16;
+  for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
+    const std::int64_t c1 = std::min(cols_, c0 + 32);
+    for (std::int64_t rb = r0; rb < r1; rb += kKMajorRows) {
+      __mmask16 m[V];
+      for (int v = 0; v < V; ++v) m[v] = tail_mask(std::clamp<std::int64_t>(r1 - rb - 16 * v, 0, 16));
+      __m512 acc[NT][V], s[V];
+      for (int n = 0; n < NT; ++n) {
+        for (int v = 0; v < V; ++v) acc[n][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], y + n * ldy + (rb - r0) + 16 * v);
+      }
+      for (int v = 0; v < V; ++v) s[v] = scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, rb + 16 * v, m[v]) : _mm512_set1_ps(kE4M3Fix);
+      const std::uint8_t* codes = data_.data() + rb;
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const std::uint8_t* ck = codes + c * rows_;
+        __m512 w[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m[v], ck + 16 * v)), 20);
-      w[v] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), s[v]);
+        for (int v = 0; v < V; ++v) {
+          const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m[v], ck + 16 * v)), 20);
+          w[v] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), s[v]);
+        }
+        for (int n = 0; n < NT; ++n) {
+          const __m512 xb = _mm512_set1_ps(x[n * cols_ + c]);
+          for (int v = 0; v < V; ++v) acc[n][v] = _mm512_fmadd_ps(w[v], xb, acc[n][v]);
+        }
+      }
+      for (int n = 0; n < NT; ++n) {
+        for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(y + n * ldy + (rb - r0) + 16 * v, m[v], acc[n][v]);
+      }
     }
-    for (int n = 0; n < NT; ++n) {
-      const __m512 xb = _mm512_set1_ps(x[n * cols_ + c]);
-      for (int v = 0; v < V; ++v) acc[n][v] = _mm512_fmadd_ps(w[v], xb, acc[n][v]);
-    }
-  }
-  for (int n = 0; n < NT; ++n) {
-    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(y + n * ldy + 16 * v, m[v], acc[n][v]);
   }
 }
 #endif
@@ -771,12 +777,10 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
     if (simd_ok_) {
       for (std::int64_t n = 0; n < tokens;) {
         const std::int64_t nt = tokens - n >= 4 ? 4 : 1;
-        for (std::int64_t rb = r0; rb < r1; rb += 64) {
-          if (nt == 4) {
-            simd_kmajor<4>(x + n * cols_, y + n * ldy + rb - r0, ldy, rb, std::min(r1, rb + 64));
-          } else {
-            simd_kmajor<1>(x + n * cols_, y + n * ldy + rb - r0, ldy, rb, std::min(r1, rb + 64));
-          }
+        if (nt == 4) {
+          simd_kmajor<4>(x + n * cols_, y + n * ldy, ldy, r0, r1);
+        } else {
+          simd_kmajor<1>(x + n * cols_, y + n * ldy, ldy, r0, r1);
         }
         n += nt;
       }

@@ -166,7 +166,7 @@ class PackedWeight {
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
   template <int NT>
   void simd_tile(const float* x, float* y, std::int64_t tile) const;  // dispatch on the layout
-  // kE4M3KMajor: rows [r0, r1) (at most 64) of NT tokens, y[n * ldy + r - r0].
+  // kE4M3KMajor: rows [r0, r1) of NT tokens, y[n * ldy + r - r0].
   template <int NT>
   void simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
 #endif
