@@ -135,6 +135,7 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
   if (what == "quantize") return cli::bench_quantize(repeat, std::cout);
   if (what == "reload") {
     ro.threads = bo.threads;
+    ro.shape = bo.shape;
     ro.batch_invariant = bo.batch_invariant;
     return cli::bench_reload(ro, std::cout, std::cerr);
   }
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
                     "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load")
       ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload"}))
       ->capture_default_str();
-  bench->add_option("--shape", bro.shape, "runtime: Hugging Face config.json whose shapes to use (default: SmolLM2-135M)");
+  bench->add_option("--shape", bro.shape, "runtime, reload: Hugging Face config.json whose shapes to use with synthetic weights (runtime default: SmolLM2-135M)");
   cli::BenchReloadOptions rlo;
   auto* bench_precision = bench->add_option("--precision", bro.precisions, "runtime, reload: fp32 or recipes to measure (reload default: fp8-block)")
                               ->delimiter(',')

@@ -219,7 +219,11 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
 namespace rlsim::cli {
 
 int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& err) {
-  if (o.model.empty()) throw sim::ScenarioError("rlsim bench reload: --model is required (a llama2.c checkpoint, a Hugging Face directory or synthetic-moe)");
+  if (o.model.empty() == o.shape.empty()) {
+    throw sim::ScenarioError(
+        "rlsim bench reload: --model is required (a llama2.c checkpoint, a Hugging Face directory or synthetic-moe), or --shape CONFIG.json for "
+        "synthetic weights at a model's shapes, not both");
+  }
   if (o.cycles < 1 || o.check_every < 0) {
     throw sim::ScenarioError(fmt::format("rlsim bench reload: --cycles {} must be >= 1 and --check-every {} >= 0", o.cycles, o.check_every));
   }
@@ -234,7 +238,18 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
       throw sim::ScenarioError(std::string("rlsim bench reload: ") + e.what());
     }
   }
-  const models::ModelWeights w = o.model == "synthetic-moe" ? models::synthetic_weights(models::synthetic_moe_config(), o.seed) : models::load_model(o.model);
+  // Freed staging buffers stay in the heap (glibc would unmap and re-fault them every cycle), as a
+  // long-lived worker's caching allocator keeps them.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  models::ModelWeights w;
+  if (!o.shape.empty()) {
+    models::TransformerConfig c = models::read_hf_config(o.shape);
+    c.max_seq = std::min(c.max_seq, 64);  // the probe's KV cache
+    w = models::synthetic_weights(c, o.seed);
+  } else {
+    w = o.model == "synthetic-moe" ? models::synthetic_weights(models::synthetic_moe_config(), o.seed) : models::load_model(o.model);
+  }
 #ifdef _OPENMP
   omp_set_num_threads(o.threads);
 #endif
@@ -247,7 +262,7 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
     const models::Transformer probe(w, p, kernels);
     out << fmt::format("reload {} {}: {} parameters{}, {} kernel buffers, {} MB in kernel layouts per decode token, {} cycles, perturbation {}, seed {}, {} "
                        "kernels, {} threads\n",
-                       w.config.name.empty() ? o.model : w.config.name, p.name, w.parameters(),
+                       w.config.name.empty() ? (o.model.empty() ? o.shape : o.model) : w.config.name, p.name, w.parameters(),
                        w.config.experts > 0 ? fmt::format(" (MoE: {} experts, top {})", w.config.experts, w.config.experts_per_token) : "",
                        probe.weight_buffers().size(), probe.decode_weight_bytes() / 1e6, o.cycles, o.perturbation, o.seed,
                        models::kernel_mode_name(kernels), o.threads);

@@ -63,6 +63,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
 /// Options of `rlsim bench reload`.
 struct BenchReloadOptions {
   std::string model;                                // llama2.c checkpoint, Hugging Face directory, or "synthetic-moe"
+  std::string shape;                                // instead of model: synthetic weights at a Hugging Face config.json's shapes
   std::vector<std::string> precisions{"fp8-block"};  // recipes (or fp32), each measured in turn
   int cycles = 100;
   int check_every = 0;                              // also compare with a fresh engine every K cycles (0: after the last only)
