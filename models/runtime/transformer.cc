@@ -202,6 +202,16 @@ ReloadStats Transformer::load_layer(int li, const LayerWeights& w) {
   if (li < 0 || li >= static_cast<int>(layers_.size())) throw std::invalid_argument(fmt::format("load_layer: layer {} of {}", li, layers_.size()));
   Layer& l = layers_[static_cast<std::size_t>(li)];
   const std::string pre = fmt::format("layers.{}.", li);
+  // Nothing is written (norms and biases included) while a tensor of the layer is in the kernel layout.
+  for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.router}) {
+    if (p->weight.state() == WeightState::kTransformed) {
+      throw WeightStateError(fmt::format("{}: load called in state 'transformed': it holds the kernel layout; call restore_weights_for_loading first",
+                                         p->weight.name()));
+    }
+  }
+  if (config_.experts > 0 && l.experts.state() == WeightState::kTransformed) {
+    throw WeightStateError(fmt::format("{}: load called in state 'transformed': call restore_weights_for_loading first", l.experts.name()));
+  }
   ReloadStats st;
   const auto t0 = std::chrono::steady_clock::now();
   auto vec = [&](VectorF& dst, const VectorF& src, const char* what) {

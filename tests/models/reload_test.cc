@@ -229,6 +229,15 @@ TEST(WeightLifecycle, AForwardPassNeedsTransformedWeights) {
   t.restore_weights_for_loading();
   EXPECT_FALSE(t.weights_ready());
   EXPECT_THROW((void)t.prefill(tok), WeightStateError);
+  // Loading into a transformed engine is refused before anything (a norm included) is written.
+  Transformer u(stories(), runtime_precision("fp8-block"));
+  const MatrixRM before = u.prefill(tok);
+  ModelWeights other = stories();
+  perturb_weights(other, 1, 1, 0.1);
+  EXPECT_THROW(u.load_layer(0, other.layers[0]), WeightStateError);
+  EXPECT_THROW(u.load_weights(other), WeightStateError);
+  EXPECT_TRUE(u.weights_ready());
+  EXPECT_EQ(u.prefill(tok), before);
   EXPECT_THROW((void)t.decode(1), WeightStateError);
   EXPECT_NO_THROW(t.restore_weights_for_loading()) << "restore twice is a no-op, not an error";
   EXPECT_FALSE(t.weights_ready());
