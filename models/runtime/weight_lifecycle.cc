@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -74,12 +75,19 @@ void ReloadableTensor::store(const QuantizedTensor& q, ReloadStats& stats) {
     packed_.store_loader(q);
   }
   if (with_dense_) pending_ = q;
+  stored_ = true;
   stats.load_s += seconds_since(t0);
   stats.load_bytes += 2 * packed_.loader_bytes();
 }
 
 void ReloadableTensor::quantize(ReloadStats& stats) {
   const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < staging_.size(); ++i) {
+    if (!std::isfinite(staging_[i])) {
+      throw std::invalid_argument(fmt::format("loaded weight ({}, {}) is {}: refused before quantisation", static_cast<std::int64_t>(i) / cols_,
+                                              static_cast<std::int64_t>(i) % cols_, staging_[i]));
+    }
+  }
   QuantizedTensor q = models::quantize(format_, rows_, cols_, std::span<const float>(staging_));
   if (!allocated_) {
     PackedWeight p = PackedWeight::reloadable(format_, rows_, cols_, q.block_rows, q.block_cols);
@@ -94,6 +102,7 @@ void ReloadableTensor::quantize(ReloadStats& stats) {
   std::vector<float>().swap(staging_);
   std::vector<std::uint8_t>().swap(staged_);
   staged_rows_ = 0;
+  stored_ = true;
   stats.quantize_s += seconds_since(t0);
 }
 
@@ -101,6 +110,7 @@ void ReloadableTensor::transform(ReloadStats& stats) {
   auto t0 = std::chrono::steady_clock::now();
   stats.transform_bytes += packed_.loader_to_kernel();
   stats.transform_s += seconds_since(t0);
+  stored_ = false;
   if (with_dense_ && pending_) {
     t0 = std::chrono::steady_clock::now();
     if (dense_.size() == 0) dense_.resize(rows_, cols_);  // the only allocation; later copies are in place
@@ -238,13 +248,15 @@ void QuantizedExpertGroup::process_weights_after_loading(ReloadStats& stats) {
   require(state_ == WeightState::kLoaded || (state_ == WeightState::kRestored && ever_transformed_), "process_weights_after_loading");
   // Every expert is loaded whole or not at all (a first load: all of them), checked before anything changes.
   for (std::size_t e = 0; e < w13_.size(); ++e) {
-    const std::int64_t a = w13_[e].staged_rows(), b = w2_[e].staged_rows();
+    const std::int64_t a = w13_[e].loaded_rows(), b = w2_[e].loaded_rows();
     const bool none = a == 0 && b == 0, whole = a == w13_[e].rows() && b == w2_[e].rows();
     if ((!none && !whole) || (none && !w13_[e].allocated())) {
       const char* missing = a == 0 ? "w1 and w3" : a < w13_[e].rows() ? "one half of w13 (w1 or w3)" : "w2";
       throw WeightStateError(fmt::format("{}: process_weights_after_loading with expert {} loaded in part: {} not loaded", name_, e, missing));
     }
   }
+  // Quantise every expert first (it may throw on a NaN: the group stays loaded, every tensor in the
+  // loader layout, so a later process is safe), then transform them all (which cannot fail).
   for (std::size_t e = 0; e < w13_.size(); ++e) {
     for (ReloadableTensor* t : {&w13_[e], &w2_[e]}) {
       if (t->staged_rows() > 0) {
@@ -254,8 +266,11 @@ void QuantizedExpertGroup::process_weights_after_loading(ReloadStats& stats) {
           throw std::invalid_argument(fmt::format("{}: expert {}: {}", name_, e, ex.what()));
         }
       }
-      t->transform(stats);
     }
+  }
+  for (std::size_t e = 0; e < w13_.size(); ++e) {
+    w13_[e].transform(stats);
+    w2_[e].transform(stats);
   }
   state_ = WeightState::kTransformed;
   ever_transformed_ = true;

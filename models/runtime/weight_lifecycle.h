@@ -81,10 +81,14 @@ class ReloadableTensor {
   void store(const QuantizedTensor& q, ReloadStats& stats);
   /// Rows staged since the last quantize(); all, none or some.
   std::int64_t staged_rows() const { return staged_rows_; }
+  /// Rows loaded since the last transform(): all once quantised or stored, else the staged rows.
+  std::int64_t loaded_rows() const { return stored_ ? rows_ : staged_rows_; }
   /// Whether the storage exists (a first store or quantize() happened).
   bool allocated() const { return allocated_; }
   /// Quantises the staged rows (all must be staged) into the loader layout; the first call
-  /// allocates the storage and fixes the shapes. Frees the staging.
+  /// allocates the storage and fixes the shapes. Frees the staging. Throws std::invalid_argument,
+  /// storing nothing, for a NaN or infinite value (a corrupt update must not become codes: INT4
+  /// would turn a NaN into 0 silently) or values that do not fit the layout.
   void quantize(ReloadStats& stats);
   void transform(ReloadStats& stats);  // loader -> kernel layout (and the dense copy)
   void restore(ReloadStats& stats);    // kernel -> loader layout
@@ -101,6 +105,7 @@ class ReloadableTensor {
   std::vector<float> staging_;               // [rows, cols] while rows are being loaded
   std::vector<std::uint8_t> staged_;         // per row: loaded since the last quantize()
   std::int64_t staged_rows_ = 0;
+  bool stored_ = false;                      // quantised or stored since the last transform()
   std::optional<QuantizedTensor> pending_;   // the last stored tensor, for the dense copy
   PackedWeight packed_;
   MatrixRM dense_;

@@ -219,6 +219,24 @@ TEST(WeightLifecycle, ExpertGroupRefusesPartlyLoadedExperts) {
   g.restore_weights_for_loading(st);
   EXPECT_THROW(g.load_expert(experts, ExpertShard::kW2, a, st), std::invalid_argument);
   EXPECT_THROW(g.load_expert(0, ExpertShard::kW2, std::span<const float>(a.data(), 10), st), std::invalid_argument);
+  // A NaN in the last expert: nothing is transformed, and processing after a good reload is exact.
+  std::vector<float> bad = a;
+  bad[3] = NAN;
+  for (int e = 0; e < experts; ++e) {
+    for (ExpertShard s : {ExpertShard::kW1, ExpertShard::kW3}) g.load_expert(e, s, a, st);
+    g.load_expert(e, ExpertShard::kW2, e == experts - 1 ? std::span<const float>(bad) : std::span<const float>(a), st);
+  }
+  EXPECT_THROW(g.process_weights_after_loading(st), std::invalid_argument);
+  EXPECT_EQ(g.state(), WeightState::kLoaded);
+  g.restore_weights_for_loading(st);  // a no-op: everything is in the loader layout
+  g.load_expert(experts - 1, ExpertShard::kW2, a, st);
+  g.process_weights_after_loading(st);
+  const PackedWeight ref(quantize(parse_format("int4/group32"), dim, hidden, std::span<const float>(a)));
+  for (int e = 0; e < experts; ++e) {
+    for (std::int64_t r = 0; r < dim; r += 7) {
+      for (std::int64_t c = 0; c < hidden; c += 3) ASSERT_EQ(g.w2(e).at(r, c), ref.at(r, c)) << e;
+    }
+  }
 }
 
 TEST(WeightLifecycle, AForwardPassNeedsTransformedWeights) {
