@@ -423,7 +423,6 @@ std::size_t PackedWeight::kernel_to_loader() {
     }
     moved += 3 * ks + 2 * loader_scale_bytes();
   }
-  (void)lc;
   return moved;
 }
 
