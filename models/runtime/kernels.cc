@@ -322,83 +322,53 @@ std::size_t element_bytes(WeightLayout l) {
 constexpr std::int64_t kTransposeBlock = 64;
 }  // namespace
 
-std::size_t PackedWeight::loader_to_kernel() {
-  std::vector<std::uint8_t>& src = scratch_buffer();
-  const std::size_t lc = loader_code_bytes(), kc = kernel_code_bytes();
-  src.assign(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(lc));
-  std::fill(data_.begin(), data_.end(), std::uint8_t{0});
-  std::uint8_t* d = data_.data();
-  if (layout_ == WeightLayout::kE4M3KMajor) {
-    // [rows, cols] -> [cols, rows]
-    for (std::int64_t r0 = 0; r0 < rows_; r0 += kTransposeBlock) {
-      for (std::int64_t c0 = 0; c0 < cols_; c0 += kTransposeBlock) {
-        const std::int64_t r1 = std::min(rows_, r0 + kTransposeBlock), c1 = std::min(cols_, c0 + kTransposeBlock);
-        for (std::int64_t r = r0; r < r1; ++r) {
-          for (std::int64_t c = c0; c < c1; ++c) d[c * rows_ + r] = src[static_cast<std::size_t>(r * cols_ + c)];
-        }
-      }
-    }
-  } else if (layout_ == WeightLayout::kNibble) {
-    const std::uint8_t bias = element_ == Element::kInt4 ? 8 : 0;
-    const auto row_bytes = (cols_ + 1) / 2;
-    for (std::int64_t r = 0; r < rows_; ++r) {
-      const std::uint8_t* row = src.data() + r * row_bytes;
-      auto code = [&](std::int64_t j) -> std::uint8_t { return j < cols_ ? static_cast<std::uint8_t>(((row[j / 2] >> (4 * (j & 1))) ^ bias) & 0xF) : 0; };
-      for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
-        std::uint8_t* p = d + offset(r, c0);
-        for (std::int64_t j = 0; j < 16; ++j) p[j] = static_cast<std::uint8_t>(code(c0 + j) | code(c0 + j + 16) << 4);
-      }
-    }
-  } else {
-    const std::size_t es = element_bytes(layout_);
-    for (std::int64_t r = 0; r < rows_; ++r) {
-      for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
-        const auto n = static_cast<std::size_t>(std::min(chunk_cols_, cols_ - c0));
-        std::memcpy(d + offset(r, c0), src.data() + static_cast<std::size_t>(r * cols_ + c0) * es, n * es);
-      }
-    }
-  }
-  std::size_t moved = 2 * lc + kc + lc + kc;  // scratch copy, zero fill, placement
-  if (scaled_ && (tile_scales_ || layout_ == WeightLayout::kE4M3KMajor)) {
-    const std::size_t ls = loader_scale_bytes(), sb = static_cast<std::size_t>(scale_size());
-    src.assign(scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(ls));
-    std::fill(scale_data_.begin(), scale_data_.end(), std::uint8_t{0});
-    for (std::int64_t r = 0; r < rows_; ++r) {
-      for (std::int64_t b = 0; b < grid_cols_; ++b) {
-        std::memcpy(scale_data_.data() + block_index(r, b) * sb, src.data() + static_cast<std::size_t>(r * grid_cols_ + b) * sb, sb);
-      }
-    }
-    moved += 3 * ls + 2 * kernel_scale_bytes();
-  }
-  return moved;
-}
+std::size_t PackedWeight::loader_to_kernel() { return relayout(true); }
 
-std::size_t PackedWeight::kernel_to_loader() {
+std::size_t PackedWeight::kernel_to_loader() { return relayout(false); }
+
+std::size_t PackedWeight::relayout(bool to_kernel) {
+  // The source layout goes to the scratch buffer, the storage is zeroed (padding: code 0 = +0),
+  // then every element is placed: `place(loader offset, kernel offset, bytes)` copies in the
+  // direction of the conversion.
   std::vector<std::uint8_t>& src = scratch_buffer();
   const std::size_t lc = loader_code_bytes(), kc = kernel_code_bytes();
-  src.assign(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(kc));
+  src.assign(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(to_kernel ? lc : kc));
   std::fill(data_.begin(), data_.end(), std::uint8_t{0});
   std::uint8_t* d = data_.data();
+  auto place = [&](std::size_t loader_at, std::size_t kernel_at, std::size_t n) {
+    if (to_kernel) {
+      std::memcpy(d + kernel_at, src.data() + loader_at, n);
+    } else {
+      std::memcpy(d + loader_at, src.data() + kernel_at, n);
+    }
+  };
   if (layout_ == WeightLayout::kE4M3KMajor) {
+    // [rows, cols] <-> [cols, rows], in square blocks that stay in L1
     for (std::int64_t r0 = 0; r0 < rows_; r0 += kTransposeBlock) {
       for (std::int64_t c0 = 0; c0 < cols_; c0 += kTransposeBlock) {
         const std::int64_t r1 = std::min(rows_, r0 + kTransposeBlock), c1 = std::min(cols_, c0 + kTransposeBlock);
         for (std::int64_t r = r0; r < r1; ++r) {
-          for (std::int64_t c = c0; c < c1; ++c) d[r * cols_ + c] = src[static_cast<std::size_t>(c * rows_ + r)];
+          for (std::int64_t c = c0; c < c1; ++c) place(static_cast<std::size_t>(r * cols_ + c), static_cast<std::size_t>(c * rows_ + r), 1);
         }
       }
     }
   } else if (layout_ == WeightLayout::kNibble) {
+    // Loader: element j of a row in byte j / 2, low nibble first, INT4 offset-binary. Kernel:
+    // chunk byte k holds element k (low) and k + 16 (high), two's complement.
     const std::uint8_t bias = element_ == Element::kInt4 ? 8 : 0;
     const auto row_bytes = (cols_ + 1) / 2;
     for (std::int64_t r = 0; r < rows_; ++r) {
-      std::uint8_t* row = d + r * row_bytes;
+      std::uint8_t* lrow = (to_kernel ? src.data() : d) + r * row_bytes;
+      auto get = [&](std::int64_t j) { return j < cols_ ? static_cast<std::uint8_t>(((lrow[j / 2] >> (4 * (j & 1))) ^ bias) & 0xF) : std::uint8_t{0}; };
+      auto put = [&](std::int64_t j, unsigned code) {
+        if (j < cols_) lrow[j / 2] = static_cast<std::uint8_t>(lrow[j / 2] | ((code ^ bias) & 0xFu) << (4 * (j & 1)));
+      };
       for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
-        const std::uint8_t* p = src.data() + offset(r, c0);
-        for (std::int64_t k = 0; k < 32 && c0 + k < cols_; ++k) {
-          const std::int64_t j = c0 + k;
-          const auto code = static_cast<std::uint8_t>(((k < 16 ? p[k] : p[k - 16] >> 4) & 0xF) ^ bias);
-          row[j / 2] = static_cast<std::uint8_t>(row[j / 2] | code << (4 * (j & 1)));
+        std::uint8_t* chunk = (to_kernel ? d : src.data()) + offset(r, c0);
+        if (to_kernel) {
+          for (std::int64_t k = 0; k < 16; ++k) chunk[k] = static_cast<std::uint8_t>(get(c0 + k) | get(c0 + k + 16) << 4);
+        } else {
+          for (std::int64_t k = 0; k < 16; ++k) put(c0 + k, chunk[k]), put(c0 + k + 16, chunk[k] >> 4u);
         }
       }
     }
@@ -407,21 +377,24 @@ std::size_t PackedWeight::kernel_to_loader() {
     for (std::int64_t r = 0; r < rows_; ++r) {
       for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
         const auto n = static_cast<std::size_t>(std::min(chunk_cols_, cols_ - c0));
-        std::memcpy(d + static_cast<std::size_t>(r * cols_ + c0) * es, src.data() + offset(r, c0), n * es);
+        place(static_cast<std::size_t>(r * cols_ + c0) * es, offset(r, c0), n * es);
       }
     }
   }
-  std::size_t moved = 2 * kc + kc + kc + lc;
+  // Bytes: the scratch copy (read + write of the source), the zero fill, the placement.
+  const std::size_t from = to_kernel ? lc : kc, to = to_kernel ? kc : lc;
+  std::size_t moved = 2 * from + kc + from + to;
   if (scaled_ && (tile_scales_ || layout_ == WeightLayout::kE4M3KMajor)) {
-    const std::size_t ks = kernel_scale_bytes(), sb = static_cast<std::size_t>(scale_size());
-    src.assign(scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(ks));
+    const std::size_t ls = loader_scale_bytes(), ks = kernel_scale_bytes(), sb = static_cast<std::size_t>(scale_size());
+    src.assign(scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(to_kernel ? ls : ks));
     std::fill(scale_data_.begin(), scale_data_.end(), std::uint8_t{0});
     for (std::int64_t r = 0; r < rows_; ++r) {
       for (std::int64_t b = 0; b < grid_cols_; ++b) {
-        std::memcpy(scale_data_.data() + static_cast<std::size_t>(r * grid_cols_ + b) * sb, src.data() + block_index(r, b) * sb, sb);
+        const std::size_t loader_at = static_cast<std::size_t>(r * grid_cols_ + b) * sb, kernel_at = block_index(r, b) * sb;
+        std::memcpy(scale_data_.data() + (to_kernel ? kernel_at : loader_at), src.data() + (to_kernel ? loader_at : kernel_at), sb);
       }
     }
-    moved += 3 * ks + 2 * loader_scale_bytes();
+    moved += 3 * (to_kernel ? ls : ks) + 2 * (to_kernel ? ks : ls);
   }
   return moved;
 }

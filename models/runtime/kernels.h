@@ -153,6 +153,7 @@ class PackedWeight {
   int scale_size() const;                               // bytes per stored scale
   std::size_t block_index(std::int64_t r, std::int64_t b) const;  // kernel scale slot of row r, block column b
   void check_fits(const QuantizedTensor& q) const;      // throws when q cannot be stored (store_loader)
+  std::size_t relayout(bool to_kernel);                 // loader_to_kernel / kernel_to_loader
   std::size_t offset(std::int64_t r, std::int64_t c) const;  // byte offset of (r, c)'s chunk row
   float scale(std::int64_t r, std::int64_t c) const;    // decoded scale of the block holding (r, c)
   float scale_at(std::size_t block) const;              // decoded scale of a block (grid index)
