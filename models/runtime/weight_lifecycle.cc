@@ -14,6 +14,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The error of a lifecycle call made in a state that does not allow it, saying what to call instead.
+WeightStateError state_error(const std::string& name, std::string_view call, WeightState state) {
+  const char* why = state == WeightState::kTransformed        ? "it holds the kernel layout; call restore_weights_for_loading first"
+                    : call == "process_weights_after_loading" ? "nothing has been loaded yet"
+                                                              : "its weights are not in the kernel layout; call process_weights_after_loading first";
+  return WeightStateError(fmt::format("{}: {} called in state '{}': {}", name, call, weight_state_name(state), why));
+}
+
 }  // namespace
 
 std::string_view weight_state_name(WeightState s) {
@@ -60,22 +68,22 @@ void ReloadableTensor::stage(std::int64_t row0, std::span<const float> values, R
   stats.load_bytes += 2 * values.size() * sizeof(float);
 }
 
-void ReloadableTensor::store(const QuantizedTensor& q, ReloadStats& stats) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (!allocated_) {
-    if (!(q.format == format_) || q.rows != rows_ || q.cols != cols_) {
-      throw std::invalid_argument(fmt::format("tensor [{}, {}] in {} does not match [{}, {}] in {}", q.rows, q.cols, q.format.str(), rows_, cols_,
-                                              format_.str()));
-    }
+void ReloadableTensor::store_loader(const QuantizedTensor& q) {
+  if (!allocated()) {
+    // The first store fixes the layout and the blocks; PackedWeight::store_loader checks the format and shape.
     PackedWeight p = PackedWeight::reloadable(format_, rows_, cols_, q.block_rows, q.block_cols);
     p.store_loader(q);  // may throw: nothing is kept
     packed_ = std::move(p);
-    allocated_ = true;
   } else {
     packed_.store_loader(q);
   }
-  if (with_dense_) pending_ = q;
   stored_ = true;
+}
+
+void ReloadableTensor::store(const QuantizedTensor& q, ReloadStats& stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  store_loader(q);
+  if (with_dense_) pending_ = q;
   stats.load_s += seconds_since(t0);
   stats.load_bytes += 2 * packed_.loader_bytes();
 }
@@ -89,20 +97,12 @@ void ReloadableTensor::quantize(ReloadStats& stats) {
     }
   }
   QuantizedTensor q = models::quantize(format_, rows_, cols_, std::span<const float>(staging_));
-  if (!allocated_) {
-    PackedWeight p = PackedWeight::reloadable(format_, rows_, cols_, q.block_rows, q.block_cols);
-    p.store_loader(q);
-    packed_ = std::move(p);
-    allocated_ = true;
-  } else {
-    packed_.store_loader(q);
-  }
+  store_loader(q);
   stats.quantize_bytes += staging_.size() * sizeof(float) + packed_.loader_bytes();
   if (with_dense_) pending_ = std::move(q);
   std::vector<float>().swap(staging_);
   std::vector<std::uint8_t>().swap(staged_);
   staged_rows_ = 0;
-  stored_ = true;
   stats.quantize_s += seconds_since(t0);
 }
 
@@ -145,17 +145,7 @@ QuantizedLinear::QuantizedLinear(std::string name, const Format& weight, std::in
     : name_(std::move(name)), t_(weight, rows, cols, with_dense) {}
 
 void QuantizedLinear::require(bool ok, std::string_view call) const {
-  if (!ok) {
-    std::string why;
-    if (state_ == WeightState::kTransformed) {
-      why = "it holds the kernel layout; call restore_weights_for_loading first";
-    } else if (call == "process_weights_after_loading") {
-      why = "nothing has been loaded yet";
-    } else {
-      why = "its weights are not in the kernel layout; call process_weights_after_loading first";
-    }
-    throw WeightStateError(fmt::format("{}: {} called in state '{}': {}", name_, call, weight_state_name(state_), why));
-  }
+  if (!ok) throw state_error(name_, call, state_);
 }
 
 void QuantizedLinear::load_weight(std::span<const float> values, ReloadStats& stats) {
@@ -220,12 +210,7 @@ QuantizedExpertGroup::QuantizedExpertGroup(std::string name, const Format& weigh
 }
 
 void QuantizedExpertGroup::require(bool ok, std::string_view call) const {
-  if (!ok) {
-    std::string why = state_ == WeightState::kTransformed ? "it holds the kernel layout; call restore_weights_for_loading first"
-                      : call == "process_weights_after_loading" ? "nothing has been loaded yet"
-                                                                 : "its weights are not in the kernel layout; call process_weights_after_loading first";
-    throw WeightStateError(fmt::format("{}: {} called in state '{}': {}", name_, call, weight_state_name(state_), why));
-  }
+  if (!ok) throw state_error(name_, call, state_);
 }
 
 void QuantizedExpertGroup::load_expert(int expert, ExpertShard shard, std::span<const float> values, ReloadStats& stats) {

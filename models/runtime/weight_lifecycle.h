@@ -84,7 +84,7 @@ class ReloadableTensor {
   /// Rows loaded since the last transform(): all once quantised or stored, else the staged rows.
   std::int64_t loaded_rows() const { return stored_ ? rows_ : staged_rows_; }
   /// Whether the storage exists (a first store or quantize() happened).
-  bool allocated() const { return allocated_; }
+  bool allocated() const { return packed_.rows() > 0; }
   /// Quantises the staged rows (all must be staged) into the loader layout; the first call
   /// allocates the storage and fixes the shapes. Frees the staging. Throws std::invalid_argument,
   /// storing nothing, for a NaN or infinite value (a corrupt update must not become codes: INT4
@@ -98,10 +98,10 @@ class ReloadableTensor {
   void buffers(std::vector<const void*>& out) const;
 
  private:
+  void store_loader(const QuantizedTensor& q);  // allocates on the first call
   Format format_{Element::kFp32, {}};
   std::int64_t rows_ = 0, cols_ = 0;
   bool with_dense_ = false;
-  bool allocated_ = false;
   std::vector<float> staging_;               // [rows, cols] while rows are being loaded
   std::vector<std::uint8_t> staged_;         // per row: loaded since the last quantize()
   std::int64_t staged_rows_ = 0;
