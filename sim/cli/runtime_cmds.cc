@@ -28,6 +28,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Recipe names (or fp32) as runtime precisions; an unknown one is bad input (exit 2) named for `command`.
+std::vector<models::RuntimePrecision> parse_precisions(const std::vector<std::string>& names, std::string_view command) {
+  std::vector<models::RuntimePrecision> out;
+  for (const std::string& name : names) {
+    try {
+      out.push_back(models::runtime_precision(name));
+    } catch (const std::invalid_argument& e) {
+      throw sim::ScenarioError(fmt::format("{}: {}", command, e.what()));
+    }
+  }
+  return out;
+}
+
+// Freed buffers stay in the heap (glibc would unmap large ones and re-fault them on the next
+// allocation), as a long-lived worker's caching allocator keeps them: benchmarks then time warm memory.
+void keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 }  // namespace
 
 std::string default_tokenizer(const std::string& model, std::string_view command) {
@@ -132,18 +152,8 @@ double measure_read_bandwidth(std::size_t bytes, int repeat) {
 }
 
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
-  // Keep freed buffers in the heap (glibc would unmap the 100 MB prefill logits and activations)
-  // so that repeated runs time the runtime on warm memory, as a long-lived rollout worker has.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  std::vector<models::RuntimePrecision> precisions;
-  for (const std::string& name : o.precisions) {
-    try {
-      precisions.push_back(models::runtime_precision(name));
-    } catch (const std::invalid_argument& e) {
-      throw sim::ScenarioError(std::string("rlsim bench runtime: ") + e.what());
-    }
-  }
+  keep_freed_memory();  // the 100 MB prefill logits and activations of repeated runs
+  const std::vector<models::RuntimePrecision> precisions = parse_precisions(o.precisions, "rlsim bench runtime");
   models::TransformerConfig c;
   if (o.shape.empty()) {
     // SmolLM2-135M (../shared/models/smollm2-135m-tokenizer/config.json): LlamaForCausalLM.
@@ -230,18 +240,8 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
   if (!(o.perturbation >= 0) || !std::isfinite(o.perturbation)) {
     throw sim::ScenarioError(fmt::format("rlsim bench reload: --perturbation {} must be finite and >= 0", o.perturbation));
   }
-  std::vector<models::RuntimePrecision> precisions;
-  for (const std::string& name : o.precisions) {
-    try {
-      precisions.push_back(models::runtime_precision(name));
-    } catch (const std::invalid_argument& e) {
-      throw sim::ScenarioError(std::string("rlsim bench reload: ") + e.what());
-    }
-  }
-  // Freed staging buffers stay in the heap (glibc would unmap and re-fault them every cycle), as a
-  // long-lived worker's caching allocator keeps them.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  const std::vector<models::RuntimePrecision> precisions = parse_precisions(o.precisions, "rlsim bench reload");
+  keep_freed_memory();  // the staging buffers freed and reallocated every cycle
   models::ModelWeights w;
   if (!o.shape.empty()) {
     models::TransformerConfig c = models::read_hf_config(o.shape);
