@@ -357,9 +357,7 @@ ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, f
   if (c.dim <= 0 || c.hidden_dim <= 0 || c.layers <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.head_dim <= 0 || c.vocab <= 0) {
     throw std::invalid_argument("synthetic_weights: sizes must be positive");
   }
-  if (c.experts < 0 || (c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts || c.expert_hidden_dim <= 0))) {
-    throw std::invalid_argument("synthetic_weights: an MoE config needs 1 <= experts_per_token <= experts and expert_hidden_dim > 0");
-  }
+  check_moe_config(c);
   ModelWeights w;
   w.config = c;
   std::uint64_t stream = 0;
@@ -396,6 +394,13 @@ ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, f
   w.final_norm = VectorF::Ones(d);
   if (!c.tied_embeddings) w.lm_head = rnd(c.vocab, d);
   return w;
+}
+
+void check_moe_config(const TransformerConfig& c) {
+  if (c.experts < 0 || (c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts || c.expert_hidden_dim <= 0))) {
+    throw std::invalid_argument(fmt::format("{}: an MoE config needs 1 <= experts_per_token <= experts and expert_hidden_dim > 0 (got {}, {}, {})",
+                                            c.name, c.experts_per_token, c.experts, c.expert_hidden_dim));
+  }
 }
 
 TransformerConfig synthetic_moe_config() {

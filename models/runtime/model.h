@@ -110,6 +110,11 @@ TransformerConfig read_hf_config(const std::string& path);
 /// non-positive sizes or an MoE config whose experts_per_token is not in [1, experts].
 ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, float stddev = 0.02f);
 
+/// Checks a config's MoE fields: experts >= 0 and, for an MoE (experts > 0), 1 <=
+/// experts_per_token <= experts and expert_hidden_dim > 0. Throws std::invalid_argument naming the
+/// config and the values.
+void check_moe_config(const TransformerConfig& c);
+
 /// A small synthetic MoE configuration for tests and benchmarks ("synthetic-moe"): dim 128,
 /// 2 layers, 4 heads of 32 (2 KV heads), 8 experts of width 64, top-2, vocab 512, max_seq 256,
 /// Hugging Face RoPE, untied lm_head.

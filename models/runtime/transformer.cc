@@ -112,10 +112,7 @@ std::string_view kernel_mode_name(KernelMode m) { return m == KernelMode::kBatch
 Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, KernelMode kernels)
     : config_(w.config), precision_name_(p.name), recipe_(p.recipe), kernels_(kernels) {
   const TransformerConfig& c = config_;
-  if (c.experts < 0 || (c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts || c.expert_hidden_dim <= 0))) {
-    throw std::invalid_argument(fmt::format("{}: MoE config needs 1 <= experts_per_token <= experts and expert_hidden_dim > 0 (got {}, {}, {})", c.name,
-                                            c.experts_per_token, c.experts, c.expert_hidden_dim));
-  }
+  check_moe_config(c);
   if (recipe_) {
     hidden_ = recipe_->hidden_element();
     attention_ = recipe_->attention;
