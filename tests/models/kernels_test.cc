@@ -13,17 +13,12 @@
 #include "models/precision/format.h"
 #include "models/precision/quantize.h"
 #include "models/runtime/kernels.h"
+#include "tests/models/test_data.h"
 
 namespace rlsim::models {
 namespace {
 
-std::vector<float> normal(std::size_t n, unsigned seed, float sd) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(g);
-  return v;
-}
+using test_data::normal;
 
 struct Case {
   const char* format;

@@ -13,6 +13,7 @@
 
 #include "models/precision/quantize.h"
 #include "models/runtime/kernels.h"
+#include "tests/models/test_data.h"
 #include "models/runtime/reload.h"
 #include "models/runtime/transformer.h"
 #include "models/runtime/weight_lifecycle.h"
@@ -32,13 +33,7 @@ const ModelWeights& moe() {
   return w;
 }
 
-std::vector<float> normal(std::size_t n, unsigned seed, float sd) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using test_data::normal;
 
 std::vector<int> probe(int vocab, int n) {
   std::mt19937 g(3);
