@@ -3,9 +3,19 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <csv.h>
+
 namespace rlsim::analysis {
 
 namespace fs = std::filesystem;
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out(s.size() * 2 + 2, '\0');
+  const std::size_t n = csv_write(out.data(), out.size(), s.data(), s.size());
+  out.resize(n);
+  return out;
+}
 
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -13,7 +23,9 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-void write_directory(const fs::path& dir, const std::function<void(const fs::path& tmp)>& fill) {
+void write_directory(const fs::path& dir_in, const std::function<void(const fs::path& tmp)>& fill) {
+  // "out/x/" names the folder x, like "out/x".
+  const fs::path dir = dir_in.has_filename() ? dir_in : dir_in.parent_path();
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent);
   std::string tmp_name = ".";  // built stepwise: GCC 12 warns (-Wrestrict, false positive) on "." + string&&

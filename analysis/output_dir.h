@@ -7,6 +7,10 @@
 
 namespace rlsim::analysis {
 
+/// `s` as one CSV field (RFC 4180): as is, or quoted by libcsv's csv_write when it holds a comma,
+/// quote or line break.
+std::string csv_field(const std::string& s);
+
 /// Writes `text` to `path` (binary, as is). Throws std::runtime_error naming the file on failure.
 void write_text(const std::filesystem::path& path, const std::string& text);
 

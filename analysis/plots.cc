@@ -1,5 +1,7 @@
 #include "analysis/plots.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <tuple>
@@ -17,6 +19,36 @@ int phase_colour(const std::string& phase) {
   }
   return 8;
 }
+
+// A tick list "('a' 0, 'b' 1, ...)".
+std::string tick_list(const std::vector<std::string>& ticks) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < ticks.size(); ++i) out += (i ? ", " : "") + gnuplot_quoted(ticks[i]) + " " + std::to_string(i);
+  return out + ")";
+}
+
+// A label as a double-quoted inline-data field (gnuplot reads "..." as one column).
+std::string data_text(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? '\'' : c;
+  return out + "\"";
+}
+
+// A title that may hold line breaks: quoted lines joined by gnuplot's string concatenation.
+std::string gnuplot_title(const std::string& s) {
+  std::string out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t nl = s.find('\n', start);
+    out += gnuplot_quoted(s.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (nl == std::string::npos) break;
+    out += ".\"\\n\".";
+    start = nl + 1;
+  }
+  return out;
+}
+
+int rgb_int(const std::string& hex) { return static_cast<int>(std::strtol(hex.c_str() + 1, nullptr, 16)); }
 
 }  // namespace
 
@@ -109,6 +141,124 @@ bool plot_memory(const std::filesystem::path& png, const sim::Scenario& s, const
     gp << "\n";
     for (const auto& pts : series) gp.send1d(pts);
   }
+  return true;
+}
+
+bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string* why) {
+  if (!gnuplot_available()) {
+    *why = "gnuplot is not installed (apt-get install gnuplot-nox)";
+    return false;
+  }
+  const std::size_t nx = g.xticks.size(), ny = g.yticks.size();
+  if (nx == 0 || ny == 0 || g.z.size() != nx * ny || g.text.size() != nx * ny) {
+    *why = "empty or inconsistent grid";
+    return false;
+  }
+  const bool categorical = !g.categories.empty();
+  bool any = false;
+  for (double v : g.z) any = any || !std::isnan(v);
+  const int width = static_cast<int>(std::clamp<std::size_t>(220 + nx * 120, 640, 2400));
+  const int height = static_cast<int>(std::clamp<std::size_t>(200 + ny * 56, 400, 1600));
+  Gnuplot gp("gnuplot");
+  gp << "set terminal pngcairo size " << width << "," << height << " font 'sans,10'\n";
+  gp << "set output " << gnuplot_quoted(png.string()) << "\n";
+  gp << "set title " << gnuplot_title(g.title) << " noenhanced\n";
+  gp << "set xlabel " << gnuplot_quoted(g.xlabel) << " noenhanced\nset ylabel " << gnuplot_quoted(g.ylabel) << " noenhanced\n";
+  gp << "set xrange [-0.5:" << nx - 0.5 << "]\nset yrange [-0.5:" << ny - 0.5 << "]\n";
+  gp << "set xtics " << tick_list(g.xticks) << " noenhanced\nset ytics " << tick_list(g.yticks) << " noenhanced\n";
+  gp << "set tics scale 0\nset style fill solid 1.0 border lc rgb 'white'\n";
+  if (categorical) {
+    gp << "set key below horizontal\nunset colorbox\n";
+  } else {
+    gp << "unset key\nset palette defined (0 '#ffffcc', 1 '#fed976', 2 '#fd8d3c', 3 '#e31a1c')\n";
+    gp << "set cblabel " << gnuplot_quoted(g.cblabel) << " noenhanced\n";
+  }
+  // Empty cells in grey, then the coloured cells, then the cell labels.
+  gp << "plot '-' using 1:2:3:4:5:6 with boxxyerror fc rgb '#dddddd' notitle";
+  if (any) gp << ", '-' using 1:2:3:4:5:6:7 with boxxyerror " << (categorical ? "lc rgb variable" : "lc palette") << " notitle";
+  gp << ", '-' using 1:2:3 with labels font 'sans,9' noenhanced notitle";
+  // Key entries for the categories that occur.
+  for (std::size_t c = 0; c < g.categories.size(); ++c) {
+    if (std::find(g.z.begin(), g.z.end(), static_cast<double>(c)) == g.z.end()) continue;
+    gp << ", NaN with boxes fc rgb '" << g.categories[c].second << "' title " << gnuplot_quoted(g.categories[c].first) << " noenhanced";
+  }
+  gp << "\n";
+  auto box = [&](std::size_t x, std::size_t y) {
+    gp << x << " " << y << " " << x - 0.5 << " " << x + 0.5 << " " << y - 0.5 << " " << y + 0.5;
+  };
+  bool empty_any = false;
+  for (std::size_t y = 0; y < ny; ++y) {
+    for (std::size_t x = 0; x < nx; ++x) {
+      if (!std::isnan(g.z[y * nx + x])) continue;
+      box(x, y);
+      gp << "\n";
+      empty_any = true;
+    }
+  }
+  if (!empty_any) gp << "NaN NaN NaN NaN NaN NaN\n";
+  gp << "e\n";
+  if (any) {
+    for (std::size_t y = 0; y < ny; ++y) {
+      for (std::size_t x = 0; x < nx; ++x) {
+        const double v = g.z[y * nx + x];
+        if (std::isnan(v)) continue;
+        box(x, y);
+        if (categorical) gp << " " << rgb_int(g.categories.at(static_cast<std::size_t>(v)).second) << "\n";
+        else gp << " " << v << "\n";
+      }
+    }
+    gp << "e\n";
+  }
+  bool text_any = false;
+  for (std::size_t y = 0; y < ny; ++y) {
+    for (std::size_t x = 0; x < nx; ++x) {
+      if (g.text[y * nx + x].empty()) continue;
+      gp << x << " " << y << " " << data_text(g.text[y * nx + x]) << "\n";
+      text_any = true;
+    }
+  }
+  if (!text_any) gp << "NaN NaN \"\"\n";
+  gp << "e\n";
+  return true;
+}
+
+bool plot_pareto(const std::filesystem::path& png, const ParetoPlot& p, std::string* why) {
+  if (!gnuplot_available()) {
+    *why = "gnuplot is not installed (apt-get install gnuplot-nox)";
+    return false;
+  }
+  if (p.points.empty()) {
+    *why = "no point to draw";
+    return false;
+  }
+  double xlo = 1e300, xhi = 0, ylo = 1e300, yhi = 0;
+  for (const auto& q : p.points) {
+    xlo = std::min(xlo, q.x), xhi = std::max(xhi, q.x);
+    ylo = std::min(ylo, q.y), yhi = std::max(yhi, q.y);
+  }
+  Gnuplot gp("gnuplot");
+  gp << "set terminal pngcairo size 1000,640 font 'sans,10'\n";
+  gp << "set output " << gnuplot_quoted(png.string()) << "\n";
+  gp << "set title " << gnuplot_title(p.title) << " noenhanced\n";
+  gp << "set xlabel " << gnuplot_quoted(p.xlabel) << " noenhanced\nset ylabel " << gnuplot_quoted(p.ylabel) << " noenhanced\n";
+  gp << "set grid\nset key outside bottom center horizontal\nset offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05\n";
+  if (xlo > 0 && xhi > 20 * xlo) gp << "set logscale x\n";
+  if (ylo > 0 && yhi > 20 * ylo) gp << "set logscale y\n";
+  gp << "plot '-' using 1:2 with points pt 7 ps 0.6 lc rgb '#9e9e9e' title 'configurations that fit'";
+  gp << ", '-' using 1:2 with linespoints pt 7 ps 1.0 lw 2 lc rgb '#1f77b4' title 'Pareto front'";
+  gp << ", '-' using 1:2:3 with labels offset 0.8,0.6 left font 'sans,8' noenhanced notitle";
+  if (p.chosen) gp << ", '-' using 1:2 with points pt 3 ps 2.5 lw 2 lc rgb '#d62728' title 'recommended'";
+  if (p.y_limit) gp << ", " << *p.y_limit << " with lines dt 2 lc rgb '#d62728' title " << gnuplot_quoted(p.y_limit_label) << " noenhanced";
+  gp << "\n";
+  for (const auto& q : p.points) gp << q.x << " " << q.y << "\n";
+  gp << "e\n";
+  for (const auto& q : p.front) gp << q.x << " " << q.y << "\n";
+  if (p.front.empty()) gp << "NaN NaN\n";
+  gp << "e\n";
+  for (const auto& q : p.front) gp << q.x << " " << q.y << " " << data_text(q.label) << "\n";
+  if (p.front.empty()) gp << "NaN NaN \"\"\n";
+  gp << "e\n";
+  if (p.chosen) gp << p.chosen->x << " " << p.chosen->y << "\ne\n";
   return true;
 }
 

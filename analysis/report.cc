@@ -10,7 +10,6 @@
 #include <sstream>
 #include <system_error>
 
-#include <csv.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -44,15 +43,6 @@ std::vector<double> step_values(const sim::SimResult& r) {
   std::vector<double> v;
   for (const auto& st : r.steps) v.push_back(st.step_s());
   return v;
-}
-
-// A CSV field, quoted by libcsv when it holds a separator, quote or newline.
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out(s.size() * 2 + 2, '\0');
-  const std::size_t n = csv_write(out.data(), out.size(), s.data(), s.size());
-  out.resize(n);
-  return out;
 }
 
 std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {

@@ -16,6 +16,7 @@
 #include "models/runtime/model.h"
 #include "sim/cli/precision_cmds.h"
 #include "sim/cli/drift_cmds.h"
+#include "sim/cli/plan_cmds.h"
 #include "sim/cli/runtime_cmds.h"
 #include "sim/cli/verify_cmds.h"
 #include "sim/pipeline/pipeline.h"
@@ -131,8 +132,9 @@ training: {backend: fsdp, precision: bf16, mini_batches: 4, micro_batch_tokens: 
 output: {plots: false, trace: false}
 )";
 
-int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, cli::BenchReloadOptions ro) {
+int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, cli::BenchReloadOptions ro, int jobs) {
   if (what == "quantize") return cli::bench_quantize(repeat, std::cout);
+  if (what == "plan") return cli::bench_plan(jobs, repeat, std::cout);
   if (what == "reload") {
     ro.threads = bo.threads;
     ro.shape = bo.shape;
@@ -144,7 +146,7 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
     return cli::bench_runtime(bo, std::cout, std::cerr);
   }
   if (what == "verify") return cli::bench_verify(repeat, std::cout);
-  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize, verify, runtime, reload)");
+  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize, verify, runtime, reload, plan)");
   namespace fs = std::filesystem;
   const fs::path p = fs::temp_directory_path() / fmt::format("rlsim_bench_sim_{}.yaml", ::getpid());
   {
@@ -217,8 +219,9 @@ int main(int argc, char** argv) {
                     "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
                     "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
                     "precision on synthetic weights; reload: the quantised weight reload lifecycle (restore, load, quantise, "
-                    "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load")
-      ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload"}))
+                    "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load; plan: a "
+                    "1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on --jobs threads")
+      ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload", "plan"}))
       ->capture_default_str();
   bench->add_option("--shape", bro.shape, "runtime, reload: Hugging Face config.json whose shapes to use with synthetic weights (runtime default: SmolLM2-135M)");
   cli::BenchReloadOptions rlo;
@@ -238,6 +241,8 @@ int main(int argc, char** argv) {
   bench->add_option("--decode-tokens", bro.decode_tokens, "runtime: decode steps timed per run")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   bench->add_option("--prefill-tokens", bro.prefill_tokens, "runtime: prompt length of the prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   bench->add_flag("--batch-invariant", bro.batch_invariant, "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
+  int bench_jobs = 0;
+  bench->add_option("--jobs,-j", bench_jobs, "plan: parallel jobs (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bench->add_option("--repeat", bench_repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
 
   cli::QuantizeOptions qo;
@@ -319,6 +324,30 @@ int main(int argc, char** argv) {
       "delta_histogram.png.\nExamples:\n  rlsim drift scenarios/drift-stories260k.yaml\n"
       "  rlsim drift --model ../shared/models/stories260K/stories260K.bin --pairs bf16:bf16,bf16:fp8-block --lengths 32,64,128 --prompts 4 --samples 4\n");
 
+  cli::PlanOptions po;
+  auto* plan = app.add_subcommand(
+      "plan",
+      "Capacity planning: simulate every point of a study (the cartesian product of swept scenario keys over a base scenario), "
+      "rank them by the objective under the constraints and recommend one; results.csv, plan.json, step-time heatmap, memory-fit "
+      "map, Pareto front. Under mpirun (MPI build) the points are split across the ranks");
+  plan->add_option("study", po.study, "Study YAML file: base, sweep, objective, constraints (SCENARIO.md, Study files)")->required();
+  plan->add_option("--out,-o", po.out, "Output directory (default: output.dir of the study, else out/<study file stem>)");
+  plan->add_option("--jobs,-j", po.jobs, "Parallel jobs (0: all cores; under MPI: the cores of the node / its ranks)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  plan->add_option("--set,-s", po.set, "Override a key of every point's scenario: dotted.key=value (YAML value), repeatable; e.g. --set steps=1")
+      ->take_all();
+  plan->add_option("--heatmap", po.heatmap, "The heatmap's x and y sweep keys (default: plots.heatmap of the study, else the first two swept)")
+      ->delimiter(',');
+  plan->add_option("--top", po.top, "Ranked rows to print (0: all)")->capture_default_str();
+  plan->add_flag("--no-plots", po.no_plots, "Write results.csv and plan.json only");
+  plan->add_flag("--quiet,-q", po.quiet, "Print only the recommended line");
+  plan->footer(
+      "Exit status: 0 (also when no point meets the constraints: 'recommended: none'), 2 bad study or base scenario.\n"
+      "Examples:\n  rlsim plan scenarios/study-kimi-k2-rollout-h200.yaml\n"
+      "  rlsim plan scenarios/study-qwen3-8b-h200-vs-ascend-950.yaml --jobs 2 --set steps=1 --out out/q8\n"
+      "  mpirun -n 4 rlsim plan scenarios/study-rollout-length-qwen3-8b.yaml");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -336,12 +365,13 @@ int main(int argc, char** argv) {
     if (*catalog) return cmd_catalog(catalog_what);
     if (*bench) {
       if (bench_precision->count() > 0) rlo.precisions = bro.precisions;
-      return cmd_bench(bench_what, bench_repeat, bro, rlo);
+      return cmd_bench(bench_what, bench_repeat, bro, rlo, bench_jobs);
     }
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
     if (*verify) return cli::cmd_verify(vo, std::cout);
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);
     if (*drift) return cli::cmd_drift(dro, std::cout, std::cerr);
+    if (*plan) return cli::cmd_plan(po, std::cout, std::cerr);
   } catch (const sim::ScenarioError& e) {
     std::cerr << "rlsim: error: " << e.what() << "\n";
     return 2;

@@ -25,24 +25,30 @@ using models::Element;
 using models::Format;
 using models::Recipe;
 
+[[noreturn]] void throw_error(const std::string& msg, bool unknown_key) {
+  if (unknown_key) throw ScenarioKeyError(msg);
+  throw ScenarioError(msg);
+}
+
 // Where nodes come from: one file, plus the dotted paths that --set replaced.
 struct Source {
   std::string file;
   std::map<std::string, std::string> overrides;  // dotted path -> "path=value"
+  std::string label = "--set";                   // how an override is named in messages
 
-  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what) const {
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what, bool unknown_key = false) const {
     for (const auto& [p, text] : overrides) {
-      if (path == p || path.starts_with(p + ".")) throw ScenarioError("--set " + text + ": " + what);
+      if (path == p || path.starts_with(p + ".")) throw_error(label + " " + text + ": " + what, unknown_key);
     }
     // An error on a mapping whose members were overridden mentions those overrides.
     std::string with;
     for (const auto& [p, text] : overrides) {
-      if (path.empty() || p.starts_with(path + ".")) with += (with.empty() ? " (with --set " : ", --set ") + text;
+      if (path.empty() || p.starts_with(path + ".")) with += (with.empty() ? " (with " : ", ") + label + " " + text;
     }
     if (!with.empty()) with += ")";
     const YAML::Mark m = node.Mark();
-    if (m.is_null()) throw ScenarioError(fmt::format("{}: {}{}", file, what, with));
-    throw ScenarioError(fmt::format("{}:{}:{}: {}{}", file, m.line + 1, m.column + 1, what, with));
+    if (m.is_null()) throw_error(fmt::format("{}: {}{}", file, what, with), unknown_key);
+    throw_error(fmt::format("{}:{}:{}: {}{}", file, m.line + 1, m.column + 1, what, with), unknown_key);
   }
 };
 
@@ -86,7 +92,7 @@ class Map {
       const auto key = kv.first.as<std::string>();
       if (!read_.count(key) && std::find(valid.begin(), valid.end(), key) == valid.end()) {
         src_.fail(kv.first, child_path(path_, key),
-                  "unknown key '" + child_path(path_, key) + "' (valid keys here: " + join(valid) + ")");
+                  "unknown key '" + child_path(path_, key) + "' (valid keys here: " + join(valid) + ")", true);
       }
     }
   }
@@ -462,22 +468,23 @@ int json_int(const nlohmann::json& j, const std::string& file, const std::string
 
 // Overrides -------------------------------------------------------------------------------------
 
-void apply_override(YAML::Node& root, const std::string& text, std::map<std::string, std::string>& paths) {
+void apply_override(YAML::Node& root, const std::string& text, Source& src) {
+  const std::string& label = src.label;
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
-    throw ScenarioError("--set " + text + ": expected dotted.key=value, e.g. --set cluster.nodes=2");
+    throw ScenarioError(label + " " + text + ": expected dotted.key=value, e.g. " + label + " cluster.nodes=2");
   }
   const std::string key = text.substr(0, eq);
   YAML::Node value;
   try {
     value = YAML::Load(text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
-    throw ScenarioError("--set " + text + ": the value is not valid YAML: " + e.msg);
+    throw ScenarioError(label + " " + text + ": the value is not valid YAML: " + e.msg);
   }
   std::vector<std::string> parts;
   std::stringstream ss(key);
   for (std::string part; std::getline(ss, part, '.');) {
-    if (part.empty()) throw ScenarioError("--set " + text + ": empty component in key '" + key + "'");
+    if (part.empty()) throw ScenarioError(label + " " + text + ": empty component in key '" + key + "'");
     parts.push_back(part);
   }
   YAML::Node cur = root;
@@ -495,7 +502,7 @@ void apply_override(YAML::Node& root, const std::string& text, std::map<std::str
     cur.reset(next);
   }
   cur[parts.back()] = value;
-  paths[key] = text;
+  src.overrides[key] = text;
 }
 
 }  // namespace
@@ -578,11 +585,14 @@ models::ModelArch model_from_hf_config(const std::string& path) {
   return a;
 }
 
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
-  Source src{path, {}};
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides, const std::string& override_label) {
+  Source src{path, {}, override_label};
   YAML::Node root = parse_yaml_text(read_file(path, "scenario file"), path);
   if (!root.IsMap()) throw ScenarioError(path + ":1:1: a scenario must be a YAML mapping (see SCENARIO.md)");
-  for (const auto& o : overrides) apply_override(root, o, src.overrides);
+  if (root["base"] && root["sweep"]) {
+    throw ScenarioError(path + ":1:1: this is a study file (base: and sweep:), not a scenario; run it with `rlsim plan " + path + "`");
+  }
+  for (const auto& o : overrides) apply_override(root, o, src);
   const fs::path base_dir = fs::path(path).parent_path();
 
   Scenario s;

@@ -21,6 +21,13 @@ class ScenarioError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A ScenarioError for a key the format does not know (a typo, never a value out of range):
+/// `rlsim plan` treats it as an error of the study, not as one invalid point.
+class ScenarioKeyError : public ScenarioError {
+ public:
+  using ScenarioError::ScenarioError;
+};
+
 /// Efficiency factors: achieved fraction of a peak rate. Defaults are documented where set.
 struct Efficiency {
   double memory = 0;   // of HBM bandwidth
@@ -135,10 +142,13 @@ struct Scenario {
 };
 
 /// Loads and validates a scenario file. `overrides` are "dotted.key=value" strings (--set),
-/// applied before validation; the value is parsed as YAML. Throws ScenarioError on any bad input:
-/// unreadable file, YAML syntax, unknown key, missing required key, value without unit, unknown
-/// catalog name, inconsistent parallelism.
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+/// applied in order before validation; the value is parsed as YAML. An error in or about an
+/// overridden key names the override as "<override_label> key=value: ..." ("--set" for
+/// `rlsim run`, "sweep" for a point of `rlsim plan`). Throws ScenarioError on any bad input:
+/// unreadable file, YAML syntax, missing required key, value without unit, unknown catalog
+/// name, inconsistent parallelism; ScenarioKeyError for an unknown key.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {},
+                       const std::string& override_label = "--set");
 
 /// The fully resolved scenario as YAML (every default made explicit, units canonical).
 std::string resolved_yaml(const Scenario& s);

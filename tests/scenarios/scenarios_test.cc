@@ -55,12 +55,13 @@ TEST_P(EveryScenario, RunsFitsAndConserves) {
 }
 
 // Every pipeline scenario: the .yaml files of scenarios/ except the drift files (drift-*.yaml,
-// for `rlsim drift`, tested in tests/cli/cli_test.sh).
+// for `rlsim drift`, tested in tests/cli/cli_test.sh) and the study files (study-*.yaml, for
+// `rlsim plan`, tested in tests/analysis/plan_test.cc).
 std::vector<std::string> scenario_files() {
   std::vector<std::string> v;
   for (const auto& e : fs::directory_iterator(scenario_dir())) {
     const std::string name = e.path().filename().string();
-    if (e.path().extension() == ".yaml" && name.rfind("drift-", 0) != 0) v.push_back(name);
+    if (e.path().extension() == ".yaml" && !name.starts_with("drift-") && !name.starts_with("study-")) v.push_back(name);
   }
   std::sort(v.begin(), v.end());
   return v;

@@ -1,0 +1,188 @@
+// Capacity planning (`rlsim plan`): a study file (SCENARIO.md, "Study files") sweeps dotted
+// scenario keys over a base scenario; every point of the cartesian product is simulated, checked
+// against the study's constraints and ranked by its objective. Outputs: results.csv, plan.json,
+// a step-time heatmap, a memory-fit map and the Pareto front of step time vs device-hours.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "sim/pipeline/pipeline.h"
+#include "sim/scenario/scenario.h"
+
+namespace rlsim::analysis {
+
+/// One entry of a study's `sweep:`. Either one dotted key with a list of values
+/// (`rollout.tensor_parallel: [1, 2, 4]`), or a named group of dotted keys swept together, the
+/// i-th value of every key forming the group's i-th setting (`rollout_nodes: {placement.rollout_devices:
+/// [8, 16], rollout.tensor_parallel: [8, 16]}`); groups are rlsim's extension of the study format,
+/// for keys that only make sense together.
+struct SweepAxis {
+  std::string name;                              // the dotted key, or the group's name
+  std::vector<std::string> keys;                 // the dotted keys it sets (one for a plain key)
+  std::vector<std::vector<std::string>> values;  // values[i][k]: setting i of keys[k], as flow YAML
+  int line = 0;                                  // 1-based line in the study file
+  std::size_t size() const { return values.size(); }
+  /// Setting i as a short label (plot ticks): the value of its first key.
+  std::string label(std::size_t i) const;
+};
+
+/// What the ranking minimises.
+enum class Objective { kStepTime, kDeviceHoursPerStep };
+
+/// A point meets the constraints when every one that is set holds.
+struct Constraints {
+  bool fits_memory = true;                            // the configuration fits device memory
+  std::optional<double> max_step_time_s;              // mean step time (s)
+  std::optional<double> max_device_hours_per_step;    // devices x mean step time / 3600
+  std::optional<int> max_devices;                     // devices in the cluster
+  bool precision_consistent = false;                  // verify verdict must be "consistent"
+};
+
+/// A loaded, validated study.
+struct Study {
+  std::string file;                 // the study file as given
+  std::string name;                 // `name:`, else the file name
+  std::string base;                 // the base scenario's path (resolved against the study's folder)
+  std::vector<SweepAxis> sweep;     // in file order; the first varies slowest
+  Objective objective = Objective::kStepTime;
+  Constraints constraints;
+  std::vector<std::string> heatmap; // two axis names (the same twice for a one-axis study)
+  std::string out_dir;              // `output.dir`, else out/<study file stem>
+  bool plots = true;                // `output.plots`
+  std::vector<std::string> sets;    // "key=value" applied to every point before its sweep values
+
+  /// Number of points: the product of the axis sizes.
+  std::size_t points() const;
+  /// Every swept dotted key, in column order (the keys of each axis, in file order).
+  std::vector<std::string> columns() const;
+  /// The setting index of each axis at `point` (row-major, the last axis varies fastest).
+  std::vector<std::size_t> coordinates(std::size_t point) const;
+  /// The "key=value" overrides of `point`: `sets`, then every swept key.
+  std::vector<std::string> overrides(std::size_t point) const;
+  /// The index in `sweep` of the axis called `name`; -1 when there is none.
+  int axis_index(const std::string& name) const;
+};
+
+/// Most points a study may have (a larger product is reported as bad input).
+inline constexpr std::size_t kMaxStudyPoints = 1'000'000;
+
+/// Reads a study file. Keys: `base` (required, a scenario file relative to the study's folder),
+/// `sweep` (required, non-empty: dotted key -> non-empty list without duplicates, or group name ->
+/// mapping of dotted keys -> lists of one common length), `objective` (step_time |
+/// device_hours_per_step, default step_time), `constraints` (fits_memory (default true),
+/// max_step_time (a time quantity), max_device_hours_per_step, max_devices,
+/// precision_consistent), `plots: {heatmap: [AXIS, AXIS]}` (default: the first two axes with
+/// more than one setting), `output: {dir, plots}`, `name`. Throws sim::ScenarioError naming
+/// file:line:column and what was expected: unknown key, empty or duplicate values, a key swept
+/// twice or inside another swept key, more than kMaxStudyPoints points, unknown heatmap axis.
+Study load_study(const std::string& path);
+
+/// The simulated outcome of one point, and (after rank_points) its place in the ranking.
+struct PointResult {
+  std::size_t index = 0;
+  bool valid = false;        // false: the point failed validation (error says why) and was skipped
+  std::string error;
+  int steps = 0;             // steps simulated
+  double step_time_s = 0;    // mean over steps
+  double step_time_max_s = 0;
+  std::vector<double> phase_s;  // mean wall time per phase, in sim::kPhases order
+  double rollout_share = 0;
+  double generated_tokens_per_s = 0;
+  double peak_rollout_bytes = 0;   // per device
+  double peak_training_bytes = 0;  // per device
+  double device_memory_bytes = 0;
+  bool fits = false;
+  std::string oom_role;      // "rollout" | "training" when it does not fit
+  std::string oom_reason;
+  int devices = 0;           // devices in the cluster
+  double device_hours_per_step = 0;
+  std::string verify = "not-checked";  // consistent | inconsistent
+  std::size_t verify_mismatches = 0;
+  // Filled by rank_points():
+  bool meets = false;                  // valid and every constraint holds
+  std::vector<std::string> violations; // names of the constraints that fail ("invalid" for a skipped point)
+  int rank = 0;                        // 1 = recommended; 0 when it does not meet the constraints
+  bool pareto = false;                 // on the step time vs device-hours front of the points that fit
+};
+
+/// Precision-flow verdicts shared by the points of a study: the verdict depends only on the model
+/// and the two recipes, and a large model's graphs take about a second to verify. Thread-safe.
+class VerifyCache {
+ public:
+  /// The verdict of `s`'s recipes (analysis::check_precision_flow), computed once per distinct
+  /// (model, training recipe, rollout recipe, KV cache).
+  sim::SimResult::PrecisionFlow verdict(const sim::Scenario& s);
+
+ private:
+  struct Entry {
+    std::once_flag once;
+    sim::SimResult::PrecisionFlow flow;
+  };
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Entry>> entries_;
+};
+
+/// Loads point `index` of the study (base + overrides), simulates it without a trace and fills a
+/// PointResult. A validation failure (sim::ScenarioError) is recorded as an invalid point; an
+/// unknown key (sim::ScenarioKeyError) is rethrown as a study error. Deterministic: the result
+/// depends only on the study and `index`.
+PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& cache);
+
+/// Evaluates `indices` on `jobs` threads (>= 1). `progress(done)` is called from the calling
+/// thread about once a second. The result is in the order of `indices`, whatever the job count.
+/// Throws the first (lowest-index) sim::ScenarioKeyError any point raised.
+std::vector<PointResult> evaluate_points(const Study& study, const std::vector<std::size_t>& indices, int jobs,
+                                         const std::function<void(std::size_t done)>& progress = {});
+
+/// Checks every point against the constraints, ranks those that meet them by the objective (ties:
+/// the other metric, then the point index), and marks the Pareto front (minimal step time and
+/// device-hours per step) of the valid points that fit. `results` must hold every point in
+/// index order.
+void rank_points(const Study& study, std::vector<PointResult>& results);
+
+/// The recommended point (rank 1), if any point meets the constraints.
+const PointResult* recommended(const std::vector<PointResult>& results);
+
+/// "KEY=VALUE KEY=VALUE ..." of a point's swept keys.
+std::string point_settings(const Study& study, std::size_t index);
+
+/// results.csv: one row per point, in index order. Columns: point, every swept dotted key,
+/// status (ok | invalid), step_time_s, step_time_max_s, <phase>_s for each phase, rollout_share,
+/// generated_tokens_per_s, peak_memory_rollout_bytes, peak_memory_training_bytes,
+/// device_memory_bytes, fits (true | false), oom_role, devices, device_hours_per_step, verify,
+/// verify_mismatches, meets_constraints (true | false), violations (';'-separated constraint names),
+/// rank (1 = recommended; empty when the point does not meet the constraints), pareto (true |
+/// false), oom_reason, error (why an invalid point was skipped). Times of a point that could not
+/// start (its rollout does not fit) are empty.
+std::string results_csv(const Study& study, const std::vector<PointResult>& results);
+
+/// plan.json: the study (file, base, sweep, objective, constraints), counts, the recommended point
+/// with its settings and metrics (null when none), and the Pareto front's point indices.
+nlohmann::json plan_json(const Study& study, const std::vector<PointResult>& results);
+
+/// The ranked table (the `top` best points meeting the constraints, 0 = all; then the rest and the
+/// invalid points, counted, with the first few reasons), then `recommended: KEY=VALUE ...` or
+/// `recommended: none (...)`.
+void print_ranking(std::ostream& out, const Study& study, const std::vector<PointResult>& results, std::size_t top);
+
+/// Writes results.csv, plan.json and (when study.plots and gnuplot is installed) step_time_heatmap.png,
+/// fit_map.png and pareto.png into `dir`, all at once (write_directory). Plots that cannot be drawn
+/// are reported in `warnings`. Throws std::runtime_error on I/O failure.
+void write_plan_outputs(const std::string& dir, const Study& study, const std::vector<PointResult>& results,
+                        std::vector<std::string>* warnings);
+
+/// PointResult to and from JSON (exact: doubles round-trip), for gathering points across MPI ranks.
+nlohmann::json point_to_json(const PointResult& p);
+PointResult point_from_json(const nlohmann::json& j);
+
+}  // namespace rlsim::analysis

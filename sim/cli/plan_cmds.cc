@@ -1,0 +1,300 @@
+#include "sim/cli/plan_cmds.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <ostream>
+#include <thread>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#ifdef RLSIM_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "analysis/plan.h"
+#include "sim/scenario/scenario.h"
+
+namespace rlsim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using analysis::PointResult;
+using analysis::Study;
+
+// The MPI world of this process: one rank of one when not launched by mpirun.
+class MpiWorld {
+ public:
+  MpiWorld() {
+    // OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMI and PMIx launchers set PMI_SIZE / PMIX_RANK.
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (!size) size = std::getenv("PMI_SIZE");
+    const bool launched = size != nullptr || std::getenv("PMIX_RANK") != nullptr;
+#ifdef RLSIM_HAVE_MPI
+    if (launched) {
+      MPI_Init(nullptr, nullptr);
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+      MPI_Comm_size(MPI_COMM_WORLD, &size_);
+      active_ = true;
+    }
+#else
+    if (launched && size && std::atoi(size) > 1) {
+      throw sim::ScenarioError(fmt::format("rlsim plan: launched as one of {} MPI ranks, but this rlsim was built without MPI "
+                                           "(install libopenmpi-dev and rebuild); every rank would run the whole study",
+                                           size));
+    }
+#endif
+  }
+  ~MpiWorld() {
+#ifdef RLSIM_HAVE_MPI
+    if (active_) MPI_Finalize();
+#endif
+  }
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// Rank 0 receives every rank's `payload`, in rank order; other ranks get an empty list.
+  std::vector<std::string> gather(const std::string& payload) const {
+    if (size_ == 1) return {payload};
+#ifdef RLSIM_HAVE_MPI
+    const int len = static_cast<int>(payload.size());
+    std::vector<int> lens(static_cast<std::size_t>(size_));
+    MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::vector<int> displs(static_cast<std::size_t>(size_), 0);
+    for (std::size_t r = 1; r < displs.size(); ++r) displs[r] = displs[r - 1] + lens[r - 1];
+    std::string all(rank_ == 0 ? static_cast<std::size_t>(displs.back() + lens.back()) : 0, '\0');
+    MPI_Gatherv(payload.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rank_ != 0) return {};
+    std::vector<std::string> out;
+    for (std::size_t r = 0; r < lens.size(); ++r) out.push_back(all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r])));
+    return out;
+#else
+    return {payload};
+#endif
+  }
+
+  /// Every rank returns rank 0's `value`.
+  int broadcast(int value) const {
+#ifdef RLSIM_HAVE_MPI
+    if (size_ > 1) MPI_Bcast(&value, 1, MPI_INT, 0, MPI_COMM_WORLD);
+#endif
+    return value;
+  }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  bool active_ = false;
+};
+
+int default_jobs(int ranks) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Ranks sharing a node share its cores (OpenMPI names the ranks per node).
+  int local = 1;
+  if (const char* l = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(l));
+  return ranks > 1 ? std::max(1, cores / local) : cores;
+}
+
+// An unknown key met while loading a point, as an error of the study: the line of the sweep key
+// when the override names one ("sweep KEY=VALUE: ..."), else the base file's own position.
+std::string key_error(const Study& st, const std::string& what) {
+  if (what.starts_with("sweep ")) {
+    const std::string key = what.substr(6, what.find('=') - 6);
+    for (const auto& a : st.sweep) {
+      if (std::find(a.keys.begin(), a.keys.end(), key) != a.keys.end()) return fmt::format("{}:{}:1: {}", st.file, a.line, what);
+    }
+  }
+  return what;
+}
+
+std::string axes_line(const Study& st) {
+  std::string line;
+  for (const auto& a : st.sweep) line += fmt::format("{}{} ({})", line.empty() ? "" : " x ", a.name, a.size());
+  return fmt::format("{} = {} points", line, st.points());
+}
+
+}  // namespace
+
+int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  MpiWorld world;
+  const bool root = world.rank() == 0;
+  try {
+    Study st = analysis::load_study(o.study);
+    st.sets = o.set;
+    if (!o.out.empty()) st.out_dir = o.out;
+    if (o.no_plots) st.plots = false;
+    if (!o.heatmap.empty()) {
+      if (o.heatmap.size() > 2) throw sim::ScenarioError("--heatmap: give one or two sweep keys, e.g. --heatmap cluster.nodes,rollout.precision");
+      for (const auto& h : o.heatmap) {
+        if (st.axis_index(h) < 0) throw sim::ScenarioError(fmt::format("--heatmap: '{}' is not a sweep key or group of {}", h, o.study));
+      }
+      st.heatmap = {o.heatmap.front(), o.heatmap.back()};
+    }
+    // Keys are the same at every point: a typo shows at point 0, before any simulation.
+    try {
+      (void)sim::load_scenario(st.base, st.overrides(0), "sweep");
+    } catch (const sim::ScenarioKeyError& e) {
+      throw sim::ScenarioError(key_error(st, e.what()));
+    } catch (const sim::ScenarioError&) {
+      // An invalid value at point 0 is a result of the study (recorded when the point is evaluated).
+    }
+    const int jobs = o.jobs > 0 ? o.jobs : default_jobs(world.size());
+    if (root && !o.quiet) {
+      out << fmt::format("rlsim plan: {}\n", st.name);
+      out << fmt::format("  base {}; sweep {}; {} job{}{}\n", st.base, axes_line(st), jobs, jobs == 1 ? "" : "s",
+                         world.size() > 1 ? fmt::format(" on each of {} MPI ranks", world.size()) : "");
+    }
+    // This rank's points: every size-th, so neighbouring (similar-cost) points spread over ranks.
+    std::vector<std::size_t> mine;
+    for (std::size_t i = static_cast<std::size_t>(world.rank()); i < st.points(); i += static_cast<std::size_t>(world.size())) mine.push_back(i);
+    std::string failure;
+    std::vector<PointResult> part;
+    try {
+      part = analysis::evaluate_points(st, mine, jobs, [&](std::size_t done) {
+        if (!root || o.quiet) return;
+        err << fmt::format("rlsim plan: {}/{} points{} ({:.1f} s, {:.0f} points/s)\n", done, mine.size(),
+                           world.size() > 1 ? " of rank 0" : "", elapsed(), static_cast<double>(done) / elapsed());
+      });
+    } catch (const sim::ScenarioError& e) {
+      failure = e.what();  // reported by rank 0 after the gather, so no rank waits for a lost one
+    }
+    nlohmann::json payload = {{"error", failure}, {"points", nlohmann::json::array()}};
+    for (const auto& p : part) payload["points"].push_back(analysis::point_to_json(p));
+    const auto parts = world.gather(payload.dump());
+    int status = 0;
+    std::vector<PointResult> results;
+    if (root) {
+      results.resize(st.points());
+      std::vector<bool> seen(st.points(), false);
+      for (const auto& text : parts) {
+        const auto j = nlohmann::json::parse(text);
+        if (failure.empty() && !j["error"].get<std::string>().empty()) failure = j["error"].get<std::string>();
+        for (const auto& pj : j["points"]) {
+          PointResult p = analysis::point_from_json(pj);
+          seen.at(p.index) = true;
+          results[p.index] = std::move(p);
+        }
+      }
+      if (failure.empty() && std::count(seen.begin(), seen.end(), false) > 0) throw std::logic_error("rlsim plan: a point was not gathered");
+      status = failure.empty() ? 0 : 2;
+    }
+    status = world.broadcast(status);
+    if (status != 0) {
+      if (!root) return status;
+      throw sim::ScenarioError(key_error(st, failure));
+    }
+    if (!root) return 0;
+    analysis::rank_points(st, results);
+    std::vector<std::string> warnings;
+    analysis::write_plan_outputs(st.out_dir, st, results, &warnings);
+    if (o.quiet) {
+      const PointResult* r = analysis::recommended(results);
+      out << "recommended: " << (r ? analysis::point_settings(st, r->index) : "none (no point meets the constraints)") << "\n";
+      return 0;
+    }
+    analysis::print_ranking(out, st, results, o.top);
+    for (const auto& w : warnings) out << "  warning: " << w << "\n";
+    out << fmt::format("  outputs: {}/ (results.csv, plan.json{})\n", st.out_dir,
+                       st.plots && warnings.size() < 3 ? ", step_time_heatmap.png, fit_map.png, pareto.png" : "");
+    out << fmt::format("  {} points in {:.2f} s ({:.1f} points/s, {} job{}{})\n", st.points(), elapsed(),
+                       static_cast<double>(st.points()) / std::max(elapsed(), 1e-9), jobs, jobs == 1 ? "" : "s",
+                       world.size() > 1 ? fmt::format(" x {} ranks", world.size()) : "");
+    return 0;
+  } catch (const sim::ScenarioError&) {
+    if (root) throw;
+    return 2;  // every rank meets the same bad input; rank 0 alone reports it
+  }
+}
+
+namespace {
+
+// The base of `rlsim bench plan`: GRPO on Qwen3-8B, colocated, 64 prompts x 8 samples.
+constexpr const char* kBenchPlanBase = R"(name: bench plan base - Qwen3-8B GRPO, colocated
+seed: 1
+steps: 2
+model: qwen3-8b
+cluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}
+workload:
+  prompts_per_step: 64
+  samples_per_prompt: 8
+  prompt_tokens: {dist: uniform, min: 128, max: 1024}
+  response_tokens: {dist: lognormal, median: 1500, sigma: 0.7, max: 8192}
+rollout: {tensor_parallel: 1, precision: fp8-block, memory_utilization: 0.6}
+training: {precision: bf16, reference_model: true}
+output: {plots: false, trace: false}
+)";
+
+// 5 devices x 8 node counts x 5 precisions x 5 tensor-parallel sizes = 1,000 points.
+constexpr const char* kBenchPlanStudy = R"(name: bench plan - 1,000 points of Qwen3-8B on up to 64 devices
+base: base.yaml
+sweep:
+  cluster.device: [h100-sxm, h200, b200, ascend-950dt, ascend-950pr]
+  cluster.nodes: [1, 2, 3, 4, 5, 6, 7, 8]
+  rollout.precision: [bf16, fp8-block, int4-w4a16-g32, mxfp8, nvfp4]
+  rollout.tensor_parallel: [1, 2, 4, 8, 16]
+objective: step_time
+constraints: {fits_memory: true, max_step_time: 900 s}
+output: {plots: false}
+)";
+
+}  // namespace
+
+int bench_plan(int jobs, int repeat, std::ostream& out) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rlsim_bench_plan_{}", ::getpid());
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } cleanup{dir};
+  {
+    std::ofstream(dir / "base.yaml") << kBenchPlanBase;
+    std::ofstream(dir / "study.yaml") << kBenchPlanStudy;
+  }
+  Study st = analysis::load_study((dir / "study.yaml").string());
+  st.out_dir = (dir / "out").string();
+  const int j = jobs > 0 ? jobs : default_jobs(1);
+  out << fmt::format("rlsim bench plan: {}\n  sweep {}; {} job{} ({} cores)\n", st.name, axes_line(st), j, j == 1 ? "" : "s",
+                     std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::size_t> all(st.points());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  double best = 1e300;
+  for (int i = 0; i < repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto results = analysis::evaluate_points(st, all, j);
+    analysis::rank_points(st, results);
+    analysis::write_plan_outputs(st.out_dir, st, results, nullptr);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, wall);
+    std::size_t valid = 0, fit = 0, meet = 0;
+    for (const auto& p : results) {
+      valid += p.valid;
+      fit += p.valid && p.fits;
+      meet += p.meets;
+    }
+    const PointResult* r = analysis::recommended(results);
+    out << fmt::format("  run {}: wall {:.2f} s, {:.1f} points/s ({} simulated, {} invalid skipped, {} fit, {} meet the constraints); "
+                       "recommended {}\n",
+                       i + 1, wall, static_cast<double>(results.size()) / wall, valid, results.size() - valid, fit, meet,
+                       r ? analysis::point_settings(st, r->index) : "none");
+  }
+  out << fmt::format("  best wall {:.2f} s, {:.1f} points/s (target: 1,000 points in under 60 s on 2 cores)\n", best,
+                     static_cast<double>(st.points()) / best);
+  return 0;
+}
+
+}  // namespace rlsim::cli
