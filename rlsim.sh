@@ -14,6 +14,7 @@ PACKAGES=(
   libeigen3-dev libboost-graph-dev libboost-iostreams-dev libboost-filesystem-dev
   libcsv-dev libgnuplot-iostream-dev gnuplot-nox fonts-liberation
   libgtest-dev
+  libopenmpi-dev openmpi-bin
 )
 
 install_missing() {
