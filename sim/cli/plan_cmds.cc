@@ -220,19 +220,20 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
 
 namespace {
 
-// The base of `rlsim bench plan`: GRPO on Qwen3-8B, colocated, 64 prompts x 8 samples.
-constexpr const char* kBenchPlanBase = R"(name: bench plan base - Qwen3-8B GRPO, colocated
+// The base of `rlsim bench plan`: DAPO-like GRPO on Qwen3-8B, colocated, 3 steps of 32 prompts x
+// 16 samples with up to 20K-token responses (as scenarios/h200-qwen3-8b-fp8-block.yaml).
+constexpr const char* kBenchPlanBase = R"(name: bench plan base - Qwen3-8B DAPO, colocated
 seed: 1
-steps: 2
+steps: 3
 model: qwen3-8b
 cluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}
 workload:
-  prompts_per_step: 64
-  samples_per_prompt: 8
-  prompt_tokens: {dist: uniform, min: 128, max: 1024}
-  response_tokens: {dist: lognormal, median: 1500, sigma: 0.7, max: 8192}
+  prompts_per_step: 32
+  samples_per_prompt: 16
+  prompt_tokens: {dist: lognormal, median: 300, sigma: 0.4, max: 2048}
+  response_tokens: {dist: lognormal, median: 3000, sigma: 0.9, max: 20480}
 rollout: {tensor_parallel: 1, precision: fp8-block, memory_utilization: 0.6}
-training: {precision: bf16, reference_model: true}
+training: {precision: bf16, reference_model: true, micro_batch_tokens: 24576}
 output: {plots: false, trace: false}
 )";
 

@@ -292,5 +292,58 @@ check "async: summary has staleness" grep -q '"stale_fraction"' "$WORK/async/sum
 check "async: summary has idle ratios" grep -q '"idle_ratio"' "$WORK/async/summary.json"
 check "async: requests.csv has staleness" grep -q "policy_version,staleness" "$WORK/async/requests.csv"
 
+# --- rlsim plan: studies ---------------------------------------------------------------------------
+cat > "$WORK/study.yaml" <<'YAML'
+name: cli plan
+base: base.yaml
+sweep:
+  cluster.nodes: [1, 2]
+  rollout.precision: [bf16, fp8-block]
+  rollout.tensor_parallel: [1, 3]
+objective: device_hours_per_step
+constraints: {fits_memory: true, max_step_time: 900 s}
+YAML
+"$RLSIM" plan "$WORK/study.yaml" --out "$WORK/plan1" --jobs 1 >"$WORK/plan1.stdout" 2>&1
+check "plan: exit 0" test $? -eq 0
+"$RLSIM" plan "$WORK/study.yaml" --out "$WORK/plan2" --jobs 2 >"$WORK/plan2.stdout" 2>&1
+check "plan: --jobs 1 and --jobs 2 give the same results.csv" cmp -s "$WORK/plan1/results.csv" "$WORK/plan2/results.csv"
+check "plan: --jobs 1 and --jobs 2 give the same plan.json" cmp -s "$WORK/plan1/plan.json" "$WORK/plan2/plan.json"
+check "plan: results.csv has one row per point" test "$(wc -l <"$WORK/plan1/results.csv")" -eq 9
+check "plan: results.csv names swept columns by dotted key" \
+  grep -q "^point,cluster.nodes,rollout.precision,rollout.tensor_parallel,status,step_time_s," "$WORK/plan1/results.csv"
+check "plan: results.csv has fits and device_hours_per_step" bash -c "head -1 '$WORK/plan1/results.csv' | grep -q ',fits,.*,device_hours_per_step,'"
+awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "fits") c = i; next} $c != "true" && $c != "false" {bad++} END {exit !(c > 0 && bad == 0)}' \
+  "$WORK/plan1/results.csv"
+check "plan: fits is true or false on every row" test $? -eq 0
+check "plan: the TP-3 points are recorded as invalid" test "$(grep -c ',3,invalid,' "$WORK/plan1/results.csv")" -eq 4
+check "plan: recommended line with the swept keys" \
+  grep -qE "^recommended: cluster.nodes=[12] rollout.precision=(bf16|fp8-block) rollout.tensor_parallel=1$" "$WORK/plan1.stdout"
+check "plan: the skipped points are listed with the failing override" grep -q "sweep rollout.tensor_parallel=3: " "$WORK/plan1.stdout"
+if command -v gnuplot >/dev/null; then
+  for png in step_time_heatmap fit_map pareto; do
+    check "plan: $png.png is a PNG" bash -c "head -c 8 '$WORK/plan1/$png.png' | od -An -tx1 | grep -q '89 50 4e 47'"
+  done
+fi
+check "plan: --quiet prints the recommended line only" \
+  bash -c "'$RLSIM' plan '$WORK/study.yaml' --out '$WORK/plan3' -q --no-plots | grep -c . | grep -qx 1"
+check "plan: --no-plots writes no PNG" test ! -e "$WORK/plan3/pareto.png"
+"$RLSIM" plan "$WORK/study.yaml" --out "$WORK/plan4" --no-plots --set steps=1 -q >/dev/null
+check "plan: --set applies to every point" bash -c "! cmp -s '$WORK/plan1/results.csv' '$WORK/plan4/results.csv'"
+sed 's/rollout.precision:/rollout.precison:/' "$WORK/study.yaml" >"$WORK/study_typo.yaml"
+"$RLSIM" plan "$WORK/study_typo.yaml" --out "$WORK/plan_typo" >/dev/null 2>"$WORK/plan_typo.err"
+check "plan: a misspelt swept key is bad input (2)" test $? -eq 2
+check "plan: ... naming the study's line and the key" grep -q "study_typo.yaml:5:1: sweep rollout.precison=bf16: unknown key 'rollout.precison'" "$WORK/plan_typo.err"
+check "plan: ... and writing nothing" test ! -e "$WORK/plan_typo"
+printf 'base: base.yaml\nsweep:\n  cluster.nodes: [1, 2]\nconstraints: {max_step_time: 900}\n' >"$WORK/study_bad.yaml"
+"$RLSIM" plan "$WORK/study_bad.yaml" --out "$WORK/plan_bad" >/dev/null 2>"$WORK/plan_bad.err"
+check "plan: a time without unit is bad input (2) at file:line:column" \
+  test $? -eq 2 -a -n "$(grep 'study_bad.yaml:4:30: constraints.max_step_time' "$WORK/plan_bad.err")"
+"$RLSIM" run "$WORK/study.yaml" --out "$WORK/run_study" >/dev/null 2>"$WORK/run_study.err"
+check "run on a study file: exit 2, pointing to rlsim plan" test $? -eq 2 -a -n "$(grep 'rlsim plan' "$WORK/run_study.err")"
+"$RLSIM" plan --help >"$WORK/plan_help.txt"
+check "plan --help lists --jobs, --set, --heatmap" bash -c "grep -q -- '--jobs' '$WORK/plan_help.txt' && grep -q -- '--set' '$WORK/plan_help.txt' && grep -q -- '--heatmap' '$WORK/plan_help.txt'"
+"$RLSIM" bench plan --repeat 1 >"$WORK/bench_plan.txt"
+check "bench plan: exit 0 and prints points/s" test $? -eq 0 -a -n "$(grep -E 'best wall [0-9.]+ s, [0-9.]+ points/s' "$WORK/bench_plan.txt")"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
