@@ -289,6 +289,42 @@ Study load_study(const std::string& path) {
 
 // Evaluation --------------------------------------------------------------------------------------
 
+namespace {
+
+// The loader names the override an error comes from "sweep KEY=VALUE"; one of the study's `sets`
+// is named as the user gave it, "--set KEY=VALUE".
+std::string relabel(const Study& st, const std::string& what) {
+  for (const auto& set : st.sets) {
+    if (what.starts_with("sweep " + set + ":")) return "--set " + what.substr(6);
+  }
+  return what;
+}
+
+// An unknown key as an error of the study: at the study file's line of the swept key, else as
+// relabelled (a --set key, or the base file's own position).
+std::string key_error_message(const Study& st, const std::string& what) {
+  const std::string w = relabel(st, what);
+  if (w.starts_with("sweep ")) {
+    const std::string key = w.substr(6, w.find('=') - 6);
+    for (const auto& a : st.sweep) {
+      if (std::find(a.keys.begin(), a.keys.end(), key) != a.keys.end()) return fmt::format("{}:{}:1: {}", st.file, a.line, w);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+void check_study_keys(const Study& study) {
+  try {
+    (void)sim::load_scenario(study.base, study.overrides(0), "sweep");
+  } catch (const sim::ScenarioKeyError& e) {
+    throw ScenarioError(key_error_message(study, e.what()));
+  } catch (const ScenarioError&) {
+    // An invalid value at point 0 is a result of the study, recorded when the point is evaluated.
+  }
+}
+
 sim::SimResult::PrecisionFlow VerifyCache::verdict(const sim::Scenario& s) {
   // The key: the resolved model and the recipes as the engine and the trainer run them.
   const YAML::Node resolved = YAML::Load(sim::resolved_yaml(s));
@@ -319,10 +355,10 @@ PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& c
     s = sim::load_scenario(study.base, study.overrides(index), "sweep");
     sim::NullSink sink;
     r = sim::simulate(s, sink);
-  } catch (const sim::ScenarioKeyError&) {
-    throw;
+  } catch (const sim::ScenarioKeyError& e) {
+    throw sim::ScenarioKeyError(key_error_message(study, e.what()));
   } catch (const ScenarioError& e) {
-    p.error = e.what();
+    p.error = relabel(study, e.what());
     return p;
   }
   p.valid = true;

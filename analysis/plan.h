@@ -87,6 +87,13 @@ inline constexpr std::size_t kMaxStudyPoints = 1'000'000;
 /// twice or inside another swept key, more than kMaxStudyPoints points, unknown heatmap axis.
 Study load_study(const std::string& path);
 
+/// Throws sim::ScenarioError when a key of the study, of its `sets` or of its base scenario is not
+/// a scenario key. Keys are the same at every point, so it loads point 0 (without simulating it).
+/// The message names the study file's line of a swept key ("study.yaml:5:1: sweep KEY=VALUE:
+/// unknown key ..."), "--set KEY=VALUE" for one of `sets`, or the base file's position. An invalid
+/// value at point 0 is not an error here (the point is recorded as invalid).
+void check_study_keys(const Study& study);
+
 /// The simulated outcome of one point, and (after rank_points) its place in the ranking.
 struct PointResult {
   std::size_t index = 0;
@@ -133,9 +140,10 @@ class VerifyCache {
 };
 
 /// Loads point `index` of the study (base + overrides), simulates it without a trace and fills a
-/// PointResult. A validation failure (sim::ScenarioError) is recorded as an invalid point; an
-/// unknown key (sim::ScenarioKeyError) is rethrown as a study error. Deterministic: the result
-/// depends only on the study and `index`.
+/// PointResult. A validation failure (sim::ScenarioError) is recorded as an invalid point, its
+/// message naming the override ("sweep KEY=VALUE: ..." or "--set KEY=VALUE: ..."); an unknown key
+/// is rethrown as sim::ScenarioKeyError with the message of check_study_keys. Deterministic: the
+/// result depends only on the study and `index`.
 PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& cache);
 
 /// Evaluates `indices` on `jobs` threads (>= 1). `progress(done)` is called from the calling

@@ -104,18 +104,6 @@ int default_jobs(int ranks) {
   return ranks > 1 ? std::max(1, cores / local) : cores;
 }
 
-// An unknown key met while loading a point, as an error of the study: the line of the sweep key
-// when the override names one ("sweep KEY=VALUE: ..."), else the base file's own position.
-std::string key_error(const Study& st, const std::string& what) {
-  if (what.starts_with("sweep ")) {
-    const std::string key = what.substr(6, what.find('=') - 6);
-    for (const auto& a : st.sweep) {
-      if (std::find(a.keys.begin(), a.keys.end(), key) != a.keys.end()) return fmt::format("{}:{}:1: {}", st.file, a.line, what);
-    }
-  }
-  return what;
-}
-
 std::string axes_line(const Study& st) {
   std::string line;
   for (const auto& a : st.sweep) line += fmt::format("{}{} ({})", line.empty() ? "" : " x ", a.name, a.size());
@@ -142,14 +130,7 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
       }
       st.heatmap = {o.heatmap.front(), o.heatmap.back()};
     }
-    // Keys are the same at every point: a typo shows at point 0, before any simulation.
-    try {
-      (void)sim::load_scenario(st.base, st.overrides(0), "sweep");
-    } catch (const sim::ScenarioKeyError& e) {
-      throw sim::ScenarioError(key_error(st, e.what()));
-    } catch (const sim::ScenarioError&) {
-      // An invalid value at point 0 is a result of the study (recorded when the point is evaluated).
-    }
+    analysis::check_study_keys(st);  // a typo shows before any simulation
     const int jobs = o.jobs > 0 ? o.jobs : default_jobs(world.size());
     if (root && !o.quiet) {
       out << fmt::format("rlsim plan: {}\n", st.name);
@@ -164,7 +145,7 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
     try {
       part = analysis::evaluate_points(st, mine, jobs, [&](std::size_t done) {
         if (!root || o.quiet) return;
-        err << fmt::format("rlsim plan: {}/{} points{} ({:.1f} s, {:.0f} points/s)\n", done, mine.size(),
+        err << fmt::format("rlsim plan: {}/{} points{} ({:.1f} s, {:.1f} points/s)\n", done, mine.size(),
                            world.size() > 1 ? " of rank 0" : "", elapsed(), static_cast<double>(done) / elapsed());
       });
     } catch (const sim::ScenarioError& e) {
@@ -193,7 +174,7 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
     status = world.broadcast(status);
     if (status != 0) {
       if (!root) return status;
-      throw sim::ScenarioError(key_error(st, failure));
+      throw sim::ScenarioError(failure);
     }
     if (!root) return 0;
     analysis::rank_points(st, results);
@@ -206,8 +187,11 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
     }
     analysis::print_ranking(out, st, results, o.top);
     for (const auto& w : warnings) out << "  warning: " << w << "\n";
-    out << fmt::format("  outputs: {}/ (results.csv, plan.json{})\n", st.out_dir,
-                       st.plots && warnings.size() < 3 ? ", step_time_heatmap.png, fit_map.png, pareto.png" : "");
+    std::string files;
+    for (const char* f : {"results.csv", "plan.json", "step_time_heatmap.png", "fit_map.png", "pareto.png"}) {
+      if (fs::exists(fs::path(st.out_dir) / f)) files += (files.empty() ? "" : ", ") + std::string(f);
+    }
+    out << fmt::format("  outputs: {}/ ({})\n", st.out_dir, files);
     out << fmt::format("  {} points in {:.2f} s ({:.1f} points/s, {} job{}{})\n", st.points(), elapsed(),
                        static_cast<double>(st.points()) / std::max(elapsed(), 1e-9), jobs, jobs == 1 ? "" : "s",
                        world.size() > 1 ? fmt::format(" x {} ranks", world.size()) : "");
