@@ -5,15 +5,7 @@
 set -u
 RLSIM="$1"
 SRC="$2"
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-check() {  # check NAME CONDITION...
-  local name="$1"
-  shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name" >&2; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 cat > "$WORK/base.yaml" <<'YAML'
 name: cli test

@@ -6,15 +6,7 @@ set -u
 RLSIM="$1"
 SRC="$(cd "$2" && pwd)"
 MPIEXEC="$3"
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-check() {  # check NAME CONDITION...
-  local name="$1"
-  shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name" >&2; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 # OpenMPI refuses root unless told, and a CI machine may have fewer cores than ranks; shared-memory
 # single-copy (CMA) is often blocked in containers.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
