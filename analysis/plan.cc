@@ -39,7 +39,8 @@ struct StudySource {
   }
   void only(const YAML::Node& map, const std::string& where, const std::vector<std::string>& valid) const {
     for (const auto& kv : map) {
-      const std::string k = kv.first.as<std::string>();
+      if (!kv.first.IsScalar()) fail(kv.first, "a key must be a plain name");
+      const std::string k = kv.first.Scalar();
       if (std::find(valid.begin(), valid.end(), k) == valid.end()) {
         std::string list;
         for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
@@ -126,7 +127,23 @@ int Study::axis_index(const std::string& name) const {
   return -1;
 }
 
+namespace {
+Study parse_study(const std::string& path);
+}  // namespace
+
 Study load_study(const std::string& path) {
+  try {
+    return parse_study(path);
+  } catch (const YAML::Exception& e) {
+    // A value of the wrong kind met by yaml-cpp itself (a mapping where a name is expected...).
+    if (e.mark.is_null()) throw ScenarioError(fmt::format("{}: {}", path, e.msg));
+    throw ScenarioError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+namespace {
+
+Study parse_study(const std::string& path) {
   const StudySource src{path};
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ScenarioError(path + ": cannot read the study file");
@@ -144,7 +161,8 @@ Study load_study(const std::string& path) {
   Study st;
   st.file = path;
   const fs::path dir = fs::path(path).parent_path();
-  st.name = root["name"] ? root["name"].as<std::string>() : fs::path(path).filename().string();
+  if (root["name"] && !root["name"].IsScalar()) src.fail(root["name"], "name must be a string");
+  st.name = root["name"] ? root["name"].Scalar() : fs::path(path).filename().string();
   if (!root["base"] || !root["base"].IsScalar()) src.fail(root["base"] ? root["base"] : root, "missing 'base': the scenario file the sweep starts from");
   {
     const fs::path b = root["base"].Scalar();
@@ -160,14 +178,15 @@ Study load_study(const std::string& path) {
   std::vector<std::pair<std::string, YAML::Node>> all_keys;  // for the overlap check
   for (const auto& kv : sweep) {
     SweepAxis ax;
-    ax.name = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) src.fail(kv.first, "sweep: a key must be a dotted scenario key or a group name");
+    ax.name = kv.first.Scalar();
     ax.line = kv.first.Mark().line + 1;
     if (kv.second.IsMap()) {
       // A group: keys swept together.
       if (kv.second.size() == 0) src.fail(kv.second, fmt::format("sweep group '{}' is empty: give it dotted keys with lists of values", ax.name));
       std::vector<std::vector<std::string>> per_key;
       for (const auto& g : kv.second) {
-        const std::string key = g.first.as<std::string>();
+        const std::string key = g.first.IsScalar() ? g.first.Scalar() : "";
         if (!valid_dotted_key(key)) src.fail(g.first, fmt::format("sweep group '{}': '{}' is not a dotted scenario key", ax.name, key));
         per_key.push_back(sweep_values(src, g.second, key, false));
         if (per_key.back().size() != per_key.front().size()) {
@@ -286,6 +305,8 @@ Study load_study(const std::string& path) {
   }
   return st;
 }
+
+}  // namespace
 
 // Evaluation --------------------------------------------------------------------------------------
 
