@@ -48,6 +48,14 @@ std::string gnuplot_title(const std::string& s) {
   return out;
 }
 
+// "[v - d:v + d]" with d = 10 % of |v| (1 for 0): a range around a single value.
+std::string padded_range(double v) {
+  const double d = v == 0 ? 1.0 : std::abs(v) * 0.1;
+  std::ostringstream o;
+  o << "[" << v - d << ":" << v + d << "]";
+  return o.str();
+}
+
 int rgb_int(const std::string& hex) { return static_cast<int>(std::strtol(hex.c_str() + 1, nullptr, 16)); }
 
 }  // namespace
@@ -172,6 +180,11 @@ bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string*
   } else {
     gp << "unset key\nset palette defined (0 '#ffffcc', 1 '#fed976', 2 '#fd8d3c', 3 '#e31a1c')\n";
     gp << "set cblabel " << gnuplot_quoted(g.cblabel) << " noenhanced\n";
+    double lo = 1e300, hi = -1e300;
+    for (double v : g.z) {
+      if (!std::isnan(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    if (any && lo == hi) gp << "set cbrange " << padded_range(lo) << "\n";  // one value: gnuplot would warn
   }
   // Empty cells in grey, then the coloured cells, then the cell labels.
   gp << "plot '-' using 1:2:3:4:5:6 with boxxyerror fc rgb '#dddddd' notitle";
@@ -244,6 +257,9 @@ bool plot_pareto(const std::filesystem::path& png, const ParetoPlot& p, std::str
   gp << "set grid\nset key outside bottom center horizontal\nset offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05\n";
   if (xlo > 0 && xhi > 20 * xlo) gp << "set logscale x\n";
   if (ylo > 0 && yhi > 20 * ylo) gp << "set logscale y\n";
+  // One value on an axis: an explicit range (gnuplot would warn on stderr and pick one itself).
+  if (xlo == xhi) gp << "set xrange " << padded_range(xlo) << "\n";
+  if (ylo == yhi && !p.y_limit) gp << "set yrange " << padded_range(ylo) << "\n";
   gp << "plot '-' using 1:2 with points pt 7 ps 0.6 lc rgb '#9e9e9e' title 'configurations that fit'";
   gp << ", '-' using 1:2 with linespoints pt 7 ps 1.0 lw 2 lc rgb '#1f77b4' title 'Pareto front'";
   gp << ", '-' using 1:2:3 with labels offset 0.8,0.6 left font 'sans,8' noenhanced notitle";
