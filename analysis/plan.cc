@@ -347,10 +347,7 @@ void check_study_keys(const Study& study) {
 }
 
 sim::SimResult::PrecisionFlow VerifyCache::verdict(const sim::Scenario& s) {
-  // The key: the resolved model and the recipes as the engine and the trainer run them.
-  const YAML::Node resolved = YAML::Load(sim::resolved_yaml(s));
-  const std::string key = flow_yaml(resolved["model"]) + "\n" + flow_yaml(resolved["training"]["precision"]) + "\n" +
-                          flow_yaml(resolved["rollout"]["precision"]) + "\n" + flow_yaml(resolved["rollout"]["kv_cache"]);
+  const std::string key = sim::resolved_precision_flow_yaml(s);
   std::shared_ptr<Entry> e;
   {
     const std::lock_guard<std::mutex> lock(mutex_);

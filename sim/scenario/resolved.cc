@@ -73,15 +73,7 @@ void efficiency(YAML::Emitter& e, const Efficiency& f) {
     << f.memory << YAML::Key << "compute" << YAML::Value << f.compute << YAML::Key << "comm" << YAML::Value << f.comm << YAML::EndMap;
 }
 
-}  // namespace
-
-std::string resolved_yaml(const Scenario& s) {
-  YAML::Emitter e;
-  e << YAML::BeginMap;
-  e << YAML::Key << "name" << YAML::Value << s.name;
-  e << YAML::Key << "seed" << YAML::Value << s.seed;
-  e << YAML::Key << "steps" << YAML::Value << s.steps;
-  const auto& m = s.model;
+void model(YAML::Emitter& e, const models::ModelArch& m) {
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << m.name << YAML::Key << "layers" << YAML::Value << m.layers << YAML::Key << "hidden"
     << YAML::Value << m.hidden << YAML::Key << "intermediate" << YAML::Value << m.intermediate << YAML::Key << "heads" << YAML::Value
@@ -101,6 +93,17 @@ std::string resolved_yaml(const Scenario& s) {
       << YAML::Key << "v_head_dim" << YAML::Value << m.mla->v_head_dim << YAML::EndMap;
   }
   e << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string resolved_yaml(const Scenario& s) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << s.name;
+  e << YAML::Key << "seed" << YAML::Value << s.seed;
+  e << YAML::Key << "steps" << YAML::Value << s.steps;
+  model(e, s.model);
   const auto& d = s.cluster.device;
   e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "device" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << d.name << YAML::Key
@@ -164,6 +167,20 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "output" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << s.output.dir
     << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace << YAML::EndMap;
   e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+std::string resolved_precision_flow_yaml(const Scenario& s) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  model(e, s.model);
+  e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  recipe(e, "precision", s.training.precision);
+  e << YAML::EndMap;
+  e << YAML::Key << "rollout" << YAML::Value << YAML::BeginMap;
+  recipe(e, "precision", s.rollout.precision);
+  e << YAML::Key << "kv_cache" << YAML::Value << s.rollout.kv_cache.str();
+  e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
 

@@ -153,6 +153,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 /// The fully resolved scenario as YAML (every default made explicit, units canonical).
 std::string resolved_yaml(const Scenario& s);
 
+/// What the precision-flow check reads, as resolved YAML: the model, the training and rollout
+/// recipes and the rollout's KV-cache format, written as resolved_yaml writes them. Equal text
+/// means an equal verdict (`rlsim plan` caches verdicts by it).
+std::string resolved_precision_flow_yaml(const Scenario& s);
+
 /// Catalog look-ups, for `rlsim catalog` and tests. Throw ScenarioError for unknown names.
 models::Device catalog_device(const std::string& name);
 models::ModelArch catalog_model(const std::string& name);
