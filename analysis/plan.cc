@@ -111,12 +111,18 @@ std::vector<std::size_t> Study::coordinates(std::size_t point) const {
   return c;
 }
 
-std::vector<std::string> Study::overrides(std::size_t point) const {
-  std::vector<std::string> out = sets;
+std::vector<std::pair<std::string, std::string>> Study::settings(std::size_t point) const {
+  std::vector<std::pair<std::string, std::string>> out;
   const auto c = coordinates(point);
   for (std::size_t a = 0; a < sweep.size(); ++a) {
-    for (std::size_t k = 0; k < sweep[a].keys.size(); ++k) out.push_back(sweep[a].keys[k] + "=" + sweep[a].values[c[a]][k]);
+    for (std::size_t k = 0; k < sweep[a].keys.size(); ++k) out.emplace_back(sweep[a].keys[k], sweep[a].values[c[a]][k]);
   }
+  return out;
+}
+
+std::vector<std::string> Study::overrides(std::size_t point) const {
+  std::vector<std::string> out = sets;
+  for (const auto& [key, value] : settings(point)) out.push_back(key + "=" + value);
   return out;
 }
 
@@ -509,12 +515,7 @@ const PointResult* recommended(const std::vector<PointResult>& results) {
 
 std::string point_settings(const Study& study, std::size_t index) {
   std::string out;
-  const auto c = study.coordinates(index);
-  for (std::size_t a = 0; a < study.sweep.size(); ++a) {
-    for (std::size_t k = 0; k < study.sweep[a].keys.size(); ++k) {
-      out += fmt::format("{}{}={}", out.empty() ? "" : " ", study.sweep[a].keys[k], study.sweep[a].values[c[a]][k]);
-    }
-  }
+  for (const auto& [key, value] : study.settings(index)) out += fmt::format("{}{}={}", out.empty() ? "" : " ", key, value);
   return out;
 }
 
@@ -539,10 +540,7 @@ std::string results_csv(const Study& study, const std::vector<PointResult>& resu
   std::string t = line(head);
   for (const auto& p : results) {
     std::vector<std::string> f = {std::to_string(p.index)};
-    const auto c = study.coordinates(p.index);
-    for (std::size_t a = 0; a < study.sweep.size(); ++a) {
-      for (const auto& v : study.sweep[a].values[c[a]]) f.push_back(v);
-    }
+    for (const auto& kv : study.settings(p.index)) f.push_back(kv.second);
     const bool timed = p.valid && p.steps > 0;  // a configuration that cannot start has no step time
     auto when = [&](bool ok, double v, int digits) { return ok ? fixed(v, digits) : std::string(); };
     std::string violations;
@@ -590,10 +588,7 @@ json metrics_json(const PointResult& p) {
 
 json settings_json(const Study& study, std::size_t index) {
   json s = json::object();
-  const auto c = study.coordinates(index);
-  for (std::size_t a = 0; a < study.sweep.size(); ++a) {
-    for (std::size_t k = 0; k < study.sweep[a].keys.size(); ++k) s[study.sweep[a].keys[k]] = study.sweep[a].values[c[a]][k];
-  }
+  for (const auto& [key, value] : study.settings(index)) s[key] = value;
   return s;
 }
 
@@ -639,10 +634,7 @@ void print_ranking(std::ostream& out, const Study& study, const std::vector<Poin
   std::vector<std::vector<std::string>> rows;
   auto row_of = [&](const PointResult& p, const std::string& rank) {
     std::vector<std::string> r = {rank};
-    const auto c = study.coordinates(p.index);
-    for (std::size_t a = 0; a < study.sweep.size(); ++a) {
-      for (const auto& v : study.sweep[a].values[c[a]]) r.push_back(v);
-    }
+    for (const auto& kv : study.settings(p.index)) r.push_back(kv.second);
     const bool timed = p.steps > 0;
     r.push_back(timed ? fmt::format("{:.1f}", p.step_time_s) : "-");
     r.push_back(timed ? fmt::format("{:.1f}", 100 * p.rollout_share) : "-");

@@ -12,6 +12,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -67,6 +68,8 @@ struct Study {
   std::vector<std::string> columns() const;
   /// The setting index of each axis at `point` (row-major, the last axis varies fastest).
   std::vector<std::size_t> coordinates(std::size_t point) const;
+  /// (dotted key, value as flow YAML) of every swept key at `point`, in column order.
+  std::vector<std::pair<std::string, std::string>> settings(std::size_t point) const;
   /// The "key=value" overrides of `point`: `sets`, then every swept key.
   std::vector<std::string> overrides(std::size_t point) const;
   /// The index in `sweep` of the axis called `name`; -1 when there is none.
