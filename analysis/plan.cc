@@ -7,10 +7,8 @@
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -21,6 +19,7 @@
 #include "analysis/plots.h"
 #include "analysis/report.h"
 #include "sim/scenario/units.h"
+#include "sim/scenario/yaml_file.h"
 
 namespace rlsim::analysis {
 namespace {
@@ -151,16 +150,7 @@ namespace {
 
 Study parse_study(const std::string& path) {
   const StudySource src{path};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ScenarioError(path + ": cannot read the study file");
-  std::stringstream text;
-  text << in.rdbuf();
-  YAML::Node root;
-  try {
-    root = YAML::Load(text.str());
-  } catch (const YAML::Exception& e) {
-    throw ScenarioError(fmt::format("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
+  const YAML::Node root = sim::load_yaml_file(path, "study file");
   if (!root.IsMap()) throw ScenarioError(path + ":1:1: a study must be a YAML mapping with base: and sweep: (see SCENARIO.md, Study files)");
   src.only(root, "", {"name", "base", "sweep", "objective", "constraints", "plots", "output"});
 

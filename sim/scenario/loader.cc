@@ -16,6 +16,7 @@
 #include "sim/scenario/catalog_data.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
+#include "sim/scenario/yaml_file.h"
 
 namespace rlsim::sim {
 namespace {
@@ -507,6 +508,10 @@ void apply_override(YAML::Node& root, const std::string& text, Source& src) {
 
 }  // namespace
 
+YAML::Node load_yaml_file(const std::string& path, const std::string& what) {
+  return parse_yaml_text(read_file(path, what), path);
+}
+
 std::string_view schedule_name(ScheduleMode m) {
   switch (m) {
     case ScheduleMode::kSync: return "sync";
@@ -587,7 +592,7 @@ models::ModelArch model_from_hf_config(const std::string& path) {
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides, const std::string& override_label) {
   Source src{path, {}, override_label};
-  YAML::Node root = parse_yaml_text(read_file(path, "scenario file"), path);
+  YAML::Node root = load_yaml_file(path, "scenario file");
   if (!root.IsMap()) throw ScenarioError(path + ":1:1: a scenario must be a YAML mapping (see SCENARIO.md)");
   if (root["base"] && root["sweep"]) {
     throw ScenarioError(path + ":1:1: this is a study file (base: and sweep:), not a scenario; run it with `rlsim plan " + path + "`");
