@@ -334,7 +334,7 @@ std::string key_error_message(const Study& st, const std::string& what) {
 
 void check_study_keys(const Study& study) {
   try {
-    (void)sim::load_scenario(study.base, study.overrides(0), "sweep");
+    (void)sim::load_scenario(study.base, study.overrides(0), "sweep", study.calibration.get());
   } catch (const sim::ScenarioKeyError& e) {
     throw ScenarioError(key_error_message(study, e.what()));
   } catch (const ScenarioError&) {
@@ -366,7 +366,7 @@ PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& c
   sim::Scenario s;
   sim::SimResult r;
   try {
-    s = sim::load_scenario(study.base, study.overrides(index), "sweep");
+    s = sim::load_scenario(study.base, study.overrides(index), "sweep", study.calibration.get());
     sim::NullSink sink;
     r = sim::simulate(s, sink);
   } catch (const sim::ScenarioKeyError& e) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "sim/pipeline/pipeline.h"
+#include "sim/scenario/calibration.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::analysis {
@@ -61,6 +62,8 @@ struct Study {
   std::string out_dir;              // `output.dir`, else out/<study file stem>
   bool plots = true;                // `output.plots`
   std::vector<std::string> sets;    // "key=value" applied to every point before its sweep values
+  /// Cost-model parameters of every point (`rlsim plan --calibration`); null: the built-in ones.
+  std::shared_ptr<const sim::Calibration> calibration;
 
   /// Number of points: the product of the axis sizes.
   std::size_t points() const;

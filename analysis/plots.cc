@@ -34,6 +34,13 @@ std::string data_text(const std::string& s) {
   return out + "\"";
 }
 
+// "+-15 %" for a band of 0.15.
+std::string fmt_band(double b) {
+  std::ostringstream o;
+  o << "+-" << std::lround(b * 100) << " %";
+  return o.str();
+}
+
 // A title that may hold line breaks: quoted lines joined by gnuplot's string concatenation.
 std::string gnuplot_title(const std::string& s) {
   std::string out;
@@ -103,9 +110,10 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
     gp << "set xlabel 'simulated time (s)'\nset yrange [0.3:3.7]\n";
     gp << "set ytics ('weight sync' 1, 'training' 2, 'rollout' 3)\nset grid xtics\n";
     gp << "set style fill solid 0.8 border -1\n";
+    // One colour per phase, in kPhases order.
+    const std::vector<std::string> colours{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"};
     for (std::size_t i = 0; i < sim::kPhases.size(); ++i) {
-      gp << "set linetype " << i + 1 << " lc rgb '"
-         << std::vector<std::string>{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948"}[i] << "'\n";
+      gp << "set linetype " << i + 1 << " lc rgb '" << colours[i % colours.size()] << "'\n";
     }
     gp << "set key outside right\n";
     gp << "plot '-' using 1:2:3:4:5:6:7 with boxxyerrorbars lc variable notitle";
@@ -275,6 +283,54 @@ bool plot_pareto(const std::filesystem::path& png, const ParetoPlot& p, std::str
   if (p.front.empty()) gp << "NaN NaN \"\"\n";
   gp << "e\n";
   if (p.chosen) gp << p.chosen->x << " " << p.chosen->y << "\ne\n";
+  return true;
+}
+
+bool plot_parity(const std::filesystem::path& png, const std::string& title, const std::vector<ScatterPoint>& points,
+                 const std::vector<bool>& in_band, const std::vector<double>& bands, std::string* why) {
+  if (!gnuplot_available()) {
+    *why = "gnuplot is not installed (apt-get install gnuplot-nox)";
+    return false;
+  }
+  double lo = 1e300, hi = 0;
+  for (const auto& q : points) {
+    if (q.x > 0 && q.y > 0) lo = std::min({lo, q.x, q.y}), hi = std::max({hi, q.x, q.y});
+  }
+  if (hi <= 0) {
+    *why = "no positive point to draw";
+    return false;
+  }
+  lo /= 1.6, hi *= 1.6;
+  Gnuplot gp("gnuplot");
+  gp << "set terminal pngcairo size 900,820 font 'sans,10'\n";
+  gp << "set output " << gnuplot_quoted(png.string()) << "\n";
+  gp << "set title " << gnuplot_title(title) << " noenhanced\n";
+  gp << "set xlabel 'published (s)'\nset ylabel 'predicted by rlsim (s)'\n";
+  gp << "set logscale xy\nset grid\nset key top left\nset size square\n";
+  gp << "set xrange [" << lo << ":" << hi << "]\nset yrange [" << lo << ":" << hi << "]\n";
+  gp << "plot x with lines lw 2 lc rgb '#444444' title 'predicted = published'";
+  for (double b : bands) {
+    gp << ", x * " << 1 + b << " with lines dt 2 lc rgb '#888888' title " << gnuplot_quoted(fmt_band(b)) << ", x * " << 1 - b
+       << " with lines dt 2 lc rgb '#888888' notitle";
+  }
+  gp << ", '-' using 1:2 with points pt 7 ps 1.2 lc rgb '#1f77b4' title 'in band'";
+  gp << ", '-' using 1:2 with points pt 7 ps 1.2 lc rgb '#d62728' title 'out of band'";
+  gp << ", '-' using 1:2:3 with labels offset 0.7,0.5 left font 'sans,7' noenhanced notitle\n";
+  for (int pass = 0; pass < 2; ++pass) {
+    bool any = false;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      if (in_band[i] == (pass == 0) && points[i].x > 0 && points[i].y > 0) {
+        gp << points[i].x << " " << points[i].y << "\n";
+        any = true;
+      }
+    }
+    if (!any) gp << "NaN NaN\n";
+    gp << "e\n";
+  }
+  for (const auto& q : points) {
+    if (q.x > 0 && q.y > 0) gp << q.x << " " << q.y << " " << data_text(q.label) << "\n";
+  }
+  gp << "e\n";
   return true;
 }
 

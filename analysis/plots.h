@@ -61,4 +61,11 @@ struct ParetoPlot {
 /// Draws `p` as a PNG. Returns false (with `why`) when gnuplot is missing or there is no point.
 bool plot_pareto(const std::filesystem::path& png, const ParetoPlot& p, std::string* why);
 
+/// Parity plot of a validation: predicted (y) against published (x), log-log, each point
+/// labelled, with the y = x line and the y = x (1 +- b) lines of every band b in `bands` (e.g.
+/// 0.15 and 0.30). `in_band[i]` colours point i (in band: blue, out: red). Returns false (with
+/// `why`) when gnuplot is missing or no point is positive.
+bool plot_parity(const std::filesystem::path& png, const std::string& title, const std::vector<ScatterPoint>& points,
+                 const std::vector<bool>& in_band, const std::vector<double>& bands, std::string* why);
+
 }  // namespace rlsim::analysis

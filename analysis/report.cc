@@ -293,14 +293,19 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
       if (!plot_memory(tmp / "memory.png", s, r, &why)) r.warnings.push_back("memory.png not drawn: " + why);
     }
     {
-      std::string t = "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens\n";
+      // SCENARIO.md's columns in their order, then rlsim's step_overhead_s.
+      std::string t = "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,"
+                      "step_overhead_s\n";
+      auto phase = [](const sim::StepRecord& st, const std::string& p) {
+        const auto it = st.phase_s.find(p);
+        return it == st.phase_s.end() ? 0.0 : it->second;
+      };
       for (const auto& st : r.steps) {
         t += fmt::format("{},{:.6f}", st.step, st.step_s());
         for (const auto& p : sim::kPhases) {
-          const auto it = st.phase_s.find(p);
-          t += fmt::format(",{:.6f}", it == st.phase_s.end() ? 0.0 : it->second);
+          if (p != "step_overhead") t += fmt::format(",{:.6f}", phase(st, p));
         }
-        t += fmt::format(",{}\n", st.generated_tokens);
+        t += fmt::format(",{},{:.6f}\n", st.generated_tokens, phase(st, "step_overhead"));
       }
       write_text(tmp / "steps.csv", t);
     }

@@ -17,9 +17,11 @@
 #include "sim/cli/precision_cmds.h"
 #include "sim/cli/drift_cmds.h"
 #include "sim/cli/plan_cmds.h"
+#include "sim/cli/validate_cmds.h"
 #include "sim/cli/runtime_cmds.h"
 #include "sim/cli/verify_cmds.h"
 #include "sim/pipeline/pipeline.h"
+#include "sim/scenario/calibration.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
 
@@ -37,13 +39,15 @@ struct RunOptions {
   bool no_trace = false;
   std::int64_t seed = -1;
   int steps = 0;
+  std::string calibration;
 };
 
 int cmd_run(const RunOptions& o) {
   std::vector<std::string> overrides = o.set;
   if (o.seed >= 0) overrides.push_back("seed=" + std::to_string(o.seed));
   if (o.steps > 0) overrides.push_back("steps=" + std::to_string(o.steps));
-  sim::Scenario s = sim::load_scenario(o.scenario, overrides);
+  const sim::Calibration calibration = o.calibration.empty() ? sim::builtin_calibration() : sim::load_calibration(o.calibration);
+  sim::Scenario s = sim::load_scenario(o.scenario, overrides, "--set", &calibration);
   // Set directly, not as YAML overrides: a path may hold characters YAML would interpret.
   if (!o.out.empty()) s.output.dir = o.out;
   if (o.no_plots) s.output.plots = false;
@@ -203,6 +207,7 @@ int main(int argc, char** argv) {
   run->add_flag("--no-plots", ro.no_plots, "Do not draw timeline.png and memory.png");
   run->add_flag("--no-trace", ro.no_trace, "Do not write trace.json");
   run->add_flag("--quiet,-q", ro.quiet, "Print nothing on success");
+  run->add_option("--calibration", ro.calibration, "Cost-model parameters from FILE (rlsim calibrate's calibration.yaml) instead of the built-in fit");
 
   std::string catalog_what = "devices";
   auto* catalog = app.add_subcommand("catalog", "List the built-in catalogs");
@@ -342,11 +347,41 @@ int main(int argc, char** argv) {
   plan->add_option("--top", po.top, "Ranked rows to print (0: all)")->capture_default_str();
   plan->add_flag("--no-plots", po.no_plots, "Write results.csv and plan.json only");
   plan->add_flag("--quiet,-q", po.quiet, "Print only the recommended line");
+  plan->add_option("--calibration", po.calibration, "Cost-model parameters from FILE (rlsim calibrate's calibration.yaml) instead of the built-in fit");
   plan->footer(
       "Exit status: 0 (also when no point meets the constraints: 'recommended: none'), 2 bad study or base scenario.\n"
       "Examples:\n  rlsim plan scenarios/study-kimi-k2-rollout-h200.yaml\n"
       "  rlsim plan scenarios/study-qwen3-8b-h200-vs-ascend-950.yaml --jobs 2 --set steps=1 --out out/q8\n"
       "  mpirun -n 4 rlsim plan scenarios/study-rollout-length-qwen3-8b.yaml");
+
+  cli::ValidateOptions vao;
+  auto* validate = app.add_subcommand(
+      "validate",
+      "Simulate validation records (scenarios that mirror published RL runs, with the figures they published) and compare: "
+      "predicted vs published with the relative error and whether it is within the record's band; validation.csv and a "
+      "parity plot. Exit 1 when a figure is out of band");
+  validate->add_option("records", vao.records, "Record files (default: every record in the repository's scenarios/ and scenarios/validation/)");
+  validate->add_option("--out,-o", vao.out, "Output directory")->capture_default_str();
+  validate->add_option("--calibration", vao.calibration, "Cost-model parameters from FILE instead of the built-in fit");
+  validate->add_option("--jobs,-j", vao.jobs, "Records simulated in parallel (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  validate->add_flag("--no-plots", vao.no_plots, "Write validation.csv only");
+  validate->add_flag("--quiet,-q", vao.quiet, "Print only the statistics line");
+  validate->footer(
+      "A record is a scenario file with a validation: block (source, assumptions, figures); see README.md, 'Validation and "
+      "calibration'.\nExamples:\n  rlsim validate\n  rlsim validate scenarios/validation/nemo-rl-llama3.1-8b-h100-16.yaml --out out/v\n");
+
+  cli::CalibrateOptions cao;
+  auto* calibrate = app.add_subcommand(
+      "calibrate",
+      "Fit the cost model's free parameters (achieved HBM and tensor-core fractions per device, GEMM efficiency per training "
+      "backend, engine overheads, MoE grouped-GEMM efficiency, per-step overhead) to validation records by least squares on "
+      "log error (Eigen's Levenberg-Marquardt), with a leave-one-out check; writes calibration.yaml");
+  calibrate->add_option("records", cao.records, "Record files (default: every record in the repository)");
+  calibrate->add_option("--out,-o", cao.out, "Output directory (calibration.yaml, calibration.csv)")->capture_default_str();
+  calibrate->add_option("--start", cao.start, "Calibration to start from (default: the built-in one)");
+  calibrate->add_option("--jobs,-j", cao.jobs, "Threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  calibrate->add_flag("--no-loo", cao.no_loo, "Skip the leave-one-out refits");
+  calibrate->add_flag("--quiet,-q", cao.quiet, "Print only the summary lines");
 
   try {
     app.parse(argc, argv);
@@ -372,6 +407,8 @@ int main(int argc, char** argv) {
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);
     if (*drift) return cli::cmd_drift(dro, std::cout, std::cerr);
     if (*plan) return cli::cmd_plan(po, std::cout, std::cerr);
+    if (*validate) return cli::cmd_validate(vao, std::cout, std::cerr);
+    if (*calibrate) return cli::cmd_calibrate(cao, std::cout, std::cerr);
   } catch (const sim::ScenarioError& e) {
     std::cerr << "rlsim: error: " << e.what() << "\n";
     return 2;

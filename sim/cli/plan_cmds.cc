@@ -121,6 +121,7 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
   try {
     Study st = analysis::load_study(o.study);
     st.sets = o.set;
+    if (!o.calibration.empty()) st.calibration = std::make_shared<const sim::Calibration>(sim::load_calibration(o.calibration));
     if (!o.out.empty()) st.out_dir = o.out;
     if (o.no_plots) st.plots = false;
     if (!o.heatmap.empty()) {

@@ -18,6 +18,7 @@ struct PlanOptions {
   std::size_t top = 20;           // ranked rows printed (0: all)
   bool no_plots = false;
   bool quiet = false;             // print only the recommended line
+  std::string calibration;        // calibration file (rlsim calibrate's output); empty: built-in
 };
 
 /// `rlsim plan`: loads the study, simulates its points on `jobs` threads (and, when launched by

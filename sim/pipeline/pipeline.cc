@@ -225,6 +225,8 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
                           std::function<void()>([this, &led, id] { led.free(queue_.now(), *id); }));
   };
   std::vector<Stage> out;
+  // Reward, advantages and moving the batch to the trainer: a fixed cost per step (calibrated).
+  out.push_back(Stage{"step_overhead", "training", s_.training.step_overhead_s, nullptr, nullptr});
   const auto& host = s_.cluster.host_link;
   if (s_.training.param_offload) {
     // Parameters (actor and reference) come back from host memory for the training phases.
@@ -233,7 +235,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
                         nullptr});
   }
   const bool cpu_opt = trainer_.cpu_optimizer();
-  const bool offload = s_.training.optimizer.offload && !cpu_opt;
+  const bool offload = s_.training.optimizer.offload;
   const double offload_s = offload ? trainer_.optimizer_offload_s() : 0.0;
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
   {
@@ -279,11 +281,10 @@ std::vector<Simulation::Stage> Simulation::sync_stages(int) {
                         [this] { ensure_rollout_weights(); },
                         [this] { rollout_w_on_host_ = false; }});
   }
-  // verl's FSDP path gathers the full BF16 state dict before sending (the SGLang RL memory
-  // blog's 15.4 GB all-gather buffer for a 7B model); Megatron exports one bucket at a time.
+  // verl (FSDP and Megatron) and slime stream the BF16 weights in buckets of weight_sync.bucket:
+  // one bucket is gathered, handed over and freed before the next (a pipelined pair in flight).
   const double full_bf16 = static_cast<double>(s_.model.params().total()) * 2.0;
-  const double gather_bytes =
-      s_.training.backend == TrainingBackend::kFsdp ? full_bf16 : std::min(full_bf16, s_.weight_sync.bucket_bytes);
+  const double gather_bytes = std::min(full_bf16, 2.0 * s_.weight_sync.bucket_bytes);
   auto gather_id = std::make_shared<MemoryLedger::AllocId>();
   out.push_back(Stage{"weight_sync", "sync", r_.sync.total(),
                       [this, &tl, gather_bytes, gather_id] { *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes); },
@@ -623,7 +624,7 @@ SimResult Simulation::run() {
   auto& tl = train_ledger();
   tl.set_phase("training");
   if (!s_.training.param_offload) allocate_params();
-  if (!s_.training.optimizer.offload) optimizer_ = tl.allocate(0, "optimizer", r_.train_memory.optimizer);
+  if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer()) optimizer_ = tl.allocate(0, "optimizer", r_.train_memory.optimizer);
   if (!colocated()) {
     rollout_ledger().set_phase("rollout");
     ensure_rollout_weights();

@@ -16,8 +16,11 @@
 
 namespace rlsim::sim {
 
-/// Phase names, in the order of SCENARIO.md's phases_s and steps.csv.
-inline const std::vector<std::string> kPhases{"rollout", "old_logprob", "reference", "actor_update", "weight_sync", "offload"};
+/// Phase names, in the order of SCENARIO.md's phases_s and steps.csv; `step_overhead` (the
+/// calibrated fixed time per step outside the other phases: reward, advantages, data movement)
+/// is rlsim's addition, last.
+inline const std::vector<std::string> kPhases{"rollout", "old_logprob", "reference", "actor_update", "weight_sync", "offload",
+                                              "step_overhead"};
 
 /// One phase occurrence.
 struct PhaseSpan {

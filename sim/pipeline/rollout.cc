@@ -76,7 +76,17 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
     const int heads_per_device = (arch.kv_heads + c.tp - 1) / c.tp;
     c.kv_bytes_per_token_device = kv_token_bytes * heads_per_device / arch.kv_heads;
   }
-  c.matmul_flops_per_token_device = 2.0 * static_cast<double>(arch.active_matmul_params()) / c.tp;
+  // Routed experts one token passes through: top-k of each MoE layer's experts.
+  const double routed_params = [&] {
+    double p = 0;
+    for (const auto& l : arch.linear_shapes()) {
+      if (l.kind == LinearKind::kRoutedExpert) p += static_cast<double>(l.count) * l.out * l.in;
+    }
+    return arch.moe ? p * arch.moe->active / arch.moe->experts : 0.0;
+  }();
+  c.matmul_flops_per_token_device = 2.0 * (static_cast<double>(arch.active_matmul_params()) - routed_params) / c.tp;
+  c.expert_flops_per_token_device = 2.0 * routed_params / c.tp;
+  c.moe_half_tokens = r.moe_half_tokens;
   c.attn_flops_per_ctx_device = arch.attention_flops_per_token(1.0) / c.tp;
   c.mem_bw = s.cluster.device.memory_bandwidth_bytes_per_s * r.efficiency.memory;
   c.compute_type = *s.cluster.device.effective(recipe.linear.compute(recipe.mode));
@@ -84,7 +94,7 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   // Dynamic activation quantisation launches one quantisation kernel per quantised linear input
   // (q/k/v share one, gate/up share one: 4 per layer), ~2 us each under CUDA graphs (assumption).
   const double act_quant = recipe.dynamic_activation_quant() ? 4.0 * arch.layers * 2e-6 : 0.0;
-  c.overhead_s = r.iteration_overhead_s + arch.layers * r.layer_overhead_s + act_quant;
+  c.overhead_s = r.iteration_overhead_s + arch.layers * r.layer_overhead_s + arch.moe_layers() * r.moe_layer_overhead_s + act_quant;
   c.allreduce_bytes_per_token = arch.hidden * 2.0;
   c.ep = arch.moe ? r.expert_parallel : 1;
   c.moe_layers = arch.moe_layers();
@@ -118,8 +128,15 @@ double RolloutCostModel::decode_memory_s(int b, double ctx) const {
   return (weights_read_bytes(b) + ctx * kv_bytes_per_token_device) / mem_bw;
 }
 
+double RolloutCostModel::expert_compute_s(double tokens) const {
+  if (expert_flops_per_token_device <= 0 || tokens <= 0) return 0.0;
+  const double m = tokens * active / experts_touched(experts, active, tokens);  // tokens per touched expert
+  const double efficiency = m / (m + moe_half_tokens);
+  return tokens * expert_flops_per_token_device / (compute_rate * efficiency);
+}
+
 double RolloutCostModel::decode_compute_s(int b, double ctx) const {
-  return (b * matmul_flops_per_token_device + ctx * attn_flops_per_ctx_device) / compute_rate;
+  return (b * matmul_flops_per_token_device + ctx * attn_flops_per_ctx_device) / compute_rate + expert_compute_s(b);
 }
 
 double RolloutCostModel::decode_s(int b, double ctx) const {
@@ -155,7 +172,7 @@ double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int b
   const double tokens = new_tokens + b_decode;
   const double memory = (weights_read_bytes(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device) / mem_bw;
   const double compute =
-      (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate;
+      (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate + expert_compute_s(tokens);
   return std::max(memory, compute) + comm_s(tokens) + overhead_s;
 }
 

@@ -30,22 +30,25 @@ double experts_touched(int experts, int active, double tokens);
 ///
 /// decode_s(b, S): b sequences each produce one token while reading S cached tokens in total:
 ///   memory  = (dense weights/TP + touched experts(b)/TP + S * kv_bytes_per_token_per_device) / (HBM B * eff_mem)
-///   compute = (b * 2 N_active / TP + S * attention FLOPs per cached token / TP) / (rate(recipe) * eff_compute)
+///   compute = (b * 2 N_active / TP + S * attention FLOPs per cached token / TP) / (rate(recipe) * eff_compute),
+///             the routed-expert part of N_active at the grouped-GEMM efficiency (expert_compute_s)
 ///   time    = max(memory, compute) + comm(b) + overhead
 ///   comm(b) = 2 * layers * all_reduce(b * hidden * 2 bytes, TP) without expert parallelism; with
 ///             EP > 1 the MoE layers replace their FFN all-reduce by a dispatch (b/EP tokens x top-k
 ///             x hidden in the recipe's activation format) and a combine (same, BF16) all-to-all
 ///             over the EP ranks: layers * all_reduce + dense layers * all_reduce + MoE layers *
 ///             (a2a(dispatch) + a2a(combine)).
-/// where overhead = iteration overhead + layers * per-layer overhead (+ dynamic activation
-/// quantisation kernels when the recipe quantises activations).
+/// where overhead = iteration overhead + layers * per-layer overhead + MoE layers * MoE-layer
+/// overhead (+ dynamic activation quantisation kernels when the recipe quantises activations).
 struct RolloutCostModel {
   double weight_bytes_per_device = 0;        // resident rollout weights per device
   double dense_bytes_per_device = 0;         // weights read every iteration (all but routed experts)
   double expert_bytes_per_device = 0;        // one routed expert in every MoE layer, per device share
   int experts = 0, active = 0;               // routed experts (0 for dense models)
   double kv_bytes_per_token_device = 0;      // KV stored per token per device
-  double matmul_flops_per_token_device = 0;  // 2 * active matmul params / TP
+  double matmul_flops_per_token_device = 0;  // 2 * active matmul params / TP, routed experts excluded
+  double expert_flops_per_token_device = 0;  // 2 * routed-expert params one token passes through / TP
+  double moe_half_tokens = 0;                // grouped-GEMM half-efficiency point (tokens per expert)
   double attn_flops_per_ctx_device = 0;      // attention FLOPs per (query, cached token) pair / TP
   double mem_bw = 0;                         // effective bytes/s
   double compute_rate = 0;                   // effective FLOP/s
@@ -68,6 +71,9 @@ struct RolloutCostModel {
   double decode_memory_s(int b, double ctx) const;
   double decode_compute_s(int b, double ctx) const;
   double decode_s(int b, double ctx) const;
+  /// Seconds of routed-expert GEMMs for `tokens` tokens: their FLOPs at the compute rate times
+  /// the grouped-GEMM efficiency m / (m + m_half) at m = tokens x top-k / touched experts.
+  double expert_compute_s(double tokens) const;
 
   /// Sum of decode_s(b, ctx0 + b k) for k = 0..n-1, in closed form (memory and compute are both
   /// linear in k; the sum of their maximum splits at the crossover). Exact up to rounding.

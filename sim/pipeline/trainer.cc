@@ -22,13 +22,23 @@ TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placem
   params_ = static_cast<double>(s.model.params().total());
   matmul_params_ = static_cast<double>(s.model.active_matmul_params());
   const auto& recipe = s.training.precision;
-  rate_ = s.cluster.device.rate(recipe.linear.compute(recipe.mode)) * s.training.efficiency.compute;
+  const double peak = s.cluster.device.rate(recipe.linear.compute(recipe.mode));
+  rate_ = peak * s.training.efficiency.compute;
+  moe_rate_ = peak * s.training.efficiency.moe_compute;
   dp_link_ = group_link(devices_, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   tp_link_ = group_link(s.training.tensor_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   ep_link_ = group_link(s.training.expert_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   for (const auto& l : s.model.linear_shapes()) {
     if (l.kind == models::LinearKind::kRoutedExpert) expert_params_ += static_cast<double>(l.count) * l.out * l.in;
   }
+  if (s.model.moe) active_expert_params_ = expert_params_ * s.model.moe->active / s.model.moe->experts;
+}
+
+double TrainerCostModel::compute_s(const TrainBatch& b, double flop_factor) const {
+  // Routed-expert GEMMs (grouped, over the tokens each expert received) run at their own rate.
+  const double dense_flops = 2.0 * (matmul_params_ - active_expert_params_) * b.tokens + b.attention_flops;
+  const double expert_flops = 2.0 * active_expert_params_ * b.tokens;
+  return flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) / devices_;
 }
 
 double TrainerCostModel::forward_flops(const TrainBatch& b) const {
@@ -44,8 +54,7 @@ double TrainerCostModel::micro_batches_per_device(const TrainBatch& b) const {
 double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double ag_passes, double rs_passes,
                                 double* compute, double* comm) const {
   const auto& t = s_.training;
-  const double flops = forward_flops(b) * flop_factor;
-  double c = flops / (devices_ * rate_);
+  double c = compute_s(b, flop_factor);
   // QAT fake quantisation: a quantise-dequantise pass over the weights per forward (memory bound,
   // read BF16 + write BF16), per micro-batch, on each device's share of the gathered weights.
   if (t.precision.mode == models::QuantMode::kFake) {
@@ -201,9 +210,7 @@ double TrainerCostModel::optimizer_offload_s() const {
   return bytes / s_.cluster.host_link.bandwidth_bytes_per_s + s_.cluster.host_link.latency_s;
 }
 
-bool TrainerCostModel::cpu_optimizer() const {
-  return s_.training.optimizer.offload && s_.training.backend == TrainingBackend::kMegatron;
-}
+bool TrainerCostModel::cpu_optimizer() const { return s_.training.optimizer.cpu_adam; }
 
 double TrainerCostModel::cpu_optimizer_s() const {
   const auto& t = s_.training;

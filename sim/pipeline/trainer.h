@@ -78,21 +78,24 @@ class TrainerCostModel {
   /// bandwidth x rollout memory efficiency. `rollout_weight_bytes_total` is the full model in the
   /// rollout recipe's formats (bytes).
   SyncTimes weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const;
-  /// FSDP optimizer offload (verl optimizer_offload): time to move one device's optimizer states
-  /// over the host link, one direction (they come in for the update and go out after it).
+  /// Optimizer offload (verl optimizer_offload, FSDP or Megatron): time to move one device's
+  /// optimizer states over the host link, one direction (in for the update, out after it).
   double optimizer_offload_s() const;
-  /// Megatron CPU optimizer (optimizer_cpu_offload, offload fraction 1): the states never leave
+  /// CPU Adam (optimizer.cpu_adam; Megatron-Core optimizer_cpu_offload, offload fraction 1): the states never leave
   /// host memory; per optimizer step FP32 gradients go to the host and BF16 parameters come back
   /// over the host link, overlapped with the Adam step on the host CPU
   /// (overlap_cpu_optimizer_d2h_h2d), whose rate is kCpuAdamParamsPerSPerNode shared by the node's
   /// devices. Seconds per RL step (all mini-batches and epochs).
   double cpu_optimizer_s() const;
-  /// Whether optimizer states stay in host memory for the whole run (Megatron + optimizer.offload).
+  /// Whether optimizer states stay in host memory and Adam runs on the CPU (optimizer.cpu_adam).
   bool cpu_optimizer() const;
 
   int devices() const { return devices_; }
   double forward_flops(const TrainBatch& batch) const;
   double micro_batches_per_device(const TrainBatch& batch) const;
+  /// Seconds of GEMM and attention compute of `flop_factor` forward-equivalent passes over
+  /// `batch` on each device: dense FLOPs at the dense rate, routed-expert FLOPs at the MoE rate.
+  double compute_s(const TrainBatch& batch, double flop_factor) const;
 
  private:
   double pass_s(const TrainBatch& batch, double flop_factor, double comm_passes_ag, double comm_passes_rs,
@@ -101,7 +104,9 @@ class TrainerCostModel {
   int devices_;
   double params_ = 0;
   double matmul_params_ = 0;
-  double rate_ = 0;
+  double rate_ = 0;             // FLOP/s of dense GEMMs and attention per device
+  double moe_rate_ = 0;         // FLOP/s of routed-expert GEMMs per device
+  double active_expert_params_ = 0;  // routed-expert matmul parameters one token passes through
   models::Link dp_link_;
   models::Link tp_link_;
   models::Link ep_link_;

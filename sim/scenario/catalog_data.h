@@ -15,5 +15,7 @@ extern const File kDevices[];
 extern const std::size_t kDevicesCount;
 extern const File kModels[];
 extern const std::size_t kModelsCount;
+extern const File kCalibration[];  // models/calibration/default.yaml
+extern const std::size_t kCalibrationCount;
 
 }  // namespace rlsim::sim::catalog_data

@@ -3,10 +3,38 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
 namespace rlsim::sim {
+
+namespace {
+double phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+
+// E[min(X, max)] for X = exp(ln(median) + sigma Z); max <= 0 means no truncation.
+double truncated_lognormal_mean(double median, double sigma, std::int64_t max) {
+  const double full = median * std::exp(0.5 * sigma * sigma);
+  if (max <= 0) return full;
+  const double cap = static_cast<double>(max);
+  if (sigma <= 0) return std::min(median, cap);
+  const double mu = std::log(median), lc = std::log(cap);
+  return full * phi((lc - mu - sigma * sigma) / sigma) + cap * (1.0 - phi((lc - mu) / sigma));
+}
+}  // namespace
+
+double lognormal_median_for_mean(double mean, double sigma, std::int64_t max) {
+  if (!(mean > 0) || (max > 0 && mean >= static_cast<double>(max))) {
+    throw std::invalid_argument(fmt::format("a mean of {:g} tokens needs 0 < mean < max ({})", mean, max));
+  }
+  // The truncated mean increases monotonically with the median: bisect ln(median).
+  double lo = std::log(mean) - 12.0 * (sigma + 1.0), hi = std::log(mean) + 12.0 * (sigma + 1.0);
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (truncated_lognormal_mean(std::exp(mid), sigma, max) < mean ? lo : hi) = mid;
+  }
+  return std::exp(0.5 * (lo + hi));
+}
 
 std::int64_t LengthDist::sample(Rng& rng) const {
   switch (kind) {
@@ -29,10 +57,7 @@ double LengthDist::mean() const {
   switch (kind) {
     case Kind::kFixed: return static_cast<double>(value);
     case Kind::kUniform: return 0.5 * static_cast<double>(min + max);
-    case Kind::kLognormal: {
-      const double m = median * std::exp(0.5 * sigma * sigma);
-      return max > 0 ? std::min(m, static_cast<double>(max)) : m;
-    }
+    case Kind::kLognormal: return truncated_lognormal_mean(median, sigma, max);
     case Kind::kCsv:
       return static_cast<double>(std::accumulate(samples.begin(), samples.end(), std::int64_t{0})) /
              static_cast<double>(samples.size());

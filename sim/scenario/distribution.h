@@ -1,6 +1,7 @@
 // Token-length distributions of a workload (prompt and response lengths), SCENARIO.md:
 // {dist: fixed, value: N} | {dist: uniform, min: A, max: B}
-// | {dist: lognormal, median: M, sigma: S, max: X} | {dist: csv, file: F, column: C}.
+// | {dist: lognormal, median: M, sigma: S, max: X} | {dist: lognormal, mean: A, sigma: S, max: X}
+// | {dist: csv, file: F, column: C}.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,8 @@ struct LengthDist {
   /// csv draws a row uniformly (bootstrap of a measured length trace).
   std::int64_t sample(Rng& rng) const;
 
-  /// Mean of the distribution (lognormal: untruncated median * exp(sigma^2 / 2), capped at max).
+  /// Mean of the distribution; a lognormal truncated at `max` has the mean of min(X, max):
+  /// e^(mu + s^2/2) Phi((ln max - mu - s^2) / s) + max (1 - Phi((ln max - mu) / s)).
   double mean() const;
 
   /// Largest value the distribution can produce.
@@ -35,5 +37,11 @@ struct LengthDist {
 
   std::string describe() const;
 };
+
+/// The median of a lognormal with log-spread `sigma` truncated at `max` (0: none) whose mean is
+/// `mean` tokens: the scenario form {dist: lognormal, mean: A, sigma: S, max: X}, for published
+/// runs that give only a mean response length. Solved by bisection on ln(median); throws
+/// std::invalid_argument when no median gives that mean (mean >= max, or mean <= 0).
+double lognormal_median_for_mean(double mean, double sigma, std::int64_t max);
 
 }  // namespace rlsim::sim

@@ -13,10 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "sim/scenario/calibration.h"
 #include "sim/scenario/catalog_data.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
 #include "sim/scenario/yaml_file.h"
+#include "sim/scenario/yaml_map.h"
 
 namespace rlsim::sim {
 namespace {
@@ -26,158 +28,15 @@ using models::Element;
 using models::Format;
 using models::Recipe;
 
-[[noreturn]] void throw_error(const std::string& msg, bool unknown_key) {
-  if (unknown_key) throw ScenarioKeyError(msg);
-  throw ScenarioError(msg);
+// An optional fraction in (0, 1] / an optional time: unset when the key is absent.
+std::optional<double> optional_fraction(Map& m, const std::string& key) {
+  if (!m.has(key)) return std::nullopt;
+  return m.number(key, 0, 0.01, 1.0);
 }
-
-// Where nodes come from: one file, plus the dotted paths that --set replaced.
-struct Source {
-  std::string file;
-  std::map<std::string, std::string> overrides;  // dotted path -> "path=value"
-  std::string label = "--set";                   // how an override is named in messages
-
-  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what, bool unknown_key = false) const {
-    for (const auto& [p, text] : overrides) {
-      if (path == p || path.starts_with(p + ".")) throw_error(label + " " + text + ": " + what, unknown_key);
-    }
-    // An error on a mapping whose members were overridden mentions those overrides.
-    std::string with;
-    for (const auto& [p, text] : overrides) {
-      if (path.empty() || p.starts_with(path + ".")) with += (with.empty() ? " (with " : ", ") + label + " " + text;
-    }
-    if (!with.empty()) with += ")";
-    const YAML::Mark m = node.Mark();
-    if (m.is_null()) throw_error(fmt::format("{}: {}{}", file, what, with), unknown_key);
-    throw_error(fmt::format("{}:{}:{}: {}{}", file, m.line + 1, m.column + 1, what, with), unknown_key);
-  }
-};
-
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
+std::optional<double> optional_quantity(Map& m, const std::string& key) {
+  if (!m.has(key)) return std::nullopt;
+  return m.quantity(key, 0, Dimension::kTime);
 }
-
-std::string child_path(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
-
-// A YAML mapping whose keys are checked: each key read is marked, and finish() rejects the rest.
-class Map {
- public:
-  Map(const Source& src, YAML::Node node, std::string path) : src_(src), node_(std::move(node)), path_(std::move(path)) {
-    if (!node_.IsMap()) src_.fail(node_, path_, "'" + path_ + "' must be a mapping of keys");
-  }
-
-  bool has(const std::string& key) const { return static_cast<bool>(node_[key]); }
-
-  YAML::Node get(const std::string& key) {
-    read_.insert(key);
-    return node_[key];
-  }
-
-  YAML::Node require(const std::string& key) {
-    YAML::Node n = get(key);
-    if (!n || n.IsNull()) src_.fail(node_, path_, "missing required key '" + child_path(path_, key) + "'");
-    return n;
-  }
-
-  std::string path(const std::string& key) const { return child_path(path_, key); }
-  const Source& src() const { return src_; }
-  const YAML::Node& node() const { return node_; }
-
-  // Rejects keys that were never read, listing the valid ones.
-  void finish(const std::vector<std::string>& valid) const {
-    for (const auto& kv : node_) {
-      const auto key = kv.first.as<std::string>();
-      if (!read_.count(key) && std::find(valid.begin(), valid.end(), key) == valid.end()) {
-        src_.fail(kv.first, child_path(path_, key),
-                  "unknown key '" + child_path(path_, key) + "' (valid keys here: " + join(valid) + ")", true);
-      }
-    }
-  }
-
-  // Typed readers -------------------------------------------------------------------------
-  std::string str(const std::string& key, const std::string& dflt, bool required = false) {
-    YAML::Node n = required ? require(key) : get(key);
-    if (!n) return dflt;
-    if (!n.IsScalar()) src_.fail(n, path(key), "'" + path(key) + "' must be a string");
-    return n.Scalar();
-  }
-
-  std::int64_t integer(const std::string& key, std::int64_t dflt, std::int64_t lo, std::int64_t hi,
-                       bool required = false) {
-    YAML::Node n = required ? require(key) : get(key);
-    if (!n) return dflt;
-    std::int64_t v = 0;
-    if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, v)) {
-      src_.fail(n, path(key), fmt::format("'{}' must be an integer, got '{}'", path(key), scalar_text(n)));
-    }
-    if (v < lo || v > hi) src_.fail(n, path(key), fmt::format("'{}' must be in [{}, {}], got {}", path(key), lo, hi, v));
-    return v;
-  }
-
-  double number(const std::string& key, double dflt, double lo, double hi) {
-    YAML::Node n = get(key);
-    if (!n) return dflt;
-    double v = 0;
-    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) {
-      src_.fail(n, path(key), fmt::format("'{}' must be a number, got '{}'", path(key), scalar_text(n)));
-    }
-    if (!(v >= lo && v <= hi)) src_.fail(n, path(key), fmt::format("'{}' must be in [{:g}, {:g}], got {:g}", path(key), lo, hi, v));
-    return v;
-  }
-
-  bool boolean(const std::string& key, bool dflt) {
-    YAML::Node n = get(key);
-    if (!n) return dflt;
-    bool v = false;
-    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) {
-      src_.fail(n, path(key), fmt::format("'{}' must be true or false, got '{}'", path(key), scalar_text(n)));
-    }
-    return v;
-  }
-
-  double quantity(const std::string& key, double dflt, Dimension dim, bool required = false) {
-    YAML::Node n = required ? require(key) : get(key);
-    if (!n) return dflt;
-    if (!n.IsScalar()) src_.fail(n, path(key), "'" + path(key) + "' must be a quantity with a unit, e.g. " + example(dim));
-    try {
-      return parse_quantity(n.Scalar(), dim);
-    } catch (const std::invalid_argument& e) {
-      src_.fail(n, path(key), "'" + path(key) + "': " + e.what());
-    }
-  }
-
-  template <typename E>
-  E choice(const std::string& key, E dflt, const std::vector<std::pair<std::string, E>>& options) {
-    YAML::Node n = get(key);
-    if (!n) return dflt;
-    std::vector<std::string> names;
-    for (const auto& [name, value] : options) {
-      if (n.IsScalar() && n.Scalar() == name) return value;
-      names.push_back(name);
-    }
-    src_.fail(n, path(key), fmt::format("'{}': unknown value '{}' (expected one of: {})", path(key), scalar_text(n), join(names)));
-  }
-
- private:
-  static std::string scalar_text(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : std::string("<non-scalar>"); }
-  static std::string example(Dimension d) {
-    switch (d) {
-      case Dimension::kBytes: return "'96 GB'";
-      case Dimension::kBandwidth: return "'450 GB/s'";
-      case Dimension::kTime: return "'2 us'";
-      case Dimension::kFlops: return "'989 TFLOPS'";
-    }
-    return "";
-  }
-  const Source& src_;
-  YAML::Node node_;
-  std::string path_;
-  std::set<std::string> read_;
-};
 
 YAML::Node parse_yaml_text(const std::string& text, const std::string& file) {
   try {
@@ -437,12 +296,25 @@ LengthDist parse_dist(Map m, const fs::path& base_dir) {
       m.finish({"dist", "min", "max"});
       break;
     case LengthDist::Kind::kLognormal:
-      if (!m.has("median")) m.require("median");
-      d.median = m.number("median", 0, 1, 1e7);
+      // `median:`, or `mean:` (published runs often give only the mean length; the median is
+      // solved so that the truncated distribution has that mean).
+      if (m.has("median") == m.has("mean")) {
+        m.src().fail(m.node(), m.path("median"), "a lognormal needs exactly one of 'median' and 'mean' (tokens)");
+      }
       d.sigma = m.number("sigma", 0, 0, 5);
       if (!m.has("sigma")) m.require("sigma");
       d.max = m.integer("max", 0, 1, kMaxTokens);
-      m.finish({"dist", "median", "sigma", "max"});
+      if (m.has("median")) {
+        d.median = m.number("median", 0, 1, 1e7);
+      } else {
+        const double mean = m.number("mean", 0, 1, 1e7);
+        try {
+          d.median = lognormal_median_for_mean(mean, d.sigma, d.max);
+        } catch (const std::invalid_argument& e) {
+          m.src().fail(m.get("mean"), m.path("mean"), e.what());
+        }
+      }
+      m.finish({"dist", "median", "mean", "sigma", "max"});
       break;
     case LengthDist::Kind::kCsv: {
       d.file = m.str("file", "", true);
@@ -590,7 +462,8 @@ models::ModelArch model_from_hf_config(const std::string& path) {
   return a;
 }
 
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides, const std::string& override_label) {
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides, const std::string& override_label,
+                       const Calibration* calibration) {
   Source src{path, {}, override_label};
   YAML::Node root = load_yaml_file(path, "scenario file");
   if (!root.IsMap()) throw ScenarioError(path + ":1:1: a scenario must be a YAML mapping (see SCENARIO.md)");
@@ -720,21 +593,12 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       if (m->has("precision")) r.precision = parse_recipe(src, m->get("precision"), "rollout.precision");
     }
     r.kv_cache = r.precision.kv_cache;
-    // Engine overheads (assumptions, documented in README "Cost model"): per-step scheduler +
-    // sampler time, and non-GEMM kernel time per layer per step under CUDA graphs.
     const bool vllm = r.engine == RolloutEngineKind::kVllm;
-    const double it_default = vllm ? 2e-3 : 1.5e-3;
     // Eager mode (vLLM enforce_eager, verl's rollout default through mid-2025) launches every
-    // kernel from Python: ~20 kernels per layer at ~10 us each, 200 us per layer (assumption).
+    // kernel from Python; its per-layer cost is a calibrated parameter of its own.
     r.enforce_eager = m && m->boolean("enforce_eager", false);
-    const double layer_default = r.enforce_eager ? 200e-6 : 20e-6;
     // SGLang RL memory blog: 1-3 GB CUDA graphs + 3-7 GB buffers per GPU; 5 GB taken.
     const double buffers_default = 5e9;
-    // Decode kernels stream weights and KV at ~80 % of peak HBM bandwidth (a pure device copy
-    // reaches 87-89 %, ANCHORS.md); prefill GEMMs reach ~55 % of the dense tensor rate.
-    r.efficiency = Efficiency{0.80, 0.55, 0.70};
-    r.iteration_overhead_s = it_default;
-    r.layer_overhead_s = layer_default;
     r.activation_buffer_bytes = buffers_default;
     r.sleep_level = vllm ? 1 : 2;
     if (m) {
@@ -747,17 +611,19 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       r.memory_utilization = m->number("memory_utilization", 0.85, 0.05, 1.0);
       r.sleep_level = static_cast<int>(m->integer("sleep_level", r.sleep_level, 1, 2));
       r.activation_buffer_bytes = m->quantity("activation_buffers", buffers_default, Dimension::kBytes);
+      auto& ov = s.cost_overrides;
       if (m->has("overheads")) {
         Map o(src, m->get("overheads"), "rollout.overheads");
-        r.iteration_overhead_s = o.quantity("iteration", it_default, Dimension::kTime);
-        r.layer_overhead_s = o.quantity("per_layer", layer_default, Dimension::kTime);
-        o.finish({"iteration", "per_layer"});
+        ov.iteration_s = optional_quantity(o, "iteration");
+        ov.per_layer_s = optional_quantity(o, "per_layer");
+        ov.moe_layer_s = optional_quantity(o, "moe_layer");
+        o.finish({"iteration", "per_layer", "moe_layer"});
       }
       if (m->has("efficiency")) {
         Map e(src, m->get("efficiency"), "rollout.efficiency");
-        r.efficiency.memory = e.number("memory", r.efficiency.memory, 0.01, 1.0);
-        r.efficiency.compute = e.number("compute", r.efficiency.compute, 0.01, 1.0);
-        r.efficiency.comm = e.number("comm", r.efficiency.comm, 0.01, 1.0);
+        ov.rollout_memory = optional_fraction(e, "memory");
+        ov.rollout_compute = optional_fraction(e, "compute");
+        ov.rollout_comm = optional_fraction(e, "comm");
         e.finish({"memory", "compute", "comm"});
       }
       m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
@@ -779,8 +645,6 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   {
     auto& t = s.training;
     t.precision = models::builtin_recipe("bf16");
-    // Calibrated default (SCENARIO.md example; verl Qwen3-30B-A3B Megatron MFU 0.31-0.40, ANCHORS.md).
-    t.efficiency = Efficiency{0.80, 0.45, 0.70};
     if (top.has("training")) {
       Map m(src, top.get("training"), "training");
       t.backend = m.choice<TrainingBackend>("backend", TrainingBackend::kFsdp,
@@ -801,18 +665,27 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         t.optimizer.name = o.choice<std::string>("name", "adam", {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
         t.optimizer.state = o.choice<Element>("state", Element::kFp32, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
         t.optimizer.offload = o.boolean("offload", false);
-        o.finish({"name", "state", "offload"});
+        t.optimizer.cpu_adam = o.boolean("cpu_adam", false);
+        o.finish({"name", "state", "offload", "cpu_adam"});
+        if (t.optimizer.offload && t.optimizer.cpu_adam) {
+          src.fail(o.node(), "training.optimizer",
+                   "training.optimizer: offload (states to host between updates, step on the device) and cpu_adam (states on "
+                   "the host, step on the CPU) are alternatives; set one");
+        }
       }
+      auto& ov = s.cost_overrides;
       if (m.has("efficiency")) {
         Map e(src, m.get("efficiency"), "training.efficiency");
-        t.efficiency.memory = e.number("memory", t.efficiency.memory, 0.01, 1.0);
-        t.efficiency.compute = e.number("compute", t.efficiency.compute, 0.01, 1.0);
-        t.efficiency.comm = e.number("comm", t.efficiency.comm, 0.01, 1.0);
-        e.finish({"memory", "compute", "comm"});
+        ov.train_memory = optional_fraction(e, "memory");
+        ov.train_compute = optional_fraction(e, "compute");
+        ov.train_moe_compute = optional_fraction(e, "moe_compute");
+        ov.train_comm = optional_fraction(e, "comm");
+        e.finish({"memory", "compute", "moe_compute", "comm"});
       }
+      ov.step_overhead_s = optional_quantity(m, "step_overhead");
       m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",
                 "mini_batches", "micro_batch_tokens", "recompute_old_logprob", "reference_model",
-                "activation_checkpointing", "param_offload", "optimizer", "efficiency"});
+                "activation_checkpointing", "param_offload", "optimizer", "efficiency", "step_overhead"});
       const int mp = t.tensor_parallel * t.pipeline_parallel;
       if (s.placement.train_devices % mp != 0) {
         src.fail(m.node(), "training", fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices",
@@ -871,8 +744,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     s.output.trace = m.boolean("trace", true);
     m.finish({"dir", "plots", "trace"});
   }
+  // A validation record's published figures (rlsim validate reads them; see analysis/validation.h).
+  (void)top.get("validation");
   top.finish({"name", "seed", "steps", "model", "cluster", "placement", "schedule", "workload", "rollout",
-              "training", "weight_sync", "output"});
+              "training", "weight_sync", "output", "validation"});
+  apply_calibration(s, calibration ? *calibration : builtin_calibration());
   return s;
 }
 

@@ -68,9 +68,12 @@ void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
   e << YAML::EndMap;
 }
 
-void efficiency(YAML::Emitter& e, const Efficiency& f) {
+// `with_moe`: the training side's routed-expert GEMM fraction as well.
+void efficiency(YAML::Emitter& e, const Efficiency& f, bool with_moe) {
   e << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "memory" << YAML::Value
-    << f.memory << YAML::Key << "compute" << YAML::Value << f.compute << YAML::Key << "comm" << YAML::Value << f.comm << YAML::EndMap;
+    << f.memory << YAML::Key << "compute" << YAML::Value << f.compute;
+  if (with_moe) e << YAML::Key << "moe_compute" << YAML::Value << f.moe_compute;
+  e << YAML::Key << "comm" << YAML::Value << f.comm << YAML::EndMap;
 }
 
 void model(YAML::Emitter& e, const models::ModelArch& m) {
@@ -142,8 +145,9 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level << YAML::Key << "enforce_eager" << YAML::Value << r.enforce_eager;
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
   e << YAML::Key << "overheads" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "iteration" << YAML::Value
-    << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value << q(r.layer_overhead_s, Dimension::kTime) << YAML::EndMap;
-  efficiency(e, r.efficiency);
+    << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value << q(r.layer_overhead_s, Dimension::kTime) << YAML::Key << "moe_layer"
+    << YAML::Value << q(r.moe_layer_overhead_s, Dimension::kTime) << YAML::EndMap;
+  efficiency(e, r.efficiency, false);
   e << YAML::EndMap;
   const auto& t = s.training;
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
@@ -157,8 +161,9 @@ std::string resolved_yaml(const Scenario& s) {
     << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.optimizer.name
     << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key << "offload"
-    << YAML::Value << t.optimizer.offload << YAML::EndMap;
-  efficiency(e, t.efficiency);
+    << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam << YAML::EndMap;
+  efficiency(e, t.efficiency, true);
+  e << YAML::Key << "step_overhead" << YAML::Value << q(t.step_overhead_s, Dimension::kTime);
   e << YAML::EndMap;
   const char* method = s.weight_sync.method == WeightSyncMethod::kAuto ? "auto"
                        : s.weight_sync.method == WeightSyncMethod::kCudaIpc ? "cuda-ipc" : "nccl-broadcast";

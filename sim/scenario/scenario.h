@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -30,9 +31,20 @@ class ScenarioKeyError : public ScenarioError {
 
 /// Efficiency factors: achieved fraction of a peak rate. Defaults are documented where set.
 struct Efficiency {
-  double memory = 0;   // of HBM bandwidth
-  double compute = 0;  // of the dense tensor-core rate (MFU of the GEMMs)
-  double comm = 0;     // of link bandwidth in collectives (NCCL bus bandwidth / link rate)
+  double memory = 0;       // of HBM bandwidth
+  double compute = 0;      // of the dense tensor-core rate (MFU of the GEMMs)
+  double comm = 0;         // of link bandwidth in collectives (NCCL bus bandwidth / link rate)
+  double moe_compute = 0;  // training: of the tensor-core rate in routed-expert (grouped) GEMMs
+};
+
+/// Cost parameters the scenario file sets itself (rollout.efficiency, rollout.overheads,
+/// training.efficiency, training.step_overhead); a calibration (sim/scenario/calibration.h)
+/// supplies every other one.
+struct CostOverrides {
+  std::optional<double> rollout_memory, rollout_compute, rollout_comm;
+  std::optional<double> iteration_s, per_layer_s, moe_layer_s;
+  std::optional<double> train_memory, train_compute, train_moe_compute, train_comm;
+  std::optional<double> step_overhead_s;
 };
 
 struct ClusterConfig {
@@ -85,6 +97,9 @@ struct RolloutConfig {
   double activation_buffer_bytes = 0;  // CUDA graphs, activations, sampler workspace
   double iteration_overhead_s = 0;     // scheduler + sampling per engine step
   double layer_overhead_s = 0;         // non-GEMM kernels per layer per step (norms, rope, launch)
+  double moe_layer_overhead_s = 0;     // extra kernels per MoE layer per step (router, top-k, permute)
+  /// Tokens per expert at which a grouped expert GEMM reaches half of its large-M efficiency.
+  double moe_half_tokens = 0;
   Efficiency efficiency;
 };
 
@@ -92,7 +107,12 @@ enum class TrainingBackend { kFsdp, kMegatron };
 struct OptimizerConfig {
   std::string name = "adam";
   models::Element state = models::Element::kFp32;
+  /// States live in host memory between actor updates and come back for the step, which runs on
+  /// the device (verl fsdp_config.optimizer_offload, actor.megatron.optimizer_offload).
   bool offload = false;
+  /// States stay in host memory and Adam runs on the host CPU; gradients go down and parameters
+  /// come back every optimizer step (Megatron-Core optimizer_cpu_offload, offload fraction 1).
+  bool cpu_adam = false;
 };
 struct TrainingConfig {
   TrainingBackend backend = TrainingBackend::kFsdp;
@@ -111,6 +131,8 @@ struct TrainingConfig {
   bool param_offload = false;
   OptimizerConfig optimizer;
   Efficiency efficiency;
+  /// Fixed time per RL step outside the phases (reward, advantages, data movement), seconds.
+  double step_overhead_s = 0;
 };
 
 enum class WeightSyncMethod { kAuto, kCudaIpc, kNcclBroadcast };
@@ -139,6 +161,7 @@ struct Scenario {
   TrainingConfig training;
   WeightSyncConfig weight_sync;
   OutputConfig output;
+  CostOverrides cost_overrides;  // what the file set; apply_calibration keeps these
 };
 
 /// Loads and validates a scenario file. `overrides` are "dotted.key=value" strings (--set),
@@ -147,8 +170,13 @@ struct Scenario {
 /// `rlsim run`, "sweep" for a point of `rlsim plan`). Throws ScenarioError on any bad input:
 /// unreadable file, YAML syntax, missing required key, value without unit, unknown catalog
 /// name, inconsistent parallelism; ScenarioKeyError for an unknown key.
+///
+/// Efficiency and overhead defaults come from `calibration` (the built-in calibration when null;
+/// sim/scenario/calibration.h). A top-level `validation:` block (a validation record's published
+/// figures, read by `rlsim validate`) is allowed and ignored here.
+struct Calibration;
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {},
-                       const std::string& override_label = "--set");
+                       const std::string& override_label = "--set", const Calibration* calibration = nullptr);
 
 /// The fully resolved scenario as YAML (every default made explicit, units canonical).
 std::string resolved_yaml(const Scenario& s);

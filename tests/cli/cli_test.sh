@@ -57,7 +57,7 @@ for f in summary.json steps.csv phases.csv memory.csv requests.csv trace.json ti
   check "writes $f" test -s "$WORK/a/$f"
 done
 check "summary on stdout names the bottleneck" grep -q "bottleneck:" "$WORK/a.stdout"
-check "steps.csv header" grep -qx "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens" "$WORK/a/steps.csv"
+check "steps.csv header" grep -qx "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,step_overhead_s" "$WORK/a/steps.csv"
 check "trace.json has traceEvents" grep -q '"traceEvents"' "$WORK/a/trace.json"
 check "timeline.png is a PNG" bash -c "head -c 8 '$WORK/a/timeline.png' | od -An -tx1 | grep -q '89 50 4e 47'"
 "$RLSIM" run "$WORK/base.yaml" --out "$WORK/b" -q

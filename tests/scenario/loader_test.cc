@@ -4,6 +4,7 @@
 #include <fstream>
 #include <regex>
 
+#include "sim/scenario/calibration.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
 
@@ -90,7 +91,11 @@ TEST(Loader, MinimalScenarioGetsDefaults) {
   EXPECT_DOUBLE_EQ(s.cluster.device.memory_bytes, 80e9);
   EXPECT_DOUBLE_EQ(s.cluster.intra_node.bandwidth_bytes_per_s, 450e9);
   EXPECT_EQ(s.output.dir, (fs::path("out") / "minimal").string());
-  EXPECT_DOUBLE_EQ(s.training.efficiency.compute, 0.45);
+  // Efficiencies come from the built-in calibration: device compute fraction x backend dense GEMM.
+  const auto& cal = sim::builtin_calibration();
+  EXPECT_DOUBLE_EQ(s.training.efficiency.compute, cal.device(s.cluster.device.name).compute * cal.fsdp.dense);
+  EXPECT_DOUBLE_EQ(s.rollout.efficiency.memory, cal.device(s.cluster.device.name).memory);
+  EXPECT_DOUBLE_EQ(s.training.step_overhead_s, cal.step_overhead_s);
   EXPECT_EQ(s.workload.sequences_per_step(), 8);
 }
 

@@ -1,0 +1,297 @@
+#include "analysis/calibrate.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+#include <unsupported/Eigen/NonLinearOptimization>
+#include <unsupported/Eigen/NumericalDiff>
+
+namespace rlsim::analysis {
+
+namespace {
+
+constexpr double kFigureSigma = 0.15;  // log error of one figure counted as one standard deviation
+constexpr double kPriorSigma = 0.7;    // a parameter's prior: a factor of 2 is one standard deviation
+constexpr double kUnfitLogError = -7.0;  // a record that stops fitting memory: predicted ~1e-3 x published
+
+double logistic(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+double to_value(const CalibrationParameter& p, double x) { return p.lower + (p.upper - p.lower) * logistic(x); }
+
+double to_free(const CalibrationParameter& p, double v) {
+  const double t = std::min(std::max((v - p.lower) / (p.upper - p.lower), 1e-6), 1.0 - 1e-6);
+  return std::log(t / (1.0 - t));
+}
+
+sim::Calibration with_values(const sim::Calibration& base, const std::vector<CalibrationParameter>& params, const Eigen::VectorXd& x) {
+  sim::Calibration c = base;
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].ref(c) = to_value(params[i], x[static_cast<Eigen::Index>(i)]);
+  return c;
+}
+
+// Simulates every record whose `use` flag is set under calibration `c`, on `jobs` threads.
+std::vector<std::map<std::string, double>> simulate_all(const std::vector<ValidationRecord>& records, const std::vector<bool>& use,
+                                                        const sim::Calibration& c, int jobs) {
+  std::vector<std::map<std::string, double>> out(records.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next++) < records.size();) {
+      if (!use[i]) continue;
+      sim::Scenario s = records[i].scenario;
+      sim::apply_calibration(s, c);
+      out[i] = simulate_figures(s);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < jobs; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return out;
+}
+
+// One fitted figure: which record, which figure, and the ratio's other record (or npos).
+struct TimeFigure {
+  std::size_t record = 0, other = std::string::npos;
+  std::string figure;
+  double published = 0;
+};
+
+std::vector<TimeFigure> time_figures(const std::vector<ValidationRecord>& records) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < records.size(); ++i) index[records[i].name] = i;
+  std::vector<TimeFigure> out;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    for (const auto& f : records[i].figures) {
+      if (!f.is_time()) continue;
+      TimeFigure t{i, std::string::npos, f.figure, f.published};
+      if (!f.ratio_to.empty()) {
+        const auto it = index.find(f.ratio_to);
+        if (it == index.end()) continue;  // compare() reports it
+        t.other = it->second;
+      }
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+// ln(predicted / published) of a figure; kUnfitLogError when a record did not fit memory.
+double log_error(const TimeFigure& f, const std::vector<std::map<std::string, double>>& sims) {
+  auto value = [&](std::size_t r) {
+    const auto it = sims[r].find(f.figure);
+    return it == sims[r].end() ? 0.0 : it->second;
+  };
+  double pred = value(f.record);
+  if (f.other != std::string::npos) {
+    const double o = value(f.other);
+    pred = o > 0 ? pred / o : 0.0;
+  }
+  return pred > 0 ? std::log(pred / f.published) : kUnfitLogError;
+}
+
+// The least-squares problem over the figures whose records are all in `use`.
+struct Problem {
+  const std::vector<ValidationRecord>& records;
+  const std::vector<CalibrationParameter>& params;
+  const sim::Calibration& base;
+  std::vector<bool> use;
+  std::vector<TimeFigure> figures;  // only those usable
+  int jobs = 1;
+  std::shared_ptr<int> evaluations = std::make_shared<int>(0);  // shared by the copies Eigen makes
+
+  // Eigen functor interface (NumericalDiff / LevenbergMarquardt).
+  using Scalar = double;
+  enum { InputsAtCompileTime = Eigen::Dynamic, ValuesAtCompileTime = Eigen::Dynamic };
+  using InputType = Eigen::VectorXd;
+  using ValueType = Eigen::VectorXd;
+  using JacobianType = Eigen::MatrixXd;
+  int inputs() const { return static_cast<int>(params.size()); }
+  int values() const { return static_cast<int>(figures.size() + params.size()); }
+
+  int operator()(const Eigen::VectorXd& x, Eigen::VectorXd& fvec) const {
+    ++*evaluations;
+    const auto sims = simulate_all(records, use, with_values(base, params, x), jobs);
+    for (std::size_t k = 0; k < figures.size(); ++k) fvec[static_cast<Eigen::Index>(k)] = log_error(figures[k], sims) / kFigureSigma;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const double v = to_value(params[i], x[static_cast<Eigen::Index>(i)]);
+      fvec[static_cast<Eigen::Index>(figures.size() + i)] = std::log(v / params[i].prior) / kPriorSigma;
+    }
+    return 0;
+  }
+};
+
+Problem make_problem(const std::vector<ValidationRecord>& records, const std::vector<CalibrationParameter>& params,
+                     const sim::Calibration& base, std::size_t leave_out, int jobs) {
+  Problem p{records, params, base, std::vector<bool>(records.size(), true), {}, jobs};
+  if (leave_out != std::string::npos) p.use[leave_out] = false;
+  for (const auto& f : time_figures(records)) {
+    if (p.use[f.record] && (f.other == std::string::npos || p.use[f.other])) p.figures.push_back(f);
+  }
+  return p;
+}
+
+// Runs LM from x; returns (x, iterations).
+int minimise(Problem& p, Eigen::VectorXd& x, int max_evaluations) {
+  Eigen::NumericalDiff<Problem> nd(p, 1e-4);  // step 1 % of the free variable: the simulation is piecewise smooth
+  Eigen::LevenbergMarquardt<Eigen::NumericalDiff<Problem>> lm(nd);
+  lm.parameters.maxfev = max_evaluations;
+  lm.parameters.xtol = 1e-4;
+  lm.parameters.ftol = 1e-6;
+  lm.minimize(x);
+  return static_cast<int>(lm.iter);
+}
+
+}  // namespace
+
+std::vector<CalibrationParameter> calibration_parameters(const std::vector<ValidationRecord>& records) {
+  std::set<std::string> devices;
+  std::set<sim::TrainingBackend> backends, moe_backends;
+  std::set<sim::RolloutEngineKind> engines, moe_engines, eager, graphs;
+  for (const auto& r : records) {
+    const auto& s = r.scenario;
+    devices.insert(s.cluster.device.name);
+    backends.insert(s.training.backend);
+    engines.insert(s.rollout.engine);
+    (s.rollout.enforce_eager ? eager : graphs).insert(s.rollout.engine);
+    if (s.model.moe) {
+      moe_backends.insert(s.training.backend);
+      moe_engines.insert(s.rollout.engine);
+    }
+  }
+  std::vector<CalibrationParameter> out;
+  // Priors: HBM streaming reaches ~0.8 of peak (a device copy 0.87-0.89, ANCHORS.md); large BF16
+  // GEMMs ~0.7 of the dense peak (cuBLAS on Hopper, public benchmarks); assumptions otherwise.
+  for (const auto& d : devices) {
+    out.push_back({"devices." + d + ".memory", 0.4, 0.95, 0.8, "", [d](sim::Calibration& c) -> double& {
+                     if (!c.devices.count(d)) c.devices[d] = c.other_device;
+                     return c.devices[d].memory;
+                   }});
+    out.push_back({"devices." + d + ".compute", 0.2, 0.98, 0.7, "", [d](sim::Calibration& c) -> double& {
+                     if (!c.devices.count(d)) c.devices[d] = c.other_device;
+                     return c.devices[d].compute;
+                   }});
+  }
+  for (const auto b : backends) {
+    const std::string n = b == sim::TrainingBackend::kFsdp ? "fsdp" : "megatron";
+    out.push_back({"training." + n + ".dense", 0.2, 1.0, 0.65, "", [b](sim::Calibration& c) -> double& {
+                     return b == sim::TrainingBackend::kFsdp ? c.fsdp.dense : c.megatron.dense;
+                   }});
+  }
+  for (const auto b : moe_backends) {
+    const std::string n = b == sim::TrainingBackend::kFsdp ? "fsdp" : "megatron";
+    out.push_back({"training." + n + ".moe", 0.05, 1.0, 0.35, "", [b](sim::Calibration& c) -> double& {
+                     return b == sim::TrainingBackend::kFsdp ? c.fsdp.moe : c.megatron.moe;
+                   }});
+  }
+  auto engine_ref = [](sim::RolloutEngineKind e, double sim::EngineCalibration::*field) {
+    return std::function<double&(sim::Calibration&)>([e, field](sim::Calibration& c) -> double& {
+      sim::EngineCalibration& engine = e == sim::RolloutEngineKind::kVllm ? c.vllm : c.sglang;
+      return engine.*field;
+    });
+  };
+  auto engine_name = [](sim::RolloutEngineKind e) { return std::string(e == sim::RolloutEngineKind::kVllm ? "vllm" : "sglang"); };
+  for (const auto e : engines) {
+    out.push_back({"rollout." + engine_name(e) + ".iteration", 0.2e-3, 20e-3, 2e-3, "s", engine_ref(e, &sim::EngineCalibration::iteration_s)});
+  }
+  for (const auto e : graphs) {
+    out.push_back({"rollout." + engine_name(e) + ".per_layer", 2e-6, 200e-6, 20e-6, "s", engine_ref(e, &sim::EngineCalibration::per_layer_s)});
+  }
+  for (const auto e : eager) {
+    out.push_back({"rollout." + engine_name(e) + ".per_layer_eager", 20e-6, 1e-3, 200e-6, "s",
+                   engine_ref(e, &sim::EngineCalibration::per_layer_eager_s)});
+  }
+  for (const auto e : moe_engines) {
+    out.push_back({"rollout." + engine_name(e) + ".moe_layer", 2e-6, 1e-3, 30e-6, "s", engine_ref(e, &sim::EngineCalibration::moe_layer_s)});
+  }
+  if (!moe_engines.empty()) {
+    out.push_back({"moe.grouped_gemm_half_tokens", 0.5, 512, 16, "", [](sim::Calibration& c) -> double& { return c.moe_half_tokens; }});
+  }
+  out.push_back({"step_overhead", 0.1, 120, 5, "s", [](sim::Calibration& c) -> double& { return c.step_overhead_s; }});
+  return out;
+}
+
+CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std::vector<CalibrationParameter>& params,
+                         const sim::Calibration& start, const CalibrateOptions& o) {
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  const int jobs = std::max(1, o.jobs);
+  Eigen::VectorXd x(static_cast<Eigen::Index>(params.size()));
+  {
+    sim::Calibration c = start;
+    for (std::size_t i = 0; i < params.size(); ++i) x[static_cast<Eigen::Index>(i)] = to_free(params[i], params[i].ref(c));
+  }
+  CalibrationFit fit;
+  Problem full = make_problem(records, params, start, std::string::npos, jobs);
+  say(fmt::format("fitting {} parameters to {} time figures of {} records", params.size(), full.figures.size(), records.size()));
+  fit.iterations = minimise(full, x, 60 * static_cast<int>(params.size() + 1));
+
+  fit.calibration = with_values(start, params, x);
+  for (std::size_t i = 0; i < params.size(); ++i) fit.values.push_back(to_value(params[i], x[static_cast<Eigen::Index>(i)]));
+  {
+    Eigen::VectorXd f(full.values());
+    full(x, f);
+    fit.cost = f.squaredNorm();
+  }
+  const std::vector<bool> all(records.size(), true);
+  const auto sims = simulate_all(records, all, fit.calibration, jobs);
+  fit.outcomes = compare(records, sims);
+
+  // Which records constrain each parameter: their time figures move by > 0.5 % when it moves 10 %.
+  const auto figures = time_figures(records);
+  fit.constrained_by.resize(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    sim::Calibration c = fit.calibration;
+    double& v = params[i].ref(c);
+    const double up = std::min(v * 1.1, params[i].upper);
+    v = up > v ? up : v * 0.9;
+    const auto moved = simulate_all(records, all, c, jobs);
+    std::set<std::string> names;
+    for (const auto& f : figures) {
+      if (std::abs(log_error(f, moved) - log_error(f, sims)) > 0.005) names.insert(records[f.record].name);
+    }
+    fit.constrained_by[i].assign(names.begin(), names.end());
+  }
+  fit.evaluations = *full.evaluations;
+  say(fmt::format("fit: {} iterations, {} evaluations, cost {:.3f}", fit.iterations, fit.evaluations, fit.cost));
+
+  if (o.leave_one_out && records.size() > 1) {
+    for (std::size_t k = 0; k < records.size(); ++k) {
+      Problem p = make_problem(records, params, start, k, jobs);
+      Eigen::VectorXd xk = x;  // warm start from the full fit
+      minimise(p, xk, 12 * static_cast<int>(params.size() + 1));
+      const sim::Calibration ck = with_values(start, params, xk);
+      // Predict record k (and any record its ratios refer to) with the fit that did not see it.
+      std::vector<bool> need(records.size(), false);
+      need[k] = true;
+      for (const auto& f : figures) {
+        if (f.record == k && f.other != std::string::npos) need[f.other] = true;
+      }
+      const auto sk = simulate_all(records, need, ck, jobs);
+      for (const auto& f : figures) {
+        if (f.record != k) continue;
+        FigureOutcome out;
+        out.record = records[k].name;
+        out.figure = f.other == std::string::npos ? f.figure : f.figure + " / " + records[f.other].name;
+        out.published = f.published;
+        out.is_time = f.other == std::string::npos;
+        const double le = log_error(f, sk);
+        out.predicted = le == kUnfitLogError ? 0.0 : f.published * std::exp(le);
+        out.error = out.predicted / out.published - 1.0;
+        out.source = records[k].source;
+        fit.loo.push_back(out);
+      }
+      say(fmt::format("leave-one-out {}/{}: {}", k + 1, records.size(), records[k].name));
+    }
+  }
+  return fit;
+}
+
+}  // namespace rlsim::analysis
