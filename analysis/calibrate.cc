@@ -36,24 +36,9 @@ sim::Calibration with_values(const sim::Calibration& base, const std::vector<Cal
   return c;
 }
 
-// Simulates every record whose `use` flag is set under calibration `c`, on `jobs` threads.
 std::vector<std::map<std::string, double>> simulate_all(const std::vector<ValidationRecord>& records, const std::vector<bool>& use,
                                                         const sim::Calibration& c, int jobs) {
-  std::vector<std::map<std::string, double>> out(records.size());
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t i; (i = next++) < records.size();) {
-      if (!use[i]) continue;
-      sim::Scenario s = records[i].scenario;
-      sim::apply_calibration(s, c);
-      out[i] = simulate_figures(s);
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < jobs; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  return out;
+  return simulate_records(records, &c, jobs, use);
 }
 
 // One fitted figure: which record, which figure, and the ratio's other record (or npos).

@@ -1,6 +1,8 @@
 #include "analysis/validation.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -144,6 +146,25 @@ std::map<std::string, double> simulated_figures(const sim::SimResult& r) {
 std::map<std::string, double> simulate_figures(const sim::Scenario& s) {
   sim::NullSink sink;
   return simulated_figures(sim::simulate(s, sink));
+}
+
+std::vector<std::map<std::string, double>> simulate_records(const std::vector<ValidationRecord>& records,
+                                                            const sim::Calibration* calibration, int jobs, const std::vector<bool>& use) {
+  std::vector<std::map<std::string, double>> out(records.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next++) < records.size();) {
+      if (!use.empty() && !use[i]) continue;
+      sim::Scenario s = records[i].scenario;
+      if (calibration) sim::apply_calibration(s, *calibration);
+      out[i] = simulate_figures(s);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < jobs; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return out;
 }
 
 std::vector<FigureOutcome> compare(const std::vector<ValidationRecord>& records, const std::vector<std::map<std::string, double>>& sim) {

@@ -77,6 +77,12 @@ std::map<std::string, double> simulated_figures(const sim::SimResult& r);
 /// that does not fit memory yields an empty map.
 std::map<std::string, double> simulate_figures(const sim::Scenario& s);
 
+/// simulate_figures of every record whose `use` flag is set (all when `use` is empty), its
+/// scenario re-calibrated with `calibration` when given, on `jobs` threads; results by record index.
+std::vector<std::map<std::string, double>> simulate_records(const std::vector<ValidationRecord>& records,
+                                                            const sim::Calibration* calibration, int jobs,
+                                                            const std::vector<bool>& use = {});
+
 /// One figure compared.
 struct FigureOutcome {
   std::string record, figure, source;

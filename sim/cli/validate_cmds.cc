@@ -42,18 +42,7 @@ std::string show_param(const analysis::CalibrationParameter& p, double v) {
 int cmd_validate(const ValidateOptions& o, std::ostream& out, std::ostream& err) {
   const sim::Calibration cal = o.calibration.empty() ? sim::builtin_calibration() : sim::load_calibration(o.calibration);
   const auto records = load_records(o.records, cal);
-  const int jobs = cores(o.jobs);
-  std::vector<std::map<std::string, double>> sims(records.size());
-  {
-    std::vector<std::thread> pool;
-    std::atomic<std::size_t> next{0};
-    auto work = [&] {
-      for (std::size_t i; (i = next++) < records.size();) sims[i] = analysis::simulate_figures(records[i].scenario);
-    };
-    for (int t = 1; t < jobs; ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
-  }
+  const auto sims = analysis::simulate_records(records, nullptr, cores(o.jobs));
   const auto outcomes = analysis::compare(records, sims);
   const auto st = analysis::validation_stats(outcomes);
   std::vector<std::string> warnings;
