@@ -20,6 +20,10 @@ namespace {
 constexpr double kFigureSigma = 0.15;  // log error of one figure counted as one standard deviation
 constexpr double kPriorSigma = 0.7;    // a parameter's prior: a factor of 2 is one standard deviation
 constexpr double kUnfitLogError = -7.0;  // a record that stops fitting memory: predicted ~1e-3 x published
+// Leave-one-out refits start from the full fit and get this many Jacobians' worth of evaluations
+// (Levenberg-Marquardt iterations): dropping one record moves the optimum a little, and the
+// full-fit budget would take every record's refit to ~15 s (calibrate must stay under 60 s).
+constexpr int kLeaveOneOutIterations = 2;
 
 double logistic(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -168,6 +172,9 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
     out.push_back({"training." + n + ".dense", 0.2, 1.0, 0.65, "", [b](sim::Calibration& c) -> double& {
                      return b == sim::TrainingBackend::kFsdp ? c.fsdp.dense : c.megatron.dense;
                    }});
+    out.push_back({"training." + n + ".forward", 0.3, 1.0, 0.8, "", [b](sim::Calibration& c) -> double& {
+                     return b == sim::TrainingBackend::kFsdp ? c.fsdp.forward : c.megatron.forward;
+                   }});
   }
   for (const auto b : moe_backends) {
     const std::string n = b == sim::TrainingBackend::kFsdp ? "fsdp" : "megatron";
@@ -183,7 +190,10 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
   };
   auto engine_name = [](sim::RolloutEngineKind e) { return std::string(e == sim::RolloutEngineKind::kVllm ? "vllm" : "sglang"); };
   for (const auto e : engines) {
+    out.push_back({"rollout." + engine_name(e) + ".compute", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::compute)});
     out.push_back({"rollout." + engine_name(e) + ".iteration", 0.2e-3, 20e-3, 2e-3, "s", engine_ref(e, &sim::EngineCalibration::iteration_s)});
+    out.push_back({"rollout." + engine_name(e) + ".per_sequence", 0.1e-6, 50e-6, 2e-6, "s",
+                   engine_ref(e, &sim::EngineCalibration::per_sequence_s)});
   }
   for (const auto e : graphs) {
     out.push_back({"rollout." + engine_name(e) + ".per_layer", 2e-6, 200e-6, 20e-6, "s", engine_ref(e, &sim::EngineCalibration::per_layer_s)});
@@ -197,6 +207,7 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
   }
   if (!moe_engines.empty()) {
     out.push_back({"moe.grouped_gemm_half_tokens", 0.5, 512, 16, "", [](sim::Calibration& c) -> double& { return c.moe_half_tokens; }});
+    out.push_back({"moe.grouped_gemm_half_width", 1.0, 4096, 100, "", [](sim::Calibration& c) -> double& { return c.moe_half_width; }});
   }
   out.push_back({"step_overhead", 0.1, 120, 5, "s", [](sim::Calibration& c) -> double& { return c.step_overhead_s; }});
   return out;
@@ -251,7 +262,7 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
     for (std::size_t k = 0; k < records.size(); ++k) {
       Problem p = make_problem(records, params, start, k, jobs);
       Eigen::VectorXd xk = x;  // warm start from the full fit
-      minimise(p, xk, 12 * static_cast<int>(params.size() + 1));
+      minimise(p, xk, kLeaveOneOutIterations * static_cast<int>(params.size() + 1));
       const sim::Calibration ck = with_values(start, params, xk);
       // Predict record k (and any record its ratios refer to) with the fit that did not see it.
       std::vector<bool> need(records.size(), false);

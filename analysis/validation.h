@@ -70,7 +70,9 @@ std::filesystem::path default_scenarios_dir();
 /// a tolerance outside (0, 1].
 ValidationRecord load_record(const std::string& path, const sim::Calibration& calibration);
 
-/// Every figure the cost model predicts for a simulated record (keys as PublishedFigure::figure).
+/// Every figure the cost model predicts for a simulated record (keys as PublishedFigure::figure):
+/// times are steady-state means, over the steps after the first when there are two or more (the
+/// first carries an off-policy schedule's pipeline fill; published figures average long runs).
 std::map<std::string, double> simulated_figures(const sim::SimResult& r);
 
 /// Simulates a scenario (no trace) and returns simulated_figures of the result; a configuration

@@ -19,6 +19,14 @@ double all_reduce_s(double bytes, int n, const models::Link& link, double eff) {
   return reduce_scatter_s(bytes, n, link, eff) + all_gather_s(bytes, n, link, eff);
 }
 
+double hierarchical_all_reduce_s(double bytes, int n, int per_node, const models::Link& intra, const models::Link& inter,
+                                 double eff) {
+  if (n <= per_node || per_node <= 1) return all_reduce_s(bytes, n, n <= per_node ? intra : inter, eff);
+  const int nodes = (n + per_node - 1) / per_node;
+  return reduce_scatter_s(bytes, per_node, intra, eff) + all_reduce_s(bytes / per_node, nodes, inter, eff) +
+         all_gather_s(bytes, per_node, intra, eff);
+}
+
 double broadcast_s(double bytes, int n, const models::Link& link, double eff) {
   if (n <= 1 || bytes <= 0) return 0.0;
   return bytes / (link.bandwidth_bytes_per_s * eff) + (n - 1) * link.latency_s;

@@ -24,6 +24,15 @@ double reduce_scatter_s(double bytes, int n, const models::Link& link, double ef
 /// 2 (n-1)/n * bytes / (B eff) + 2 (n-1) a.
 double all_reduce_s(double bytes, int n, const models::Link& link, double eff);
 
+/// All-reduce of `bytes` over n ranks packed onto nodes of `per_node` devices, as NCCL and
+/// Horovod's hierarchical all-reduce run it across nodes (Sergeev & Del Balso 2018, "Horovod",
+/// sec. 4; NCCL's multi-node rings leave a node once per rail): reduce-scatter inside each node
+/// over `intra`, all-reduce of the bytes/per_node shard across the ceil(n / per_node) nodes over
+/// `inter` (every device has its own NIC, so the rails run in parallel), all-gather inside the
+/// node. Equal to all_reduce_s over `intra` when the group fits one node. Seconds.
+double hierarchical_all_reduce_s(double bytes, int n, int per_node, const models::Link& intra, const models::Link& inter,
+                                 double eff);
+
 /// Pipelined (chunked ring/chain) broadcast of `bytes` from one rank to n-1 others:
 /// bytes / (B eff) + (n-1) a (large-message limit). Zero for n <= 1.
 double broadcast_s(double bytes, int n, const models::Link& link, double eff);

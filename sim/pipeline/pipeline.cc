@@ -98,12 +98,21 @@ class Simulation {
 
 TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
   TrainBatch b;
+  std::vector<double> work;  // forward FLOPs of each sequence
+  work.reserve(reqs.size());
+  const double flops_per_token = 2.0 * static_cast<double>(s_.model.active_matmul_params());
   for (const Request* q : reqs) {
     const double len = static_cast<double>(q->prompt_tokens + q->response_tokens);
+    const double attn = s_.model.causal_attention_flops(len);
     b.tokens += len;
-    b.attention_flops += s_.model.causal_attention_flops(len);
+    b.attention_flops += attn;
     b.max_sequence = std::max(b.max_sequence, len);
+    work.push_back(flops_per_token * len + attn);
   }
+  const auto& t = s_.training;
+  const int dp = s_.placement.train_devices / (t.tensor_parallel * t.pipeline_parallel);
+  b.update_imbalance = dp_imbalance(work, dp, 1);
+  b.forward_imbalance = dp_imbalance(work, dp, 1);
   return b;
 }
 

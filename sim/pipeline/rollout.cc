@@ -89,12 +89,17 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   c.moe_half_tokens = r.moe_half_tokens;
   c.attn_flops_per_ctx_device = arch.attention_flops_per_token(1.0) / c.tp;
   c.mem_bw = s.cluster.device.memory_bandwidth_bytes_per_s * r.efficiency.memory;
+  if (arch.moe) {
+    const double width = static_cast<double>(arch.moe->expert_intermediate) * r.expert_parallel / c.tp;
+    c.expert_mem_bw = c.mem_bw * width / (width + r.moe_half_width);
+  }
   c.compute_type = *s.cluster.device.effective(recipe.linear.compute(recipe.mode));
   c.compute_rate = s.cluster.device.rate(recipe.linear.compute(recipe.mode)) * r.efficiency.compute;
   // Dynamic activation quantisation launches one quantisation kernel per quantised linear input
   // (q/k/v share one, gate/up share one: 4 per layer), ~2 us each under CUDA graphs (assumption).
   const double act_quant = recipe.dynamic_activation_quant() ? 4.0 * arch.layers * 2e-6 : 0.0;
   c.overhead_s = r.iteration_overhead_s + arch.layers * r.layer_overhead_s + arch.moe_layers() * r.moe_layer_overhead_s + act_quant;
+  c.sequence_overhead_s = r.sequence_overhead_s;
   c.allreduce_bytes_per_token = arch.hidden * 2.0;
   c.ep = arch.moe ? r.expert_parallel : 1;
   c.moe_layers = arch.moe_layers();
@@ -106,6 +111,9 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
     c.combine_bytes_per_token = static_cast<double>(arch.moe->active) * arch.hidden * 2.0;
   }
   c.tp_link = group_link(c.tp, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
+  c.intra_link = s.cluster.intra_node;
+  c.inter_link = s.cluster.inter_node;
+  c.devices_per_node = s.cluster.devices_per_node;
   c.comm_eff = r.efficiency.comm;
   return c;
 }
@@ -114,9 +122,14 @@ double RolloutCostModel::weights_read_bytes(double tokens) const {
   return dense_bytes_per_device + experts_touched(experts, active, tokens) * expert_bytes_per_device;
 }
 
+double RolloutCostModel::weights_read_s(double tokens) const {
+  const double experts_s = experts > 0 ? experts_touched(experts, active, tokens) * expert_bytes_per_device / expert_mem_bw : 0.0;
+  return dense_bytes_per_device / mem_bw + experts_s;
+}
+
 double RolloutCostModel::comm_s(double tokens) const {
   if (tp <= 1) return 0.0;
-  const double ar = all_reduce_s(tokens * allreduce_bytes_per_token, tp, tp_link, comm_eff);
+  const double ar = hierarchical_all_reduce_s(tokens * allreduce_bytes_per_token, tp, devices_per_node, intra_link, inter_link, comm_eff);
   if (ep <= 1) return 2.0 * layers * ar;
   const double per_rank = tokens / ep;
   const double a2a = all_to_all_s(per_rank * dispatch_bytes_per_token, ep, tp_link, comm_eff) +
@@ -125,7 +138,7 @@ double RolloutCostModel::comm_s(double tokens) const {
 }
 
 double RolloutCostModel::decode_memory_s(int b, double ctx) const {
-  return (weights_read_bytes(b) + ctx * kv_bytes_per_token_device) / mem_bw;
+  return weights_read_s(b) + ctx * kv_bytes_per_token_device / mem_bw;
 }
 
 double RolloutCostModel::expert_compute_s(double tokens) const {
@@ -140,7 +153,7 @@ double RolloutCostModel::decode_compute_s(int b, double ctx) const {
 }
 
 double RolloutCostModel::decode_s(int b, double ctx) const {
-  return std::max(decode_memory_s(b, ctx), decode_compute_s(b, ctx)) + comm_s(b) + overhead_s;
+  return std::max(decode_memory_s(b, ctx), decode_compute_s(b, ctx)) + comm_s(b) + step_overhead_s(b);
 }
 
 double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) const {
@@ -165,15 +178,15 @@ double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) co
     const double count = hi - lo + 1;
     sum += count * d0 + d1 * (lo + hi) * count / 2;
   }
-  return sum + nn * (comm_s(b) + overhead_s);
+  return sum + nn * (comm_s(b) + step_overhead_s(b));
 }
 
-double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int b_decode, double ctx) const {
+double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int new_sequences, int b_decode, double ctx) const {
   const double tokens = new_tokens + b_decode;
-  const double memory = (weights_read_bytes(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device) / mem_bw;
+  const double memory = weights_read_s(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device / mem_bw;
   const double compute =
       (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate + expert_compute_s(tokens);
-  return std::max(memory, compute) + comm_s(tokens) + overhead_s;
+  return std::max(memory, compute) + comm_s(tokens) + step_overhead_s(new_sequences + b_decode);
 }
 
 // Engine ----------------------------------------------------------------------------------------
@@ -347,7 +360,7 @@ void RolloutEngine::advance() {
     double attn = 0;
     for (const Request* r : admitted) attn += cost_.causal_attn_flops_device(static_cast<double>(r->context()));
     const double ctx_old = kv_used_ - new_tokens;
-    const double dur = cost_.prefill_s(new_tokens, attn, b_old, ctx_old);
+    const double dur = cost_.prefill_s(new_tokens, attn, static_cast<int>(admitted.size()), b_old, ctx_old);
     const TimeNs end = now + to_ns(dur);
     stats_.iterations++;
     stats_.prefill_iterations++;

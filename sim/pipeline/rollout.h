@@ -29,17 +29,22 @@ double experts_touched(int experts, int active, double tokens);
 /// Per-iteration cost of one rollout engine of tensor_parallel devices. All times in seconds.
 ///
 /// decode_s(b, S): b sequences each produce one token while reading S cached tokens in total:
-///   memory  = (dense weights/TP + touched experts(b)/TP + S * kv_bytes_per_token_per_device) / (HBM B * eff_mem)
+///   memory  = (dense weights/TP + S * kv_bytes_per_token_per_device) / (HBM B * eff_mem)
+///             + touched experts(b)/TP / (HBM B * eff_mem * w / (w + w_half))   (fused-MoE weight stream,
+///             w = expert_intermediate x EP / TP columns per rank, w_half calibrated)
 ///   compute = (b * 2 N_active / TP + S * attention FLOPs per cached token / TP) / (rate(recipe) * eff_compute),
 ///             the routed-expert part of N_active at the grouped-GEMM efficiency (expert_compute_s)
 ///   time    = max(memory, compute) + comm(b) + overhead
-///   comm(b) = 2 * layers * all_reduce(b * hidden * 2 bytes, TP) without expert parallelism; with
+///   comm(b) = 2 * layers * all_reduce(b * hidden * 2 bytes, TP) without expert parallelism (a
+///             hierarchical all-reduce when the engine spans nodes); with
 ///             EP > 1 the MoE layers replace their FFN all-reduce by a dispatch (b/EP tokens x top-k
 ///             x hidden in the recipe's activation format) and a combine (same, BF16) all-to-all
 ///             over the EP ranks: layers * all_reduce + dense layers * all_reduce + MoE layers *
 ///             (a2a(dispatch) + a2a(combine)).
-/// where overhead = iteration overhead + layers * per-layer overhead + MoE layers * MoE-layer
-/// overhead (+ dynamic activation quantisation kernels when the recipe quantises activations).
+/// where overhead(b) = iteration overhead + b * per-sequence overhead + layers * per-layer overhead
+/// + MoE layers * MoE-layer overhead (+ dynamic activation quantisation kernels when the recipe
+/// quantises activations). The per-sequence term (scheduler bookkeeping, sampler over the
+/// vocabulary) is what makes a batch-1 tail step cheaper than a full-batch step's fixed cost.
 struct RolloutCostModel {
   double weight_bytes_per_device = 0;        // resident rollout weights per device
   double dense_bytes_per_device = 0;         // weights read every iteration (all but routed experts)
@@ -51,9 +56,11 @@ struct RolloutCostModel {
   double moe_half_tokens = 0;                // grouped-GEMM half-efficiency point (tokens per expert)
   double attn_flops_per_ctx_device = 0;      // attention FLOPs per (query, cached token) pair / TP
   double mem_bw = 0;                         // effective bytes/s
+  double expert_mem_bw = 0;                  // effective bytes/s of the fused-MoE expert weight stream (MoE only)
   double compute_rate = 0;                   // effective FLOP/s
   models::ComputeType compute_type = models::ComputeType::kBf16;
-  double overhead_s = 0;
+  double overhead_s = 0;                     // per engine step, whatever the batch
+  double sequence_overhead_s = 0;            // per running sequence per engine step
   int layers = 0;
   double allreduce_bytes_per_token = 0;  // hidden * 2 (BF16 activations)
   int tp = 1;
@@ -61,12 +68,19 @@ struct RolloutCostModel {
   int dense_ffn_layers = 0, moe_layers = 0;
   double dispatch_bytes_per_token = 0;   // top-k x hidden x activation bytes (EP dispatch)
   double combine_bytes_per_token = 0;    // top-k x hidden x 2 (BF16 combine)
-  models::Link tp_link;
+  models::Link tp_link;                  // the link of EP all-to-alls (slowest hop of the group)
+  models::Link intra_link, inter_link;   // TP all-reduces run hierarchically across nodes
+  int devices_per_node = 1;
   double comm_eff = 1;
 
   static RolloutCostModel build(const Scenario& s);
 
   double weights_read_bytes(double tokens) const;
+  /// Seconds to stream the weights one iteration of `tokens` tokens reads (dense at mem_bw, the
+  /// touched routed experts at expert_mem_bw).
+  double weights_read_s(double tokens) const;
+  /// Fixed cost of one engine step with `sequences` sequences in it (overhead(b) above).
+  double step_overhead_s(double sequences) const { return overhead_s + sequences * sequence_overhead_s; }
   double comm_s(double tokens) const;
   double decode_memory_s(int b, double ctx) const;
   double decode_compute_s(int b, double ctx) const;
@@ -86,7 +100,8 @@ struct RolloutCostModel {
   /// One mixed iteration: prefill of `new_tokens` tokens (per-device causal attention FLOPs
   /// `prefill_attn` summed over the new sequences) plus one decode token for each of `b_decode` running
   /// sequences that read `ctx` cached tokens.
-  double prefill_s(double new_tokens, double prefill_attn, int b_decode, double ctx) const;
+  /// `new_sequences` is the number of sequences the prefill admits (they are sampled too).
+  double prefill_s(double new_tokens, double prefill_attn, int new_sequences, int b_decode, double ctx) const;
 };
 
 /// One rollout sequence.

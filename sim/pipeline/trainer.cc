@@ -18,6 +18,31 @@ double master_copy_bytes(const TrainingConfig& t) {
 }
 }  // namespace
 
+double dp_imbalance(const std::vector<double>& work, int ranks, int groups) {
+  double total = 0;
+  for (double w : work) total += w;
+  if (ranks <= 1 || total <= 0) return 1.0;
+  groups = std::max(1, groups);
+  const std::size_t n = work.size();
+  double sum_max = 0;
+  std::vector<double> mb;
+  for (int g = 0; g < groups; ++g) {
+    const std::size_t lo = n * static_cast<std::size_t>(g) / static_cast<std::size_t>(groups);
+    const std::size_t hi = n * static_cast<std::size_t>(g + 1) / static_cast<std::size_t>(groups);
+    mb.assign(work.begin() + static_cast<std::ptrdiff_t>(lo), work.begin() + static_cast<std::ptrdiff_t>(hi));
+    std::sort(mb.begin(), mb.end(), std::greater<>());
+    // Min-heap of rank loads: each sequence goes to the least-loaded rank.
+    std::vector<double> load(static_cast<std::size_t>(ranks), 0.0);
+    for (double w : mb) {
+      std::pop_heap(load.begin(), load.end(), std::greater<>());
+      load.back() += w;
+      std::push_heap(load.begin(), load.end(), std::greater<>());
+    }
+    sum_max += *std::max_element(load.begin(), load.end());
+  }
+  return std::max(1.0, sum_max * ranks / total);
+}
+
 TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placement.train_devices) {
   params_ = static_cast<double>(s.model.params().total());
   matmul_params_ = static_cast<double>(s.model.active_matmul_params());
@@ -38,17 +63,26 @@ double TrainerCostModel::compute_s(const TrainBatch& b, double flop_factor) cons
   // Routed-expert GEMMs (grouped, over the tokens each expert received) run at their own rate.
   const double dense_flops = 2.0 * (matmul_params_ - active_expert_params_) * b.tokens + b.attention_flops;
   const double expert_flops = 2.0 * active_expert_params_ * b.tokens;
-  return flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) / devices_;
+  // The slowest data-parallel rank sets the pace: backward passes (flop_factor > 1) balance each
+  // mini-batch, forward-only passes the whole batch.
+  const bool update = flop_factor > 1.5;
+  const double imbalance = update ? b.update_imbalance : b.forward_imbalance;
+  const double forward = update ? 1.0 : s_.training.efficiency.forward;
+  return imbalance / forward * flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) / devices_;
 }
 
 double TrainerCostModel::forward_flops(const TrainBatch& b) const {
   return 2.0 * matmul_params_ * b.tokens + b.attention_flops;
 }
 
-double TrainerCostModel::micro_batches_per_device(const TrainBatch& b) const {
+double TrainerCostModel::micro_batches_per_device(const TrainBatch& b, bool update) const {
   const auto& t = s_.training;
   const int dp = devices_ / (t.tensor_parallel * t.pipeline_parallel);
-  return std::max(1.0, std::ceil(b.tokens / dp / static_cast<double>(t.micro_batch_tokens)));
+  // The actor update runs mini-batch by mini-batch (an optimizer step after each), so each one is
+  // cut into micro-batches of its own; forward-only passes cut the whole batch.
+  const int groups = update ? t.mini_batches : 1;
+  const double per_group = b.tokens / groups / dp / static_cast<double>(t.micro_batch_tokens);
+  return groups * std::max(1.0, std::ceil(per_group));
 }
 
 double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double ag_passes, double rs_passes,
@@ -59,12 +93,12 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   // read BF16 + write BF16), per micro-batch, on each device's share of the gathered weights.
   if (t.precision.mode == models::QuantMode::kFake) {
     const double fq_bytes = 4.0 * params_ / std::max(1, t.tensor_parallel * t.pipeline_parallel);
-    c += micro_batches_per_device(b) * (flop_factor > 1.5 ? 2.0 : 1.0) * fq_bytes /
+    c += micro_batches_per_device(b, rs_passes > 0) * (flop_factor > 1.5 ? 2.0 : 1.0) * fq_bytes /
          (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
   }
   double x = 0;
   const double eff = t.efficiency.comm;
-  const double mb = micro_batches_per_device(b);
+  const double mb = micro_batches_per_device(b, rs_passes > 0);
   if (t.backend == TrainingBackend::kFsdp) {
     x = mb * (ag_passes * all_gather_s(params_ * 2.0, devices_, dp_link_, eff) +
               rs_passes * reduce_scatter_s(params_ * 4.0, devices_, dp_link_, eff));

@@ -36,17 +36,20 @@ BackendCalibration parse_backend(Map m, const BackendCalibration& dflt) {
   BackendCalibration b;
   b.dense = m.number("dense", dflt.dense, kMinFraction, kMaxFraction);
   b.moe = m.number("moe", dflt.moe, kMinFraction, kMaxFraction);
-  m.finish({"dense", "moe"});
+  b.forward = m.number("forward", dflt.forward, kMinFraction, kMaxFraction);
+  m.finish({"dense", "moe", "forward"});
   return b;
 }
 
 EngineCalibration parse_engine(Map m, const EngineCalibration& dflt) {
   EngineCalibration e;
+  e.compute = m.number("compute", dflt.compute, kMinFraction, kMaxFraction);
   e.iteration_s = m.quantity("iteration", dflt.iteration_s, Dimension::kTime);
   e.per_layer_s = m.quantity("per_layer", dflt.per_layer_s, Dimension::kTime);
   e.per_layer_eager_s = m.quantity("per_layer_eager", dflt.per_layer_eager_s, Dimension::kTime);
   e.moe_layer_s = m.quantity("moe_layer", dflt.moe_layer_s, Dimension::kTime);
-  m.finish({"iteration", "per_layer", "per_layer_eager", "moe_layer"});
+  e.per_sequence_s = m.quantity("per_sequence", dflt.per_sequence_s, Dimension::kTime);
+  m.finish({"compute", "iteration", "per_layer", "per_layer_eager", "moe_layer", "per_sequence"});
   return e;
 }
 
@@ -105,7 +108,8 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
   if (top.has("moe")) {
     Map m(src, top.get("moe"), "moe");
     c.moe_half_tokens = m.number("grouped_gemm_half_tokens", c.moe_half_tokens, 0.0, 1e6);
-    m.finish({"grouped_gemm_half_tokens"});
+    c.moe_half_width = m.number("grouped_gemm_half_width", c.moe_half_width, 0.0, 1e6);
+    m.finish({"grouped_gemm_half_tokens", "grouped_gemm_half_width"});
   }
   c.step_overhead_s = top.quantity("step_overhead", c.step_overhead_s, Dimension::kTime);
   top.finish({"devices", "training", "rollout", "moe", "step_overhead"});
@@ -138,14 +142,17 @@ std::string calibration_yaml(const Calibration& c, const std::vector<std::string
   }
   out += fmt::format("  other: {{memory: {}, compute: {}}}\n", frac(c.other_device.memory), frac(c.other_device.compute));
   out += "training:\n";
-  out += fmt::format("  fsdp: {{dense: {}, moe: {}}}\n", frac(c.fsdp.dense), frac(c.fsdp.moe));
-  out += fmt::format("  megatron: {{dense: {}, moe: {}}}\n", frac(c.megatron.dense), frac(c.megatron.moe));
+  for (const auto& [name, b] : {std::pair{"fsdp", c.fsdp}, std::pair{"megatron", c.megatron}}) {
+    out += fmt::format("  {}: {{dense: {}, moe: {}, forward: {}}}\n", name, frac(b.dense), frac(b.moe), frac(b.forward));
+  }
   out += "rollout:\n";
   for (const auto& [name, e] : {std::pair<const char*, const EngineCalibration&>{"vllm", c.vllm}, {"sglang", c.sglang}}) {
-    out += fmt::format("  {}: {{iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}}}\n", name, seconds(e.iteration_s),
-                       seconds(e.per_layer_s), seconds(e.per_layer_eager_s), seconds(e.moe_layer_s));
+    out += fmt::format("  {}: {{compute: {}, iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}, per_sequence: {}}}\n",
+                       name, frac(e.compute), seconds(e.iteration_s), seconds(e.per_layer_s), seconds(e.per_layer_eager_s), seconds(e.moe_layer_s),
+                       seconds(e.per_sequence_s));
   }
-  out += fmt::format("moe: {{grouped_gemm_half_tokens: {}}}\n", frac(c.moe_half_tokens));
+  out += fmt::format("moe: {{grouped_gemm_half_tokens: {}, grouped_gemm_half_width: {}}}\n", frac(c.moe_half_tokens),
+                     frac(c.moe_half_width));
   out += fmt::format("step_overhead: {}\n", seconds(c.step_overhead_s));
   return out;
 }
@@ -157,16 +164,19 @@ void apply_calibration(Scenario& s, const Calibration& c) {
   const BackendCalibration& be = c.backend(s.training.backend);
   auto& r = s.rollout;
   r.efficiency.memory = o.rollout_memory.value_or(dev.memory);
-  r.efficiency.compute = o.rollout_compute.value_or(dev.compute);
+  r.efficiency.compute = o.rollout_compute.value_or(dev.compute * eng.compute);
   r.efficiency.comm = o.rollout_comm.value_or(kDefaultCommEfficiency);
   r.iteration_overhead_s = o.iteration_s.value_or(eng.iteration_s);
   r.layer_overhead_s = o.per_layer_s.value_or(r.enforce_eager ? eng.per_layer_eager_s : eng.per_layer_s);
   r.moe_layer_overhead_s = o.moe_layer_s.value_or(eng.moe_layer_s);
+  r.sequence_overhead_s = o.per_sequence_s.value_or(eng.per_sequence_s);
   r.moe_half_tokens = c.moe_half_tokens;
+  r.moe_half_width = c.moe_half_width;
   auto& t = s.training;
   t.efficiency.memory = o.train_memory.value_or(dev.memory);
   t.efficiency.compute = o.train_compute.value_or(dev.compute * be.dense);
   t.efficiency.moe_compute = o.train_moe_compute.value_or(dev.compute * be.moe);
+  t.efficiency.forward = o.train_forward.value_or(be.forward);
   t.efficiency.comm = o.train_comm.value_or(kDefaultCommEfficiency);
   t.step_overhead_s = o.step_overhead_s.value_or(c.step_overhead_s);
 }

@@ -32,14 +32,20 @@ struct DeviceCalibration {
 struct BackendCalibration {
   double dense = 0.65;
   double moe = 0.35;
+  double forward = 0.8;  // forward-only passes (log-prob, reference) relative to the update's rate
 };
 
-/// Per-iteration costs of a rollout engine that are not GEMMs or weight reads (seconds).
+/// Per-iteration costs of a rollout engine that are not GEMMs or weight reads (seconds), and the
+/// GEMM efficiency of its decode and prefill iterations.
 struct EngineCalibration {
+  /// Share of the device's GEMM rate (DeviceCalibration::compute) the engine's iterations reach:
+  /// decode GEMMs have M = running sequences, far from the large square shapes of training (0-1].
+  double compute = 0.8;
   double iteration_s = 2e-3;         // scheduler + sampler + CUDA-graph replay per engine step
   double per_layer_s = 20e-6;        // non-GEMM kernels per layer per step under CUDA graphs
   double per_layer_eager_s = 200e-6; // the same with eager launches (enforce_eager)
   double moe_layer_s = 30e-6;        // extra kernels of an MoE layer (router, top-k, permute, combine)
+  double per_sequence_s = 2e-6;      // per running sequence per step: scheduler bookkeeping, sampler
 };
 
 /// One set of cost-model parameters.
@@ -52,6 +58,14 @@ struct Calibration {
   /// Tokens per expert at which an MoE grouped GEMM reaches half of its large-M efficiency:
   /// efficiency(m) = m / (m + m_half) (a tile of M rows is computed whatever m fills of it).
   double moe_half_tokens = 16;
+  /// Fused-MoE (grouped GEMM) kernels stream routed-expert weights at the dense weight-streaming
+  /// bandwidth times w / (w + w_half), w the columns of each expert's intermediate dimension one
+  /// rank holds (expert_intermediate x EP / TP: tensor parallelism without expert parallelism
+  /// slices every expert): narrow slices leave the kernel's N tiles part-empty and spend more of
+  /// each expert's fixed work per byte. This is w_half, in columns. Prior 100: SGLang's
+  /// fused_moe_triton on Qwen3-235B TP8 (w = 192) reaches ~0.55 of the H200's HBM peak, ~0.65 of
+  /// a dense stream (kernel times 32-125 us per layer, sgl-project/sglang PR 11730).
+  double moe_half_width = 100;
   double step_overhead_s = 5;  // per RL step outside the phases: reward, advantages, data movement
 
   const DeviceCalibration& device(const std::string& name) const;

@@ -617,7 +617,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         ov.iteration_s = optional_quantity(o, "iteration");
         ov.per_layer_s = optional_quantity(o, "per_layer");
         ov.moe_layer_s = optional_quantity(o, "moe_layer");
-        o.finish({"iteration", "per_layer", "moe_layer"});
+        ov.per_sequence_s = optional_quantity(o, "per_sequence");
+        o.finish({"iteration", "per_layer", "moe_layer", "per_sequence"});
       }
       if (m->has("efficiency")) {
         Map e(src, m->get("efficiency"), "rollout.efficiency");
@@ -679,8 +680,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         ov.train_memory = optional_fraction(e, "memory");
         ov.train_compute = optional_fraction(e, "compute");
         ov.train_moe_compute = optional_fraction(e, "moe_compute");
+        ov.train_forward = optional_fraction(e, "forward");
         ov.train_comm = optional_fraction(e, "comm");
-        e.finish({"memory", "compute", "moe_compute", "comm"});
+        e.finish({"memory", "compute", "moe_compute", "forward", "comm"});
       }
       ov.step_overhead_s = optional_quantity(m, "step_overhead");
       m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",

@@ -68,11 +68,11 @@ void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
   e << YAML::EndMap;
 }
 
-// `with_moe`: the training side's routed-expert GEMM fraction as well.
+// `with_moe` (the training side): the routed-expert GEMM fraction and the forward-only pass factor as well.
 void efficiency(YAML::Emitter& e, const Efficiency& f, bool with_moe) {
   e << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "memory" << YAML::Value
     << f.memory << YAML::Key << "compute" << YAML::Value << f.compute;
-  if (with_moe) e << YAML::Key << "moe_compute" << YAML::Value << f.moe_compute;
+  if (with_moe) e << YAML::Key << "moe_compute" << YAML::Value << f.moe_compute << YAML::Key << "forward" << YAML::Value << f.forward;
   e << YAML::Key << "comm" << YAML::Value << f.comm << YAML::EndMap;
 }
 
@@ -146,7 +146,8 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
   e << YAML::Key << "overheads" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "iteration" << YAML::Value
     << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value << q(r.layer_overhead_s, Dimension::kTime) << YAML::Key << "moe_layer"
-    << YAML::Value << q(r.moe_layer_overhead_s, Dimension::kTime) << YAML::EndMap;
+    << YAML::Value << q(r.moe_layer_overhead_s, Dimension::kTime) << YAML::Key << "per_sequence" << YAML::Value
+    << q(r.sequence_overhead_s, Dimension::kTime) << YAML::EndMap;
   efficiency(e, r.efficiency, false);
   e << YAML::EndMap;
   const auto& t = s.training;

@@ -35,6 +35,10 @@ struct Efficiency {
   double compute = 0;      // of the dense tensor-core rate (MFU of the GEMMs)
   double comm = 0;         // of link bandwidth in collectives (NCCL bus bandwidth / link rate)
   double moe_compute = 0;  // training: of the tensor-core rate in routed-expert (grouped) GEMMs
+  /// Training: forward-only passes (old log-prob, reference) relative to the update's GEMM rate:
+  /// their micro-batches (log_prob_micro_batch_size) are smaller and their parameter gathers have
+  /// no backward pass to hide behind (0-1].
+  double forward = 1;
 };
 
 /// Cost parameters the scenario file sets itself (rollout.efficiency, rollout.overheads,
@@ -42,8 +46,8 @@ struct Efficiency {
 /// supplies every other one.
 struct CostOverrides {
   std::optional<double> rollout_memory, rollout_compute, rollout_comm;
-  std::optional<double> iteration_s, per_layer_s, moe_layer_s;
-  std::optional<double> train_memory, train_compute, train_moe_compute, train_comm;
+  std::optional<double> iteration_s, per_layer_s, moe_layer_s, per_sequence_s;
+  std::optional<double> train_memory, train_compute, train_moe_compute, train_comm, train_forward;
   std::optional<double> step_overhead_s;
 };
 
@@ -98,8 +102,12 @@ struct RolloutConfig {
   double iteration_overhead_s = 0;     // scheduler + sampling per engine step
   double layer_overhead_s = 0;         // non-GEMM kernels per layer per step (norms, rope, launch)
   double moe_layer_overhead_s = 0;     // extra kernels per MoE layer per step (router, top-k, permute)
+  double sequence_overhead_s = 0;      // per running sequence per step (scheduler bookkeeping, sampler)
   /// Tokens per expert at which a grouped expert GEMM reaches half of its large-M efficiency.
   double moe_half_tokens = 0;
+  /// Per-rank expert width at which the fused-MoE kernels stream routed-expert weights at half the
+  /// dense weight-streaming bandwidth (Calibration::moe_half_width), columns.
+  double moe_half_width = 0;
   Efficiency efficiency;
 };
 

@@ -337,5 +337,27 @@ check "plan --help lists --jobs, --set, --heatmap" bash -c "grep -q -- '--jobs' 
 "$RLSIM" bench plan --repeat 1 >"$WORK/bench_plan.txt"
 check "bench plan: exit 0 and prints points/s" test $? -eq 0 -a -n "$(grep -E 'best wall [0-9.]+ s, [0-9.]+ points/s' "$WORK/bench_plan.txt")"
 
+# --- rlsim validate / calibrate: records of published runs ------------------------------------------
+"$RLSIM" validate --out "$WORK/val" >"$WORK/val.stdout" 2>&1
+check "validate: every repository record in band (exit 0)" test $? -eq 0
+check "validate: writes validation.csv and parity.png" test -s "$WORK/val/validation.csv" -a -s "$WORK/val/parity.png"
+check "validate: CSV header" grep -q '^record,figure,predicted,published,error,band,in_band,source$' "$WORK/val/validation.csv"
+check "validate: statistics line" grep -qE 'step time \|error\|: median [0-9.]+ %, worst [0-9.]+ %' "$WORK/val.stdout"
+sed 's/published: 97.7 s/published: 300 s/' "$SRC/scenarios/validation/nemo-rl-llama3.1-8b-h100-16.yaml" >"$WORK/off_band.yaml"
+"$RLSIM" validate "$WORK/off_band.yaml" --out "$WORK/val_off" --no-plots >"$WORK/val_off.stdout" 2>&1
+check "validate: a figure out of band exits 1" test $? -eq 1 -a -n "$(grep 'OUT OF BAND' "$WORK/val_off.stdout")"
+sed 's/published: 97.7 s/published: 97.7/' "$SRC/scenarios/validation/nemo-rl-llama3.1-8b-h100-16.yaml" >"$WORK/val_bad.yaml"
+"$RLSIM" validate "$WORK/val_bad.yaml" --out "$WORK/val_bad" >/dev/null 2>"$WORK/val_bad.err"
+check "validate: a time without unit is bad input (2) at file:line:column, nothing written" \
+  test $? -eq 2 -a -n "$(grep -E 'val_bad.yaml:[0-9]+:[0-9]+: .*published' "$WORK/val_bad.err")" -a ! -e "$WORK/val_bad"
+"$RLSIM" calibrate "$SRC/scenarios/validation/nemo-rl-llama3.1-8b-h100-16.yaml" \
+  "$SRC/scenarios/validation/nemo-rl-qwen3-32b-h100-32.yaml" --out "$WORK/cal" >"$WORK/cal.stdout" 2>&1
+check "calibrate: exit 0, calibration.yaml with leave-one-out" test $? -eq 0 -a -s "$WORK/cal/calibration.yaml" -a -n "$(grep 'leave-one-out:' "$WORK/cal.stdout")"
+"$RLSIM" run "$SRC/scenarios/default.yaml" --calibration "$WORK/cal/calibration.yaml" --out "$WORK/run_cal" -q >/dev/null 2>&1
+check "run --calibration FILE reads what calibrate wrote" test $? -eq 0
+printf 'devices:\n  h100-sxm: {memory: 2.0}\n' >"$WORK/cal_bad.yaml"
+"$RLSIM" run "$SRC/scenarios/default.yaml" --calibration "$WORK/cal_bad.yaml" --out "$WORK/run_cal_bad" >/dev/null 2>"$WORK/cal_bad.err"
+check "run --calibration with a fraction above 1: exit 2 at file:line:column" test $? -eq 2 -a -n "$(grep 'cal_bad.yaml:2:' "$WORK/cal_bad.err")"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0

@@ -19,6 +19,17 @@ TEST(Collectives, RingFormulas) {
   EXPECT_DOUBLE_EQ(broadcast_s(0, 4, kLink, 1.0), 0.0);
 }
 
+// Across nodes the all-reduce is hierarchical: reduce-scatter in the node, all-reduce of one
+// shard across nodes (one NIC per device), all-gather in the node; inside a node it is the ring.
+TEST(Collectives, HierarchicalAllReduceAcrossNodes) {
+  const models::Link intra{450e9, 2e-6}, inter{50e9, 5e-6};
+  EXPECT_DOUBLE_EQ(hierarchical_all_reduce_s(1e6, 8, 8, intra, inter, 1.0), all_reduce_s(1e6, 8, intra, 1.0));
+  const double two_nodes = 2 * (7.0 / 8 * 1e6 / 450e9 + 7 * 2e-6) + (2 * 1.0 / 2 * (1e6 / 8) / 50e9 + 2 * 5e-6);
+  EXPECT_DOUBLE_EQ(hierarchical_all_reduce_s(1e6, 16, 8, intra, inter, 1.0), two_nodes);
+  // Latency-bound small messages: far below a flat ring over the inter-node link (30 hops of 5 us).
+  EXPECT_LT(hierarchical_all_reduce_s(1e5, 16, 8, intra, inter, 1.0), 0.5 * all_reduce_s(1e5, 16, inter, 1.0));
+}
+
 TEST(Collectives, GroupLinkCrossesNodes) {
   const models::Link intra{450e9, 2e-6}, inter{50e9, 5e-6};
   EXPECT_DOUBLE_EQ(group_link(8, 8, intra, inter).bandwidth_bytes_per_s, 450e9);

@@ -367,8 +367,41 @@ TEST(MultiNode, EngineAcrossNodesPaysInterNodeAllReduce) {
   const auto c2 = RolloutCostModel::build(two);
   EXPECT_DOUBLE_EQ(c1.tp_link.bandwidth_bytes_per_s, one.cluster.intra_node.bandwidth_bytes_per_s);
   EXPECT_DOUBLE_EQ(c2.tp_link.bandwidth_bytes_per_s, two.cluster.inter_node.bandwidth_bytes_per_s);
-  EXPECT_NEAR(c2.comm_s(32), 2 * two.model.layers * all_reduce_s(32 * two.model.hidden * 2.0, 16, two.cluster.inter_node, two.rollout.efficiency.comm), 1e-12);
+  EXPECT_NEAR(c2.comm_s(32),
+              2 * two.model.layers *
+                  hierarchical_all_reduce_s(32 * two.model.hidden * 2.0, 16, 8, two.cluster.intra_node, two.cluster.inter_node,
+                                            two.rollout.efficiency.comm),
+              1e-12);
   EXPECT_GT(c2.comm_s(32), c1.comm_s(32));
+}
+
+// Longest-first assignment to the least-loaded rank; the slowest rank sets the pace.
+TEST(DataParallel, ImbalanceOfLongestFirstAssignment) {
+  EXPECT_DOUBLE_EQ(dp_imbalance({4, 1, 1, 1, 1}, 2, 1), 1.0);   // 4 | 1+1+1+1
+  EXPECT_DOUBLE_EQ(dp_imbalance({1, 5, 1, 1}, 2, 1), 1.25);     // 5 | 3: 5 x 2 / 8
+  // Two mini-batches balanced one by one: 5 | 3, then 4 | 4.
+  EXPECT_DOUBLE_EQ(dp_imbalance({5, 1, 1, 1, 2, 2, 2, 2}, 2, 2), (5.0 + 4.0) * 2 / 16);
+  EXPECT_DOUBLE_EQ(dp_imbalance({7, 3, 2}, 1, 1), 1.0);
+  EXPECT_DOUBLE_EQ(dp_imbalance({}, 8, 1), 1.0);
+  // More ranks than sequences: the longest sequence is a rank's whole load.
+  EXPECT_DOUBLE_EQ(dp_imbalance({6, 2}, 4, 1), 6.0 * 4 / 8);
+}
+
+// The slowest rank sets a pass's compute time: forward-only passes scale by the whole batch's
+// imbalance and run at the forward-pass efficiency, the update by the mini-batches' imbalance.
+TEST(DataParallel, ImbalanceAndForwardEfficiencyScaleCompute) {
+  const Scenario s = load_text(kBase);
+  const TrainerCostModel t(s);
+  TrainBatch b;
+  b.tokens = 1e6;
+  b.attention_flops = 1e15;
+  TrainBatch skewed = b;
+  skewed.forward_imbalance = 1.5;
+  skewed.update_imbalance = 2.0;
+  EXPECT_NEAR(t.compute_s(skewed, 1.0), 1.5 * t.compute_s(b, 1.0), 1e-12);
+  EXPECT_NEAR(t.compute_s(skewed, 3.0), 2.0 * t.compute_s(b, 3.0), 1e-12);
+  // Same FLOPs: a forward-only pass costs 1 / efficiency.forward of a third of the update.
+  EXPECT_NEAR(t.compute_s(b, 1.0), t.compute_s(b, 3.0) / 3.0 / s.training.efficiency.forward, 1e-12);
 }
 
 TEST(WeightSync, QuantisedEngineReloadCostsRestoreLoadTransform) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "sim/engine/event_queue.h"
@@ -18,8 +19,10 @@ RolloutCostModel toy_model(double compute_rate = 1e14) {
   c.matmul_flops_per_token_device = 2e10;
   c.attn_flops_per_ctx_device = 1e6;
   c.mem_bw = 1e12;
+  c.expert_mem_bw = 0.5e12;
   c.compute_rate = compute_rate;
   c.overhead_s = 1e-3;
+  c.sequence_overhead_s = 10e-6;
   c.layers = 10;
   c.tp = 1;
   c.allreduce_bytes_per_token = 0;
@@ -29,10 +32,39 @@ RolloutCostModel toy_model(double compute_rate = 1e14) {
 TEST(RolloutCost, DecodeIterationClosedForm) {
   const auto c = toy_model();
   // b = 4, 1000 cached tokens: memory = (10e9 + 1e8) / 1e12 = 10.1 ms;
-  // compute = (4 * 2e10 + 1000 * 1e6) / 1e14 = 0.81 ms -> memory-bound, + 1 ms overhead.
+  // compute = (4 * 2e10 + 1000 * 1e6) / 1e14 = 0.81 ms -> memory-bound, + 1 ms step overhead
+  // + 4 sequences x 10 us.
   EXPECT_DOUBLE_EQ(c.decode_memory_s(4, 1000), 0.0101);
   EXPECT_DOUBLE_EQ(c.decode_compute_s(4, 1000), 0.00081);
-  EXPECT_DOUBLE_EQ(c.decode_s(4, 1000), 0.0111);
+  EXPECT_DOUBLE_EQ(c.decode_s(4, 1000), 0.0111 + 4 * 10e-6);
+}
+
+// The fixed cost of a step grows with the sequences in it (scheduler, sampler): a batch-1 tail
+// step pays the iteration overhead plus one sequence's share, not a full batch's.
+TEST(RolloutCost, StepOverheadGrowsWithTheBatch) {
+  const auto c = toy_model();
+  EXPECT_DOUBLE_EQ(c.step_overhead_s(1), 1e-3 + 10e-6);
+  EXPECT_DOUBLE_EQ(c.step_overhead_s(256), 1e-3 + 256 * 10e-6);
+  EXPECT_NEAR(c.decode_s(256, 0) - c.decode_s(1, 0),
+              std::max(c.decode_memory_s(256, 0), c.decode_compute_s(256, 0)) -
+                  std::max(c.decode_memory_s(1, 0), c.decode_compute_s(1, 0)) + 255 * 10e-6,
+              1e-15);
+  // A prefill samples the sequences it admits as well as the running ones.
+  EXPECT_NEAR(c.prefill_s(1000, 0, 3, 5, 0) - c.prefill_s(1000, 0, 1, 5, 0), 2 * 10e-6, 1e-15);
+}
+
+// Routed-expert weights stream at the fused-MoE kernels' bandwidth, dense weights at the
+// engine's: decode of b tokens reads E (1 - (1 - k/E)^b) experts at expert_mem_bw.
+TEST(RolloutCost, ExpertWeightsStreamAtTheGroupedGemmBandwidth) {
+  auto c = toy_model();
+  c.experts = 64;
+  c.active = 4;
+  c.expert_bytes_per_device = 50e6;
+  for (int b : {1, 8, 256}) {
+    const double touched = 64 * (1 - std::pow(1 - 4.0 / 64, b));
+    EXPECT_NEAR(c.weights_read_s(b), 10e9 / 1e12 + touched * 50e6 / 0.5e12, 1e-12) << b;
+    EXPECT_NEAR(c.decode_memory_s(b, 100), c.weights_read_s(b) + 100 * 100e3 / 1e12, 1e-12) << b;
+  }
 }
 
 TEST(RolloutCost, StretchEqualsSumOfIterations) {
@@ -88,7 +120,7 @@ TEST(RolloutEngine, SingleBatchMatchesClosedForm) {
   const auto r = run_engine(c, reqs, 1e9, 256);
   // One mixed prefill iteration producing the first token, then response-1 decode iterations
   // of the whole batch reading n * (prompt + 1 + k) cached tokens.
-  const double prefill = c.prefill_s(n * prompt, n * c.causal_attn_flops_device(prompt), 0, 0);
+  const double prefill = c.prefill_s(n * prompt, n * c.causal_attn_flops_device(prompt), n, 0, 0);
   const double decode = c.decode_stretch_s(n, n * (prompt + 1.0), response - 1);
   EXPECT_NEAR(to_seconds(r.done), prefill + decode, 2e-9 * 3);
   EXPECT_EQ(r.stats.iterations, response);
@@ -106,7 +138,7 @@ TEST(RolloutEngine, ShortSequencesLeaveTheBatchEarly) {
   reqs[1].response_tokens = 50;
   const auto r = run_engine(c, reqs, 1e9, 256);
   EXPECT_LT(reqs[0].finish_ns, reqs[1].finish_ns);
-  const double prefill = c.prefill_s(200, 2 * c.causal_attn_flops_device(100), 0, 0);
+  const double prefill = c.prefill_s(200, 2 * c.causal_attn_flops_device(100), 2, 0, 0);
   const double both = c.decode_stretch_s(2, 2 * 101.0, 9);  // tokens 2..10 of both
   const double alone = c.decode_stretch_s(1, 110.0, 40);  // tokens 11..50 of the long one (context 100 + 10)
   EXPECT_NEAR(to_seconds(reqs[0].finish_ns), prefill + both, 1e-8);
