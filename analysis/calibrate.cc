@@ -20,10 +20,10 @@ namespace {
 constexpr double kFigureSigma = 0.15;  // log error of one figure counted as one standard deviation
 constexpr double kPriorSigma = 0.7;    // a parameter's prior: a factor of 2 is one standard deviation
 constexpr double kUnfitLogError = -7.0;  // a record that stops fitting memory: predicted ~1e-3 x published
-// Leave-one-out refits start from the full fit and get this many Jacobians' worth of evaluations
-// (Levenberg-Marquardt iterations): dropping one record moves the optimum a little, and the
-// full-fit budget would take every record's refit to ~15 s (calibrate must stay under 60 s).
-constexpr int kLeaveOneOutIterations = 2;
+// Forward-difference step of the numerical Jacobian: sqrt(1e-3) ~ 3 % of each free variable.
+// Smaller steps see the discrete events of a simulation (a sequence finishing one iteration
+// earlier) as noise; larger ones blur the curvature.
+constexpr double kDiffEpsilon = 1e-3;
 
 double logistic(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -41,8 +41,8 @@ sim::Calibration with_values(const sim::Calibration& base, const std::vector<Cal
 }
 
 std::vector<std::map<std::string, double>> simulate_all(const std::vector<ValidationRecord>& records, const std::vector<bool>& use,
-                                                        const sim::Calibration& c, int jobs) {
-  return simulate_records(records, &c, jobs, use);
+                                                        const sim::Calibration& c, int jobs, RecordCache* cache) {
+  return simulate_records(records, &c, jobs, use, cache);
 }
 
 // One fitted figure: which record, which figure, and the ratio's other record (or npos).
@@ -93,6 +93,7 @@ struct Problem {
   std::vector<bool> use;
   std::vector<TimeFigure> figures;  // only those usable
   int jobs = 1;
+  RecordCache* cache = nullptr;     // shared by every fit of one calibrate() call
   std::shared_ptr<int> evaluations = std::make_shared<int>(0);  // shared by the copies Eigen makes
 
   // Eigen functor interface (NumericalDiff / LevenbergMarquardt).
@@ -106,7 +107,7 @@ struct Problem {
 
   int operator()(const Eigen::VectorXd& x, Eigen::VectorXd& fvec) const {
     ++*evaluations;
-    const auto sims = simulate_all(records, use, with_values(base, params, x), jobs);
+    const auto sims = simulate_all(records, use, with_values(base, params, x), jobs, cache);
     for (std::size_t k = 0; k < figures.size(); ++k) fvec[static_cast<Eigen::Index>(k)] = log_error(figures[k], sims) / kFigureSigma;
     for (std::size_t i = 0; i < params.size(); ++i) {
       const double v = to_value(params[i], x[static_cast<Eigen::Index>(i)]);
@@ -117,8 +118,8 @@ struct Problem {
 };
 
 Problem make_problem(const std::vector<ValidationRecord>& records, const std::vector<CalibrationParameter>& params,
-                     const sim::Calibration& base, std::size_t leave_out, int jobs) {
-  Problem p{records, params, base, std::vector<bool>(records.size(), true), {}, jobs};
+                     const sim::Calibration& base, std::size_t leave_out, int jobs, RecordCache* cache) {
+  Problem p{records, params, base, std::vector<bool>(records.size(), true), {}, jobs, cache};
   if (leave_out != std::string::npos) p.use[leave_out] = false;
   for (const auto& f : time_figures(records)) {
     if (p.use[f.record] && (f.other == std::string::npos || p.use[f.other])) p.figures.push_back(f);
@@ -128,7 +129,7 @@ Problem make_problem(const std::vector<ValidationRecord>& records, const std::ve
 
 // Runs LM from x; returns (x, iterations).
 int minimise(Problem& p, Eigen::VectorXd& x, int max_evaluations) {
-  Eigen::NumericalDiff<Problem> nd(p, 1e-4);  // step 1 % of the free variable: the simulation is piecewise smooth
+  Eigen::NumericalDiff<Problem> nd(p, kDiffEpsilon);
   Eigen::LevenbergMarquardt<Eigen::NumericalDiff<Problem>> lm(nd);
   lm.parameters.maxfev = max_evaluations;
   lm.parameters.xtol = 1e-4;
@@ -143,8 +144,10 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
   std::set<std::string> devices;
   std::set<sim::TrainingBackend> backends, moe_backends;
   std::set<sim::RolloutEngineKind> engines, moe_engines, eager, graphs;
+  std::set<sim::RolloutEngineKind> quantised_sync;  // engines loading weights quantised on the fly
   for (const auto& r : records) {
     const auto& s = r.scenario;
+    if (s.rollout.precision.linear.weight.element != models::Element::kBf16) quantised_sync.insert(s.rollout.engine);
     devices.insert(s.cluster.device.name);
     backends.insert(s.training.backend);
     engines.insert(s.rollout.engine);
@@ -209,9 +212,75 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
     out.push_back({"moe.grouped_gemm_half_tokens", 0.5, 512, 16, "", [](sim::Calibration& c) -> double& { return c.moe_half_tokens; }});
     out.push_back({"moe.grouped_gemm_half_width", 1.0, 4096, 100, "", [](sim::Calibration& c) -> double& { return c.moe_half_width; }});
   }
+  for (const auto e : engines) {
+    out.push_back({"rollout." + engine_name(e) + ".sync_per_matrix", 1e-6, 10e-3, 50e-6, "s",
+                   engine_ref(e, &sim::EngineCalibration::sync_per_matrix_s)});
+  }
+  for (const auto e : quantised_sync) {
+    out.push_back({"rollout." + engine_name(e) + ".sync_quantize_per_matrix", 1e-6, 20e-3, 200e-6, "s",
+                   engine_ref(e, &sim::EngineCalibration::sync_quantize_per_matrix_s)});
+  }
   out.push_back({"step_overhead", 0.1, 120, 5, "s", [](sim::Calibration& c) -> double& { return c.step_overhead_s; }});
   return out;
 }
+
+namespace {
+
+// Leave-one-out by a linearised refit: at the full fit x, with the Jacobian J of the residuals
+// (figures and priors) and residuals f, dropping record k's rows (its figures and the ratios that
+// refer to it) moves the Gauss-Newton optimum by dx = -(J'J - Jk'Jk)^-1 (J'f - Jk'fk) (the
+// one-step refit of Cook 1977 / Pregibon 1981 for least squares; the priors keep J'J - Jk'Jk
+// positive definite). Record k is then simulated at x + dx. One Jacobian for all records, where
+// an iterated refit per record costs a Jacobian per iteration and, on this piecewise-smooth
+// objective, often rejects its first steps. Steps are clamped to +-2 in the free variables.
+void leave_one_out(Problem& full, const Eigen::VectorXd& x, const std::vector<TimeFigure>& figures, const sim::Calibration& start,
+                   RecordCache& cache, CalibrationFit& fit, const std::function<void(const std::string&)>& say) {
+  const auto& records = full.records;
+  const auto& params = full.params;
+  Eigen::VectorXd f(full.values());
+  full(x, f);
+  Eigen::MatrixXd J(full.values(), full.inputs());
+  Eigen::NumericalDiff<Problem> nd(full, kDiffEpsilon);
+  nd.df(x, J);
+  const Eigen::MatrixXd JtJ = J.transpose() * J;
+  const Eigen::VectorXd Jtf = J.transpose() * f;
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    Eigen::MatrixXd A = JtJ;
+    Eigen::VectorXd g = Jtf;
+    for (std::size_t r = 0; r < full.figures.size(); ++r) {
+      const auto& fig = full.figures[r];
+      if (fig.record != k && fig.other != k) continue;
+      const auto row = J.row(static_cast<Eigen::Index>(r));
+      A -= row.transpose() * row;
+      g -= row.transpose() * f[static_cast<Eigen::Index>(r)];
+    }
+    const Eigen::VectorXd dx = (-A.ldlt().solve(g)).cwiseMax(-2.0).cwiseMin(2.0);
+    const sim::Calibration ck = with_values(start, params, x + dx);
+    // Predict record k (and any record its ratios refer to) with the fit that did not see it.
+    std::vector<bool> need(records.size(), false);
+    need[k] = true;
+    for (const auto& t : figures) {
+      if (t.record == k && t.other != std::string::npos) need[t.other] = true;
+    }
+    const auto sk = simulate_all(records, need, ck, full.jobs, &cache);
+    for (const auto& t : figures) {
+      if (t.record != k) continue;
+      FigureOutcome out;
+      out.record = records[k].name;
+      out.figure = t.other == std::string::npos ? t.figure : t.figure + " / " + records[t.other].name;
+      out.published = t.published;
+      out.is_time = t.other == std::string::npos;
+      const double le = log_error(t, sk);
+      out.predicted = le == kUnfitLogError ? 0.0 : t.published * std::exp(le);
+      out.error = out.predicted / out.published - 1.0;
+      out.source = records[k].source;
+      fit.loo.push_back(out);
+    }
+    say(fmt::format("leave-one-out {}/{}: {}", k + 1, records.size(), records[k].name));
+  }
+}
+
+}  // namespace
 
 CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std::vector<CalibrationParameter>& params,
                          const sim::Calibration& start, const CalibrateOptions& o) {
@@ -225,7 +294,8 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
     for (std::size_t i = 0; i < params.size(); ++i) x[static_cast<Eigen::Index>(i)] = to_free(params[i], params[i].ref(c));
   }
   CalibrationFit fit;
-  Problem full = make_problem(records, params, start, std::string::npos, jobs);
+  RecordCache cache(records.size());
+  Problem full = make_problem(records, params, start, std::string::npos, jobs, &cache);
   say(fmt::format("fitting {} parameters to {} time figures of {} records", params.size(), full.figures.size(), records.size()));
   fit.iterations = minimise(full, x, 60 * static_cast<int>(params.size() + 1));
 
@@ -237,7 +307,7 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
     fit.cost = f.squaredNorm();
   }
   const std::vector<bool> all(records.size(), true);
-  const auto sims = simulate_all(records, all, fit.calibration, jobs);
+  const auto sims = simulate_all(records, all, fit.calibration, jobs, &cache);
   fit.outcomes = compare(records, sims);
 
   // Which records constrain each parameter: their time figures move by > 0.5 % when it moves 10 %.
@@ -248,7 +318,7 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
     double& v = params[i].ref(c);
     const double up = std::min(v * 1.1, params[i].upper);
     v = up > v ? up : v * 0.9;
-    const auto moved = simulate_all(records, all, c, jobs);
+    const auto moved = simulate_all(records, all, c, jobs, &cache);
     std::set<std::string> names;
     for (const auto& f : figures) {
       if (std::abs(log_error(f, moved) - log_error(f, sims)) > 0.005) names.insert(records[f.record].name);
@@ -258,35 +328,7 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
   fit.evaluations = *full.evaluations;
   say(fmt::format("fit: {} iterations, {} evaluations, cost {:.3f}", fit.iterations, fit.evaluations, fit.cost));
 
-  if (o.leave_one_out && records.size() > 1) {
-    for (std::size_t k = 0; k < records.size(); ++k) {
-      Problem p = make_problem(records, params, start, k, jobs);
-      Eigen::VectorXd xk = x;  // warm start from the full fit
-      minimise(p, xk, kLeaveOneOutIterations * static_cast<int>(params.size() + 1));
-      const sim::Calibration ck = with_values(start, params, xk);
-      // Predict record k (and any record its ratios refer to) with the fit that did not see it.
-      std::vector<bool> need(records.size(), false);
-      need[k] = true;
-      for (const auto& f : figures) {
-        if (f.record == k && f.other != std::string::npos) need[f.other] = true;
-      }
-      const auto sk = simulate_all(records, need, ck, jobs);
-      for (const auto& f : figures) {
-        if (f.record != k) continue;
-        FigureOutcome out;
-        out.record = records[k].name;
-        out.figure = f.other == std::string::npos ? f.figure : f.figure + " / " + records[f.other].name;
-        out.published = f.published;
-        out.is_time = f.other == std::string::npos;
-        const double le = log_error(f, sk);
-        out.predicted = le == kUnfitLogError ? 0.0 : f.published * std::exp(le);
-        out.error = out.predicted / out.published - 1.0;
-        out.source = records[k].source;
-        fit.loo.push_back(out);
-      }
-      say(fmt::format("leave-one-out {}/{}: {}", k + 1, records.size(), records[k].name));
-    }
-  }
+  if (o.leave_one_out && records.size() > 1) leave_one_out(full, x, figures, start, cache, fit, say);
   return fit;
 }
 

@@ -152,16 +152,36 @@ std::map<std::string, double> simulate_figures(const sim::Scenario& s) {
   return simulated_figures(sim::simulate(s, sink));
 }
 
+const std::map<std::string, double>* RecordCache::find(std::size_t record, const std::vector<double>& inputs) const {
+  const auto it = slots_.at(record).find(inputs);
+  return it == slots_[record].end() ? nullptr : &it->second;
+}
+
+void RecordCache::put(std::size_t record, const std::vector<double>& inputs, std::map<std::string, double> figures) {
+  slots_.at(record).emplace(inputs, std::move(figures));
+}
+
 std::vector<std::map<std::string, double>> simulate_records(const std::vector<ValidationRecord>& records,
-                                                            const sim::Calibration* calibration, int jobs, const std::vector<bool>& use) {
+                                                            const sim::Calibration* calibration, int jobs, const std::vector<bool>& use,
+                                                            RecordCache* cache) {
   std::vector<std::map<std::string, double>> out(records.size());
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     for (std::size_t i; (i = next++) < records.size();) {
       if (!use.empty() && !use[i]) continue;
       sim::Scenario s = records[i].scenario;
-      if (calibration) sim::apply_calibration(s, *calibration);
+      if (!calibration) {
+        out[i] = simulate_figures(s);
+        continue;
+      }
+      const std::vector<double> inputs = sim::calibration_inputs(*calibration, s);
+      if (const auto* hit = cache ? cache->find(i, inputs) : nullptr) {
+        out[i] = *hit;
+        continue;
+      }
+      sim::apply_calibration(s, *calibration);
       out[i] = simulate_figures(s);
+      if (cache) cache->put(i, inputs, out[i]);
     }
   };
   std::vector<std::thread> pool;

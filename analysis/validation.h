@@ -79,11 +79,25 @@ std::map<std::string, double> simulated_figures(const sim::SimResult& r);
 /// that does not fit memory yields an empty map.
 std::map<std::string, double> simulate_figures(const sim::Scenario& s);
 
+/// Figures of records already simulated, by record index and the calibration_inputs they were
+/// simulated with (the simulation is deterministic, so equal inputs give equal figures).
+class RecordCache {
+ public:
+  explicit RecordCache(std::size_t records) : slots_(records) {}
+  const std::map<std::string, double>* find(std::size_t record, const std::vector<double>& inputs) const;
+  void put(std::size_t record, const std::vector<double>& inputs, std::map<std::string, double> figures);
+
+ private:
+  std::vector<std::map<std::vector<double>, std::map<std::string, double>>> slots_;
+};
+
 /// simulate_figures of every record whose `use` flag is set (all when `use` is empty), its
 /// scenario re-calibrated with `calibration` when given, on `jobs` threads; results by record index.
+/// With a `cache` (and a calibration), a record whose calibration_inputs were simulated before is
+/// not simulated again. One thread handles a record at a time, so the cache needs no lock.
 std::vector<std::map<std::string, double>> simulate_records(const std::vector<ValidationRecord>& records,
                                                             const sim::Calibration* calibration, int jobs,
-                                                            const std::vector<bool>& use = {});
+                                                            const std::vector<bool>& use = {}, RecordCache* cache = nullptr);
 
 /// One figure compared.
 struct FigureOutcome {

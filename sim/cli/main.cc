@@ -378,7 +378,7 @@ int main(int argc, char** argv) {
       "log error (Eigen's Levenberg-Marquardt), with a leave-one-out check; writes calibration.yaml");
   calibrate->add_option("records", cao.records, "Record files (default: every record in the repository)");
   calibrate->add_option("--out,-o", cao.out, "Output directory (calibration.yaml, calibration.csv)")->capture_default_str();
-  calibrate->add_option("--start", cao.start, "Calibration to start from (default: the built-in one)");
+  calibrate->add_option("--start", cao.start, "Calibration to start from (default: every fitted parameter at its prior, the rest built-in)");
   calibrate->add_option("--jobs,-j", cao.jobs, "Threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   calibrate->add_flag("--no-loo", cao.no_loo, "Skip the leave-one-out refits");
   calibrate->add_flag("--quiet,-q", cao.quiet, "Print only the summary lines");

@@ -61,9 +61,14 @@ int cmd_validate(const ValidateOptions& o, std::ostream& out, std::ostream& err)
 
 int cmd_calibrate(const CalibrateOptions& o, std::ostream& out, std::ostream& err) {
   const auto t0 = std::chrono::steady_clock::now();
-  const sim::Calibration start = o.start.empty() ? sim::builtin_calibration() : sim::load_calibration(o.start);
+  sim::Calibration start = o.start.empty() ? sim::builtin_calibration() : sim::load_calibration(o.start);
   const auto records = load_records(o.records, start);
   const auto params = analysis::calibration_parameters(records);
+  // Without --start every fitted parameter starts at its documented prior, so that refitting
+  // the built-in calibration (itself a fit) does not walk from one local optimum to the next.
+  if (o.start.empty()) {
+    for (const auto& p : params) p.ref(start) = p.prior;
+  }
   analysis::CalibrateOptions co;
   co.jobs = cores(o.jobs);
   co.leave_one_out = !o.no_loo;

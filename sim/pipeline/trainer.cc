@@ -213,7 +213,11 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
   // Gather full BF16 weights from the training shards (bucketed all-gather; the bucket size only
   // adds per-bucket latency).
   const double buckets = std::ceil(bf16_bytes / s.weight_sync.bucket_bytes);
-  out.gather = all_gather_s(bf16_bytes, devices_, dp_link_, eff) + buckets * dp_link_.latency_s;
+  // Every weight matrix (each expert's projections separately) passes through the sync path's
+  // host-side loop: name mapping, gather launch, bucket packing.
+  double matrices = 0;
+  for (const auto& l : s.model.linear_shapes()) matrices += static_cast<double>(l.count);
+  out.gather = all_gather_s(bf16_bytes, devices_, dp_link_, eff) + buckets * dp_link_.latency_s + matrices * s.weight_sync.per_matrix_s;
   const bool colocated = s.placement.mode == PlacementMode::kColocated;
   const bool ipc = s.weight_sync.method == WeightSyncMethod::kCudaIpc ||
                    (s.weight_sync.method == WeightSyncMethod::kAuto && colocated);
@@ -232,7 +236,7 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
   // unchanged BF16 format costs nothing here.
   const double rollout_per_rank = rollout_weight_bytes_total / rollout_tp;
   const bool quantised = std::abs(rollout_weight_bytes_total - bf16_bytes) / bf16_bytes > 0.01;
-  out.quantize = quantised ? (per_rank_bf16 + rollout_per_rank) / hbm : 0.0;
+  out.quantize = quantised ? (per_rank_bf16 + rollout_per_rank) / hbm + matrices * s.weight_sync.quantize_per_matrix_s : 0.0;
   out.repack = quantised ? 2.0 * (2.0 * rollout_per_rank) / hbm : 0.0;
   // load_weights: copy into the engine's parameter buffers (read + write).
   out.load = 2.0 * rollout_per_rank / hbm;

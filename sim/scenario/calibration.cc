@@ -49,7 +49,10 @@ EngineCalibration parse_engine(Map m, const EngineCalibration& dflt) {
   e.per_layer_eager_s = m.quantity("per_layer_eager", dflt.per_layer_eager_s, Dimension::kTime);
   e.moe_layer_s = m.quantity("moe_layer", dflt.moe_layer_s, Dimension::kTime);
   e.per_sequence_s = m.quantity("per_sequence", dflt.per_sequence_s, Dimension::kTime);
-  m.finish({"compute", "iteration", "per_layer", "per_layer_eager", "moe_layer", "per_sequence"});
+  e.sync_per_matrix_s = m.quantity("sync_per_matrix", dflt.sync_per_matrix_s, Dimension::kTime);
+  e.sync_quantize_per_matrix_s = m.quantity("sync_quantize_per_matrix", dflt.sync_quantize_per_matrix_s, Dimension::kTime);
+  m.finish({"compute", "iteration", "per_layer", "per_layer_eager", "moe_layer", "per_sequence", "sync_per_matrix",
+            "sync_quantize_per_matrix"});
   return e;
 }
 
@@ -147,14 +150,26 @@ std::string calibration_yaml(const Calibration& c, const std::vector<std::string
   }
   out += "rollout:\n";
   for (const auto& [name, e] : {std::pair<const char*, const EngineCalibration&>{"vllm", c.vllm}, {"sglang", c.sglang}}) {
-    out += fmt::format("  {}: {{compute: {}, iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}, per_sequence: {}}}\n",
-                       name, frac(e.compute), seconds(e.iteration_s), seconds(e.per_layer_s), seconds(e.per_layer_eager_s), seconds(e.moe_layer_s),
-                       seconds(e.per_sequence_s));
+    out += fmt::format(
+        "  {}: {{compute: {}, iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}, per_sequence: {}, sync_per_matrix: {}, "
+        "sync_quantize_per_matrix: {}}}\n",
+        name, frac(e.compute), seconds(e.iteration_s), seconds(e.per_layer_s), seconds(e.per_layer_eager_s), seconds(e.moe_layer_s),
+        seconds(e.per_sequence_s), seconds(e.sync_per_matrix_s), seconds(e.sync_quantize_per_matrix_s));
   }
   out += fmt::format("moe: {{grouped_gemm_half_tokens: {}, grouped_gemm_half_width: {}}}\n", frac(c.moe_half_tokens),
                      frac(c.moe_half_width));
   out += fmt::format("step_overhead: {}\n", seconds(c.step_overhead_s));
   return out;
+}
+
+std::vector<double> calibration_inputs(const Calibration& c, const Scenario& s) {
+  const DeviceCalibration& d = c.device(s.cluster.device.name);
+  const EngineCalibration& e = c.engine(s.rollout.engine);
+  const BackendCalibration& b = c.backend(s.training.backend);
+  return {d.memory,       d.compute,       e.compute,        e.iteration_s,         e.per_layer_s,
+          e.per_layer_eager_s, e.moe_layer_s, e.per_sequence_s, e.sync_per_matrix_s, e.sync_quantize_per_matrix_s,
+          b.dense,        b.moe,           b.forward,        c.moe_half_tokens,     c.moe_half_width,
+          c.step_overhead_s};
 }
 
 void apply_calibration(Scenario& s, const Calibration& c) {
@@ -179,6 +194,8 @@ void apply_calibration(Scenario& s, const Calibration& c) {
   t.efficiency.forward = o.train_forward.value_or(be.forward);
   t.efficiency.comm = o.train_comm.value_or(kDefaultCommEfficiency);
   t.step_overhead_s = o.step_overhead_s.value_or(c.step_overhead_s);
+  s.weight_sync.per_matrix_s = eng.sync_per_matrix_s;
+  s.weight_sync.quantize_per_matrix_s = eng.sync_quantize_per_matrix_s;
 }
 
 }  // namespace rlsim::sim

@@ -46,6 +46,12 @@ struct EngineCalibration {
   double per_layer_eager_s = 200e-6; // the same with eager launches (enforce_eager)
   double moe_layer_s = 30e-6;        // extra kernels of an MoE layer (router, top-k, permute, combine)
   double per_sequence_s = 2e-6;      // per running sequence per step: scheduler bookkeeping, sampler
+  /// Weight sync into the engine: host-side time per weight matrix (the engine's load_weights
+  /// runs a weight loader per named tensor; an MoE model has one per expert projection), and per
+  /// matrix quantised on the fly to the rollout format (block amax, scale, cast: several kernel
+  /// launches each). Priors 50 us and 200 us (assumptions).
+  double sync_per_matrix_s = 50e-6;
+  double sync_quantize_per_matrix_s = 200e-6;
 };
 
 /// One set of cost-model parameters.
@@ -86,6 +92,12 @@ Calibration parse_calibration(const std::string& text, const std::string& file);
 /// The calibration as YAML, in the format load_calibration reads; `header` lines are written as
 /// comments first. Values are written with 6 significant digits.
 std::string calibration_yaml(const Calibration& c, const std::vector<std::string>& header = {});
+
+/// The calibration values apply_calibration reads for `s` (its device's, engine's and backend's
+/// entries, the MoE parameters and the step overhead), in a fixed order: two calibrations with
+/// equal inputs give `s` the same cost parameters (`rlsim calibrate` reuses a record's simulation
+/// when a parameter it does not read moves).
+std::vector<double> calibration_inputs(const Calibration& c, const Scenario& s);
 
 /// Sets the scenario's cost parameters from `c` (for its device, rollout engine and training
 /// backend), keeping every value in `s.cost_overrides`. load_scenario applies the calibration it

@@ -556,7 +556,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     Map p(src, top.get("schedule"), "schedule");
     s.schedule.mode = p.choice<ScheduleMode>("mode", ScheduleMode::kSync,
                                              {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
-    s.schedule.staleness = p.number("staleness", 0.5, 0.0, 1.0);
+    // SCENARIO.md's range is a fraction of a batch (verl's staleness_threshold, 0-1); rlsim also
+    // takes whole batches ahead up to 16, AReaL's max_head_offpolicyness (eta <= 16 in its blog).
+    s.schedule.staleness = p.number("staleness", 0.5, 0.0, kMaxStaleness);
     s.schedule.partial_rollout = p.boolean("partial_rollout", false);
     p.finish({"mode", "staleness", "partial_rollout"});
     if (s.schedule.mode != ScheduleMode::kSync && s.placement.mode == PlacementMode::kColocated) {

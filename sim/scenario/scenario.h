@@ -69,8 +69,12 @@ struct PlacementConfig {
 };
 
 enum class ScheduleMode { kSync, kOneStepOff, kAsync };
+inline constexpr double kMaxStaleness = 16;
 struct ScheduleConfig {
   ScheduleMode mode = ScheduleMode::kSync;
+  /// Async: between two weight updates at most (1 + staleness) x prompts_per_step prompt groups
+  /// may start (verl fully_async staleness_threshold; above 1, whole batches ahead as AReaL's
+  /// max_head_offpolicyness). At most kMaxStaleness.
   double staleness = 0.5;
   bool partial_rollout = false;
 };
@@ -147,6 +151,10 @@ enum class WeightSyncMethod { kAuto, kCudaIpc, kNcclBroadcast };
 struct WeightSyncConfig {
   WeightSyncMethod method = WeightSyncMethod::kAuto;
   double bucket_bytes = 512.0 * 1024 * 1024;
+  /// Host-side cost per weight matrix in the sync path (name mapping, gather launch, bucket
+  /// packing) and per matrix quantised on the fly; from the calibration (seconds).
+  double per_matrix_s = 0;
+  double quantize_per_matrix_s = 0;
 };
 
 struct OutputConfig {

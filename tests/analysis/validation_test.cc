@@ -145,12 +145,14 @@ TEST(Calibration, WrittenFileReadsBackTheSameValues) {
   c.megatron.forward = 0.654321;
   c.vllm.per_sequence_s = 3.5e-6;
   c.moe_half_width = 321;
+  c.sglang.sync_quantize_per_matrix_s = 1.5e-3;
   c.step_overhead_s = 7.25;
   const sim::Calibration back = sim::parse_calibration(sim::calibration_yaml(c, {"a header"}), "back.yaml");
   EXPECT_NEAR(back.devices.at("h20").compute, 0.123456, 1e-9);
   EXPECT_NEAR(back.megatron.forward, 0.654321, 1e-9);
   EXPECT_NEAR(back.vllm.per_sequence_s, 3.5e-6, 1e-12);
   EXPECT_NEAR(back.moe_half_width, 321, 1e-9);
+  EXPECT_NEAR(back.sglang.sync_quantize_per_matrix_s, 1.5e-3, 1e-12);
   EXPECT_NEAR(back.step_overhead_s, 7.25, 1e-9);
 }
 

@@ -414,8 +414,17 @@ TEST(WeightSync, QuantisedEngineReloadCostsRestoreLoadTransform) {
   EXPECT_EQ(sb.repack, 0.0);
   const double hbm = q.cluster.device.memory_bandwidth_bytes_per_s * q.rollout.efficiency.memory;
   EXPECT_NEAR(sq.repack, 4 * wq / hbm, 1e-9);
-  EXPECT_NEAR(sq.quantize, (static_cast<double>(q.model.params().total()) * 2 + wq) / hbm, 1e-9);
+  // Quantising reads BF16 and writes the format, plus the host-side cost of each weight matrix.
+  double matrices = 0;
+  for (const auto& l : q.model.linear_shapes()) matrices += static_cast<double>(l.count);
+  EXPECT_NEAR(sq.quantize,
+              (static_cast<double>(q.model.params().total()) * 2 + wq) / hbm + matrices * q.weight_sync.quantize_per_matrix_s, 1e-9);
   EXPECT_NEAR(sq.load, 2 * wq / hbm, 1e-9);
+  // Every matrix also passes the sync path's per-matrix step, quantised or not.
+  EXPECT_NEAR(sq.gather - tq.weight_sync(wq, 8, 1).gather, 0.0, 1e-12);
+  Scenario slow = q;
+  slow.weight_sync.per_matrix_s += 1e-3;
+  EXPECT_NEAR(TrainerCostModel(slow).weight_sync(wq, 8, 1).gather - sq.gather, matrices * 1e-3, 1e-9);
 }
 
 }  // namespace
