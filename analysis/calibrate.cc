@@ -161,7 +161,7 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
   // Priors: HBM streaming reaches ~0.8 of peak (a device copy 0.87-0.89, ANCHORS.md); large BF16
   // GEMMs ~0.7 of the dense peak (cuBLAS on Hopper, public benchmarks); assumptions otherwise.
   for (const auto& d : devices) {
-    out.push_back({"devices." + d + ".memory", 0.4, 0.95, 0.8, "", [d](sim::Calibration& c) -> double& {
+    out.push_back({"devices." + d + ".memory", 0.2, 0.95, 0.8, "", [d](sim::Calibration& c) -> double& {
                      if (!c.devices.count(d)) c.devices[d] = c.other_device;
                      return c.devices[d].memory;
                    }});
@@ -194,6 +194,7 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
   auto engine_name = [](sim::RolloutEngineKind e) { return std::string(e == sim::RolloutEngineKind::kVllm ? "vllm" : "sglang"); };
   for (const auto e : engines) {
     out.push_back({"rollout." + engine_name(e) + ".compute", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::compute)});
+    out.push_back({"rollout." + engine_name(e) + ".attention", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::attention)});
     out.push_back({"rollout." + engine_name(e) + ".iteration", 0.2e-3, 20e-3, 2e-3, "s", engine_ref(e, &sim::EngineCalibration::iteration_s)});
     out.push_back({"rollout." + engine_name(e) + ".per_sequence", 0.1e-6, 50e-6, 2e-6, "s",
                    engine_ref(e, &sim::EngineCalibration::per_sequence_s)});

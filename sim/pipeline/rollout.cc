@@ -89,6 +89,7 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   c.moe_half_tokens = r.moe_half_tokens;
   c.attn_flops_per_ctx_device = arch.attention_flops_per_token(1.0) / c.tp;
   c.mem_bw = s.cluster.device.memory_bandwidth_bytes_per_s * r.efficiency.memory;
+  c.kv_mem_bw = c.mem_bw * r.attention_memory_efficiency;
   if (arch.moe) {
     const double width = static_cast<double>(arch.moe->expert_intermediate) * r.expert_parallel / c.tp;
     c.expert_mem_bw = c.mem_bw * width / (width + r.moe_half_width);
@@ -138,7 +139,7 @@ double RolloutCostModel::comm_s(double tokens) const {
 }
 
 double RolloutCostModel::decode_memory_s(int b, double ctx) const {
-  return weights_read_s(b) + ctx * kv_bytes_per_token_device / mem_bw;
+  return weights_read_s(b) + ctx * kv_bytes_per_token_device / kv_mem_bw;
 }
 
 double RolloutCostModel::expert_compute_s(double tokens) const {
@@ -160,7 +161,7 @@ double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) co
   if (n <= 0) return 0.0;
   const double nn = static_cast<double>(n);
   // memory_k = m0 + m1 k, compute_k = c0 + c1 k
-  const double m0 = decode_memory_s(b, ctx0), m1 = b * kv_bytes_per_token_device / mem_bw;
+  const double m0 = decode_memory_s(b, ctx0), m1 = b * kv_bytes_per_token_device / kv_mem_bw;
   const double c0 = decode_compute_s(b, ctx0), c1 = b * attn_flops_per_ctx_device / compute_rate;
   // sum max(m, c) = sum c + sum_{k: d_k > 0} d_k, with d_k = (m0 - c0) + (m1 - c1) k
   double sum = nn * c0 + c1 * nn * (nn - 1) / 2;
@@ -183,7 +184,7 @@ double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) co
 
 double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int new_sequences, int b_decode, double ctx) const {
   const double tokens = new_tokens + b_decode;
-  const double memory = weights_read_s(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device / mem_bw;
+  const double memory = weights_read_s(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device / kv_mem_bw;
   const double compute =
       (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate + expert_compute_s(tokens);
   return std::max(memory, compute) + comm_s(tokens) + step_overhead_s(new_sequences + b_decode);

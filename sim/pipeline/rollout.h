@@ -29,7 +29,7 @@ double experts_touched(int experts, int active, double tokens);
 /// Per-iteration cost of one rollout engine of tensor_parallel devices. All times in seconds.
 ///
 /// decode_s(b, S): b sequences each produce one token while reading S cached tokens in total:
-///   memory  = (dense weights/TP + S * kv_bytes_per_token_per_device) / (HBM B * eff_mem)
+///   memory  = dense weights/TP / (HBM B * eff_mem) + S * kv_bytes_per_token_per_device / (HBM B * eff_mem * eff_attn)
 ///             + touched experts(b)/TP / (HBM B * eff_mem * w / (w + w_half))   (fused-MoE weight stream,
 ///             w = expert_intermediate x EP / TP columns per rank, w_half calibrated)
 ///   compute = (b * 2 N_active / TP + S * attention FLOPs per cached token / TP) / (rate(recipe) * eff_compute),
@@ -55,7 +55,8 @@ struct RolloutCostModel {
   double expert_flops_per_token_device = 0;  // 2 * routed-expert params one token passes through / TP
   double moe_half_tokens = 0;                // grouped-GEMM half-efficiency point (tokens per expert)
   double attn_flops_per_ctx_device = 0;      // attention FLOPs per (query, cached token) pair / TP
-  double mem_bw = 0;                         // effective bytes/s
+  double mem_bw = 0;                         // effective bytes/s of the weight stream
+  double kv_mem_bw = 0;                      // effective bytes/s of paged-attention KV reads
   double expert_mem_bw = 0;                  // effective bytes/s of the fused-MoE expert weight stream (MoE only)
   double compute_rate = 0;                   // effective FLOP/s
   models::ComputeType compute_type = models::ComputeType::kBf16;

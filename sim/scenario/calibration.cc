@@ -44,6 +44,7 @@ BackendCalibration parse_backend(Map m, const BackendCalibration& dflt) {
 EngineCalibration parse_engine(Map m, const EngineCalibration& dflt) {
   EngineCalibration e;
   e.compute = m.number("compute", dflt.compute, kMinFraction, kMaxFraction);
+  e.attention = m.number("attention", dflt.attention, kMinFraction, kMaxFraction);
   e.iteration_s = m.quantity("iteration", dflt.iteration_s, Dimension::kTime);
   e.per_layer_s = m.quantity("per_layer", dflt.per_layer_s, Dimension::kTime);
   e.per_layer_eager_s = m.quantity("per_layer_eager", dflt.per_layer_eager_s, Dimension::kTime);
@@ -51,7 +52,7 @@ EngineCalibration parse_engine(Map m, const EngineCalibration& dflt) {
   e.per_sequence_s = m.quantity("per_sequence", dflt.per_sequence_s, Dimension::kTime);
   e.sync_per_matrix_s = m.quantity("sync_per_matrix", dflt.sync_per_matrix_s, Dimension::kTime);
   e.sync_quantize_per_matrix_s = m.quantity("sync_quantize_per_matrix", dflt.sync_quantize_per_matrix_s, Dimension::kTime);
-  m.finish({"compute", "iteration", "per_layer", "per_layer_eager", "moe_layer", "per_sequence", "sync_per_matrix",
+  m.finish({"compute", "attention", "iteration", "per_layer", "per_layer_eager", "moe_layer", "per_sequence", "sync_per_matrix",
             "sync_quantize_per_matrix"});
   return e;
 }
@@ -151,9 +152,9 @@ std::string calibration_yaml(const Calibration& c, const std::vector<std::string
   out += "rollout:\n";
   for (const auto& [name, e] : {std::pair<const char*, const EngineCalibration&>{"vllm", c.vllm}, {"sglang", c.sglang}}) {
     out += fmt::format(
-        "  {}: {{compute: {}, iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}, per_sequence: {}, sync_per_matrix: {}, "
+        "  {}: {{compute: {}, attention: {}, iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}, per_sequence: {}, sync_per_matrix: {}, "
         "sync_quantize_per_matrix: {}}}\n",
-        name, frac(e.compute), seconds(e.iteration_s), seconds(e.per_layer_s), seconds(e.per_layer_eager_s), seconds(e.moe_layer_s),
+        name, frac(e.compute), frac(e.attention), seconds(e.iteration_s), seconds(e.per_layer_s), seconds(e.per_layer_eager_s), seconds(e.moe_layer_s),
         seconds(e.per_sequence_s), seconds(e.sync_per_matrix_s), seconds(e.sync_quantize_per_matrix_s));
   }
   out += fmt::format("moe: {{grouped_gemm_half_tokens: {}, grouped_gemm_half_width: {}}}\n", frac(c.moe_half_tokens),
@@ -166,7 +167,7 @@ std::vector<double> calibration_inputs(const Calibration& c, const Scenario& s) 
   const DeviceCalibration& d = c.device(s.cluster.device.name);
   const EngineCalibration& e = c.engine(s.rollout.engine);
   const BackendCalibration& b = c.backend(s.training.backend);
-  return {d.memory,       d.compute,       e.compute,        e.iteration_s,         e.per_layer_s,
+  return {d.memory,       d.compute,       e.compute,        e.attention,        e.iteration_s,         e.per_layer_s,
           e.per_layer_eager_s, e.moe_layer_s, e.per_sequence_s, e.sync_per_matrix_s, e.sync_quantize_per_matrix_s,
           b.dense,        b.moe,           b.forward,        c.moe_half_tokens,     c.moe_half_width,
           c.step_overhead_s};
@@ -185,6 +186,7 @@ void apply_calibration(Scenario& s, const Calibration& c) {
   r.layer_overhead_s = o.per_layer_s.value_or(r.enforce_eager ? eng.per_layer_eager_s : eng.per_layer_s);
   r.moe_layer_overhead_s = o.moe_layer_s.value_or(eng.moe_layer_s);
   r.sequence_overhead_s = o.per_sequence_s.value_or(eng.per_sequence_s);
+  r.attention_memory_efficiency = eng.attention;
   r.moe_half_tokens = c.moe_half_tokens;
   r.moe_half_width = c.moe_half_width;
   auto& t = s.training;

@@ -41,6 +41,10 @@ struct EngineCalibration {
   /// Share of the device's GEMM rate (DeviceCalibration::compute) the engine's iterations reach:
   /// decode GEMMs have M = running sequences, far from the large square shapes of training (0-1].
   double compute = 0.8;
+  /// Share of the weight-streaming bandwidth its paged-attention decode kernels reach reading the
+  /// KV cache: blocks of 16 tokens (vLLM) scattered over the pool, a KV head group per program
+  /// (0-1]. Prior 0.8 (assumption).
+  double attention = 0.8;
   double iteration_s = 2e-3;         // scheduler + sampler + CUDA-graph replay per engine step
   double per_layer_s = 20e-6;        // non-GEMM kernels per layer per step under CUDA graphs
   double per_layer_eager_s = 200e-6; // the same with eager launches (enforce_eager)

@@ -107,6 +107,9 @@ struct RolloutConfig {
   double layer_overhead_s = 0;         // non-GEMM kernels per layer per step (norms, rope, launch)
   double moe_layer_overhead_s = 0;     // extra kernels per MoE layer per step (router, top-k, permute)
   double sequence_overhead_s = 0;      // per running sequence per step (scheduler bookkeeping, sampler)
+  /// Fraction of the weight-streaming bandwidth paged-attention decode reaches reading the KV
+  /// cache (scattered blocks of a few KB, one head group per program) (0-1]; from the calibration.
+  double attention_memory_efficiency = 1;
   /// Tokens per expert at which a grouped expert GEMM reaches half of its large-M efficiency.
   double moe_half_tokens = 0;
   /// Per-rank expert width at which the fused-MoE kernels stream routed-expert weights at half the

@@ -20,6 +20,7 @@ RolloutCostModel toy_model(double compute_rate = 1e14) {
   c.attn_flops_per_ctx_device = 1e6;
   c.mem_bw = 1e12;
   c.expert_mem_bw = 0.5e12;
+  c.kv_mem_bw = 0.5e12;  // paged attention reads the KV cache at half the weight stream's rate
   c.compute_rate = compute_rate;
   c.overhead_s = 1e-3;
   c.sequence_overhead_s = 10e-6;
@@ -31,12 +32,12 @@ RolloutCostModel toy_model(double compute_rate = 1e14) {
 
 TEST(RolloutCost, DecodeIterationClosedForm) {
   const auto c = toy_model();
-  // b = 4, 1000 cached tokens: memory = (10e9 + 1e8) / 1e12 = 10.1 ms;
+  // b = 4, 1000 cached tokens: memory = 10e9 / 1e12 (weights) + 1e8 / 0.5e12 (KV) = 10.2 ms;
   // compute = (4 * 2e10 + 1000 * 1e6) / 1e14 = 0.81 ms -> memory-bound, + 1 ms step overhead
   // + 4 sequences x 10 us.
-  EXPECT_DOUBLE_EQ(c.decode_memory_s(4, 1000), 0.0101);
+  EXPECT_DOUBLE_EQ(c.decode_memory_s(4, 1000), 0.0102);
   EXPECT_DOUBLE_EQ(c.decode_compute_s(4, 1000), 0.00081);
-  EXPECT_DOUBLE_EQ(c.decode_s(4, 1000), 0.0111 + 4 * 10e-6);
+  EXPECT_DOUBLE_EQ(c.decode_s(4, 1000), 0.0112 + 4 * 10e-6);
 }
 
 // The fixed cost of a step grows with the sequences in it (scheduler, sampler): a batch-1 tail
@@ -63,7 +64,7 @@ TEST(RolloutCost, ExpertWeightsStreamAtTheGroupedGemmBandwidth) {
   for (int b : {1, 8, 256}) {
     const double touched = 64 * (1 - std::pow(1 - 4.0 / 64, b));
     EXPECT_NEAR(c.weights_read_s(b), 10e9 / 1e12 + touched * 50e6 / 0.5e12, 1e-12) << b;
-    EXPECT_NEAR(c.decode_memory_s(b, 100), c.weights_read_s(b) + 100 * 100e3 / 1e12, 1e-12) << b;
+    EXPECT_NEAR(c.decode_memory_s(b, 100), c.weights_read_s(b) + 100 * 100e3 / 0.5e12, 1e-12) << b;
   }
 }
 
