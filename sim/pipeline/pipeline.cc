@@ -107,6 +107,7 @@ TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
     b.tokens += len;
     b.attention_flops += attn;
     b.max_sequence = std::max(b.max_sequence, len);
+    b.sequences += 1;
     work.push_back(flops_per_token * len + attn);
   }
   const auto& t = s_.training;

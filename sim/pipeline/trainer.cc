@@ -79,10 +79,25 @@ double TrainerCostModel::micro_batches_per_device(const TrainBatch& b, bool upda
   const auto& t = s_.training;
   const int dp = devices_ / (t.tensor_parallel * t.pipeline_parallel);
   // The actor update runs mini-batch by mini-batch (an optimizer step after each), so each one is
-  // cut into micro-batches of its own; forward-only passes cut the whole batch.
+  // cut into micro-batches of its own; forward-only passes cut the whole batch, with their own
+  // (log-prob) micro-batch size.
   const int groups = update ? t.mini_batches : 1;
-  const double per_group = b.tokens / groups / dp / static_cast<double>(t.micro_batch_tokens);
+  const double per_group =
+      t.dynamic_batching
+          ? b.tokens / groups / dp / static_cast<double>(update ? t.micro_batch_tokens : t.logprob_micro_batch_tokens)
+          : b.sequences / groups / dp / static_cast<double>(update ? t.micro_batch_sequences : t.logprob_micro_batch_sequences);
   return groups * std::max(1.0, std::ceil(per_group));
+}
+
+double TrainerCostModel::micro_batch_tokens(const TrainBatch& b, bool update) const {
+  const auto& t = s_.training;
+  // Dynamic batching packs sequences up to the budget, but a single sequence longer than that is
+  // a micro-batch on its own; fixed batching holds its sequences whole (padding removed), at
+  // worst all of the longest length.
+  if (t.dynamic_batching) {
+    return std::max(static_cast<double>(update ? t.micro_batch_tokens : t.logprob_micro_batch_tokens), b.max_sequence);
+  }
+  return (update ? t.micro_batch_sequences : t.logprob_micro_batch_sequences) * b.max_sequence;
 }
 
 double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double ag_passes, double rs_passes,
@@ -169,10 +184,9 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   const double master_copy = master_copy_bytes(t);
   mem.optimizer = shard * (states * elem_bytes(t.optimizer.state) + master_copy);
   mem.reference = t.reference_model ? shard * 2.0 : 0.0;
-  // One micro-batch of tokens on a device (sequences are packed up to micro_batch_tokens, but a
-  // single sequence longer than that is one micro-batch on its own).
+  // One micro-batch of the update on a device.
   const int mp = t.tensor_parallel * t.pipeline_parallel;
-  const double mb_tokens = std::max(static_cast<double>(t.micro_batch_tokens), b.max_sequence);
+  const double mb_tokens = micro_batch_tokens(b, true);
   const double per_layer_inputs = mb_tokens * m.hidden * 2.0;
   // Working set of one transformer layer in backward (Korthikanti et al. 2022, "Reducing
   // Activation Recomputation", eq. 2 without the s*a attention term, since flash attention keeps
@@ -182,8 +196,9 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   const double layers_here = static_cast<double>(m.layers) / t.pipeline_parallel;
   mem.activations = t.activation_checkpointing ? per_layer_inputs * layers_here / t.tensor_parallel + layer_working
                                                : layer_working * layers_here;
-  // FP32 logits and their gradient (verl computes log-probs of the whole micro-batch at once).
-  mem.logits = mb_tokens * m.vocab * 4.0 * 2.0 / t.tensor_parallel;
+  // FP32 logits and their gradient in the update, the logits alone in a forward-only pass
+  // (verl computes log-probs of the whole micro-batch at once).
+  mem.logits = std::max(2.0 * mb_tokens, micro_batch_tokens(b, false)) * m.vocab * 4.0 / t.tensor_parallel;
   // FSDP unshards one layer at a time (plus one prefetched); Megatron holds no gather buffer.
   const double layer_params = params_ / m.layers;
   mem.gather_buffer = t.backend == TrainingBackend::kFsdp ? 2.0 * layer_params * 2.0 : 0.0;

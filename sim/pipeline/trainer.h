@@ -12,6 +12,7 @@ namespace rlsim::sim {
 /// Token counts of one step's batch, as the trainer sees it.
 struct TrainBatch {
   double tokens = 0;          // sum of prompt + response tokens
+  double sequences = 0;       // sequences in the batch
   double attention_flops = 0; // sum over sequences of causal_attention_flops(length), full model
   double max_sequence = 0;    // longest sequence (tokens), sizes the activation peak
   /// Data-parallel load imbalance (>= 1): the slowest DP rank's work times the DP size over the
@@ -104,7 +105,12 @@ class TrainerCostModel {
 
   int devices() const { return devices_; }
   double forward_flops(const TrainBatch& batch) const;
+  /// Micro-batches each device runs in the update (`update`, all mini-batches) or in one
+  /// forward-only pass: per mini-batch, the device's share of tokens over the token budget
+  /// (dynamic batching) or of sequences over the sequences per micro-batch, at least one.
   double micro_batches_per_device(const TrainBatch& batch, bool update) const;
+  /// Tokens of the largest micro-batch a device holds in the update or a forward-only pass.
+  double micro_batch_tokens(const TrainBatch& batch, bool update) const;
   /// Seconds of GEMM and attention compute of `flop_factor` forward-equivalent passes over
   /// `batch` on each device: dense FLOPs at the dense rate, routed-expert FLOPs at the MoE rate.
   double compute_s(const TrainBatch& batch, double flop_factor) const;

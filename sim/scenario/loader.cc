@@ -658,7 +658,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       t.expert_parallel = static_cast<int>(m.integer("expert_parallel", 1, 1, 4096));
       t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", 1, 1, 100));
       t.mini_batches = static_cast<int>(m.integer("mini_batches", 1, 1, 1 << 20));
+      t.dynamic_batching = m.boolean("dynamic_batching", true);
       t.micro_batch_tokens = m.integer("micro_batch_tokens", 16384, 1, 1LL << 40);
+      t.logprob_micro_batch_tokens = m.integer("logprob_micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
+      t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", 8, 1, 1 << 20));
+      t.logprob_micro_batch_sequences = static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
       t.recompute_old_logprob = m.boolean("recompute_old_logprob", true);
       t.reference_model = m.boolean("reference_model", true);
       t.activation_checkpointing = m.boolean("activation_checkpointing", true);
@@ -688,7 +692,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       }
       ov.step_overhead_s = optional_quantity(m, "step_overhead");
       m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",
-                "mini_batches", "micro_batch_tokens", "recompute_old_logprob", "reference_model",
+                "mini_batches", "dynamic_batching", "micro_batch_tokens", "logprob_micro_batch_tokens", "micro_batch_sequences",
+                "logprob_micro_batch_sequences", "recompute_old_logprob", "reference_model",
                 "activation_checkpointing", "param_offload", "optimizer", "efficiency", "step_overhead"});
       const int mp = t.tensor_parallel * t.pipeline_parallel;
       if (s.placement.train_devices % mp != 0) {

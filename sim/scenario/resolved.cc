@@ -156,8 +156,10 @@ std::string resolved_yaml(const Scenario& s) {
   recipe(e, "precision", t.precision);
   e << YAML::Key << "tensor_parallel" << YAML::Value << t.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value
     << t.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << t.expert_parallel << YAML::Key << "ppo_epochs"
-    << YAML::Value << t.ppo_epochs << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key << "micro_batch_tokens"
-    << YAML::Value << t.micro_batch_tokens << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob
+    << YAML::Value << t.ppo_epochs << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key << "dynamic_batching"
+    << YAML::Value << t.dynamic_batching << YAML::Key << "micro_batch_tokens" << YAML::Value << t.micro_batch_tokens << YAML::Key
+    << "logprob_micro_batch_tokens" << YAML::Value << t.logprob_micro_batch_tokens << YAML::Key << "micro_batch_sequences" << YAML::Value
+    << t.micro_batch_sequences << YAML::Key << "logprob_micro_batch_sequences" << YAML::Value << t.logprob_micro_batch_sequences << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob
     << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing" << YAML::Value
     << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.optimizer.name

@@ -137,7 +137,13 @@ struct TrainingConfig {
   int expert_parallel = 1;
   int ppo_epochs = 1;
   int mini_batches = 1;
-  std::int64_t micro_batch_tokens = 16384;
+  /// verl use_dynamic_bsz: micro-batches packed up to a token budget per device (true), or a
+  /// fixed number of sequences per micro-batch (false, ppo_micro_batch_size_per_gpu).
+  bool dynamic_batching = true;
+  std::int64_t micro_batch_tokens = 16384;          // ppo_max_token_len_per_gpu (dynamic batching)
+  std::int64_t logprob_micro_batch_tokens = 16384;  // log_prob_max_token_len_per_gpu (default: micro_batch_tokens)
+  int micro_batch_sequences = 8;                    // ppo_micro_batch_size_per_gpu (fixed batching)
+  int logprob_micro_batch_sequences = 8;            // log_prob_micro_batch_size_per_gpu (default: micro_batch_sequences)
   bool recompute_old_logprob = true;
   bool reference_model = true;
   bool activation_checkpointing = true;

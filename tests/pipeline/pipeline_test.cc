@@ -404,6 +404,41 @@ TEST(DataParallel, ImbalanceAndForwardEfficiencyScaleCompute) {
   EXPECT_NEAR(t.compute_s(b, 1.0), t.compute_s(b, 3.0) / 3.0 / s.training.efficiency.forward, 1e-12);
 }
 
+// verl's dynamic batching (use_dynamic_bsz) packs each mini-batch's tokens on a device up to
+// the budget; fixed batching cuts its sequences into ppo_micro_batch_size_per_gpu; forward-only
+// passes use the log-prob micro-batch size over the whole batch.
+TEST(DataParallel, MicroBatchesPerDeviceFollowVerlsBatching) {
+  TrainBatch b;
+  b.tokens = 1.0e6;
+  b.sequences = 512;
+  b.max_sequence = 8000;
+  // 8 devices, FSDP: DP 8. Dynamic: 4 mini-batches of 250K tokens, 31,250 per device over 16,384.
+  const Scenario dyn = load_text(kBase, {"training.mini_batches=4", "training.micro_batch_tokens=16384",
+                                         "training.logprob_micro_batch_tokens=65536"});
+  const TrainerCostModel td(dyn);
+  EXPECT_DOUBLE_EQ(td.micro_batches_per_device(b, true), 4 * 2.0);
+  EXPECT_DOUBLE_EQ(td.micro_batches_per_device(b, false), 2.0);  // 125,000 per device over 65,536
+  EXPECT_DOUBLE_EQ(td.micro_batch_tokens(b, true), 16384);
+  // Fixed: 512 sequences / 4 mini-batches / 8 devices = 16 per device, 3 per micro-batch -> 6.
+  const Scenario fixed = load_text(kBase, {"training.mini_batches=4", "training.dynamic_batching=false",
+                                           "training.micro_batch_sequences=3", "training.logprob_micro_batch_sequences=32"});
+  const TrainerCostModel tf(fixed);
+  EXPECT_DOUBLE_EQ(tf.micro_batches_per_device(b, true), 4 * 6.0);
+  EXPECT_DOUBLE_EQ(tf.micro_batches_per_device(b, false), 2.0);  // 64 per device over 32
+  EXPECT_DOUBLE_EQ(tf.micro_batch_tokens(b, true), 3 * 8000.0);
+  // The larger log-prob micro-batch sizes the logits when its logits alone outgrow the update's
+  // logits and gradient.
+  const auto m = tf.memory(b);
+  EXPECT_NEAR(m.logits, std::max(2.0 * 3 * 8000, 32.0 * 8000) * fixed.model.vocab * 4.0, 1.0);
+  // More micro-batches, more FSDP parameter gathers: with short sequences (gathers outlast the
+  // compute they overlap) the update costs more at the same FLOPs.
+  TrainBatch short_seqs = b;
+  short_seqs.tokens = 1e5;
+  const Scenario fine = load_text(kBase, {"training.mini_batches=4", "training.dynamic_batching=false",
+                                          "training.micro_batch_sequences=1"});
+  EXPECT_GT(TrainerCostModel(fine).phase_times(short_seqs).actor_update, 1.5 * tf.phase_times(short_seqs).actor_update);
+}
+
 TEST(WeightSync, QuantisedEngineReloadCostsRestoreLoadTransform) {
   const Scenario bf = load_text(kBase);
   const Scenario q = load_text(kBase, {"rollout.precision=int4-w4a16-g32"});
