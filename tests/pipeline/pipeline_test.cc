@@ -439,6 +439,61 @@ TEST(DataParallel, MicroBatchesPerDeviceFollowVerlsBatching) {
   EXPECT_GT(TrainerCostModel(fine).phase_times(short_seqs).actor_update, 1.5 * tf.phase_times(short_seqs).actor_update);
 }
 
+// Routed-expert GEMMs of the trainer run at the MoE rate, the rest at the dense rate.
+TEST(MoE, TrainingExpertGemmsRunAtTheMoeRate) {
+  const Scenario s = load_text(kBase, {"model=qwen3-30b-a3b"});
+  const TrainerCostModel t(s);
+  TrainBatch b;
+  b.tokens = 1e6;
+  b.attention_flops = 0;
+  double routed = 0;
+  for (const auto& l : s.model.linear_shapes()) {
+    if (l.kind == models::LinearKind::kRoutedExpert) routed += static_cast<double>(l.count) * l.out * l.in;
+  }
+  const double active_routed = routed * s.model.moe->active / s.model.moe->experts;
+  const double dense = static_cast<double>(s.model.active_matmul_params()) - active_routed;
+  const double peak = s.cluster.device.rate(models::ComputeType::kBf16);
+  const double expect = 3.0 * (2 * dense * b.tokens / (peak * s.training.efficiency.compute) +
+                               2 * active_routed * b.tokens / (peak * s.training.efficiency.moe_compute)) / t.devices();
+  EXPECT_NEAR(t.compute_s(b, 3.0), expect, expect * 1e-12);
+  EXPECT_LT(s.training.efficiency.moe_compute, s.training.efficiency.compute);
+}
+
+// Two optimizer offloads: states parked in host memory between updates with the step on the
+// device (verl optimizer_offload), or states on the host and Adam on the CPU (MCore
+// optimizer_cpu_offload), whose step leaves the actor update for the offload phase.
+TEST(Placement, OptimizerOffloadAndCpuAdamAreDistinct) {
+  const Scenario dev = load_text(kBase, {"training.optimizer.offload=true"});
+  const Scenario cpu = load_text(kBase, {"training.optimizer.cpu_adam=true"});
+  NullSink a, c;
+  const SimResult rd = simulate(dev, a), rc = simulate(cpu, c);
+  const TrainerCostModel td(dev), tc(cpu);
+  EXPECT_FALSE(td.cpu_optimizer());
+  EXPECT_TRUE(tc.cpu_optimizer());
+  // The update of the CPU-Adam run lacks the device step the other one has.
+  EXPECT_GT(rd.steps[1].phase_s.at("actor_update"), rc.steps[1].phase_s.at("actor_update"));
+  // Its offload phase holds the host step: gradients down, parameters up, Adam at the CPU rate.
+  EXPECT_GE(rc.steps[1].phase_s.at("offload"), tc.cpu_optimizer_s() - 1e-9);
+  const double shard = tc.memory(TrainBatch{}).grads / 4.0;
+  EXPECT_NEAR(tc.cpu_optimizer_s(),
+              std::max(shard * 6.0 / cpu.cluster.host_link.bandwidth_bytes_per_s, shard * 8 / kCpuAdamParamsPerSPerNode) +
+                  2 * cpu.cluster.host_link.latency_s,
+              1e-9);
+  EXPECT_THROW(load_text(kBase, {"training.optimizer.offload=true", "training.optimizer.cpu_adam=true"}), ScenarioError);
+}
+
+// The fixed per-step overhead is a phase of its own at the end of every step.
+TEST(Pipeline, StepOverheadIsAPhaseOfEveryStep) {
+  const Scenario a = load_text(kBase, {"training.step_overhead=2 s"});
+  const Scenario b = load_text(kBase, {"training.step_overhead=12 s"});
+  NullSink sa, sb;
+  const SimResult ra = simulate(a, sa), rb = simulate(b, sb);
+  for (std::size_t i = 0; i < ra.steps.size(); ++i) {
+    EXPECT_DOUBLE_EQ(ra.steps[i].phase_s.at("step_overhead"), 2.0);
+    EXPECT_NEAR(rb.steps[i].step_s() - ra.steps[i].step_s(), 10.0, 1e-6);
+  }
+}
+
 TEST(WeightSync, QuantisedEngineReloadCostsRestoreLoadTransform) {
   const Scenario bf = load_text(kBase);
   const Scenario q = load_text(kBase, {"rollout.precision=int4-w4a16-g32"});

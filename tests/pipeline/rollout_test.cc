@@ -40,6 +40,23 @@ TEST(RolloutCost, DecodeIterationClosedForm) {
   EXPECT_DOUBLE_EQ(c.decode_s(4, 1000), 0.0112 + 4 * 10e-6);
 }
 
+// A grouped GEMM computes whole tiles of rows: routed-expert FLOPs of b tokens run at the
+// efficiency m / (m + m_half), m = b k / E_touched(b) tokens per touched expert.
+TEST(RolloutCost, ExpertGemmsRunAtTheTokensPerExpertEfficiency) {
+  auto c = toy_model();
+  c.experts = 64;
+  c.active = 4;
+  c.expert_flops_per_token_device = 1e9;
+  c.moe_half_tokens = 16;
+  for (double b : {1.0, 16.0, 256.0, 4096.0}) {
+    const double touched = 64 * (1 - std::pow(1 - 4.0 / 64, b));
+    const double m = b * 4 / touched;
+    EXPECT_NEAR(c.expert_compute_s(b), b * 1e9 / (c.compute_rate * m / (m + 16)), 1e-15) << b;
+  }
+  // Few tokens per expert waste most of each tile: per token, 16 tokens cost more than 4,096.
+  EXPECT_GT(c.expert_compute_s(16) / 16, 2 * c.expert_compute_s(4096) / 4096);
+}
+
 // The fixed cost of a step grows with the sequences in it (scheduler, sampler): a batch-1 tail
 // step pays the iteration overhead plus one sequence's share, not a full batch's.
 TEST(RolloutCost, StepOverheadGrowsWithTheBatch) {
