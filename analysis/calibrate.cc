@@ -85,12 +85,11 @@ double log_error(const TimeFigure& f, const std::vector<std::map<std::string, do
   return pred > 0 ? std::log(pred / f.published) : kUnfitLogError;
 }
 
-// The least-squares problem over the figures whose records are all in `use`.
+// The least-squares problem over every time figure of the records.
 struct Problem {
   const std::vector<ValidationRecord>& records;
   const std::vector<CalibrationParameter>& params;
   const sim::Calibration& base;
-  std::vector<bool> use;
   std::vector<TimeFigure> figures;  // only those usable
   int jobs = 1;
   RecordCache* cache = nullptr;     // shared by every fit of one calibrate() call
@@ -107,7 +106,7 @@ struct Problem {
 
   int operator()(const Eigen::VectorXd& x, Eigen::VectorXd& fvec) const {
     ++*evaluations;
-    const auto sims = simulate_all(records, use, with_values(base, params, x), jobs, cache);
+    const auto sims = simulate_all(records, {}, with_values(base, params, x), jobs, cache);
     for (std::size_t k = 0; k < figures.size(); ++k) fvec[static_cast<Eigen::Index>(k)] = log_error(figures[k], sims) / kFigureSigma;
     for (std::size_t i = 0; i < params.size(); ++i) {
       const double v = to_value(params[i], x[static_cast<Eigen::Index>(i)]);
@@ -118,12 +117,8 @@ struct Problem {
 };
 
 Problem make_problem(const std::vector<ValidationRecord>& records, const std::vector<CalibrationParameter>& params,
-                     const sim::Calibration& base, std::size_t leave_out, int jobs, RecordCache* cache) {
-  Problem p{records, params, base, std::vector<bool>(records.size(), true), {}, jobs, cache};
-  if (leave_out != std::string::npos) p.use[leave_out] = false;
-  for (const auto& f : time_figures(records)) {
-    if (p.use[f.record] && (f.other == std::string::npos || p.use[f.other])) p.figures.push_back(f);
-  }
+                     const sim::Calibration& base, int jobs, RecordCache* cache) {
+  Problem p{records, params, base, time_figures(records), jobs, cache};
   return p;
 }
 
@@ -296,7 +291,7 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
   }
   CalibrationFit fit;
   RecordCache cache(records.size());
-  Problem full = make_problem(records, params, start, std::string::npos, jobs, &cache);
+  Problem full = make_problem(records, params, start, jobs, &cache);
   say(fmt::format("fitting {} parameters to {} time figures of {} records", params.size(), full.figures.size(), records.size()));
   fit.iterations = minimise(full, x, 60 * static_cast<int>(params.size() + 1));
 

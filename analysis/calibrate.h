@@ -1,7 +1,8 @@
 // `rlsim calibrate`: fits the cost model's free parameters (sim/scenario/calibration.h) to the
 // validation records by least squares on log error, with Eigen's Levenberg-Marquardt
 // (unsupported/Eigen/NonLinearOptimization, Debian's libeigen3-dev), and checks the fit by
-// leave-one-out: each record predicted by a fit made without it.
+// leave-one-out: each record predicted by a refit without it (linearised: one Gauss-Newton step
+// from the full fit with the record's residuals removed, from one Jacobian of all residuals).
 //
 // Residuals: ln(predicted / published) / 0.15 for every time figure of every record (step,
 // phases, ratios of times), plus a weak prior ln(value / prior) / 0.7 per parameter, so that a
@@ -38,7 +39,7 @@ struct CalibrationFit {
   std::vector<double> values;                    // per parameter
   std::vector<std::vector<std::string>> constrained_by;  // per parameter: records whose figures move with it
   std::vector<FigureOutcome> outcomes;           // every figure at the fitted values
-  std::vector<FigureOutcome> loo;                // time figures, each from a fit without its record
+  std::vector<FigureOutcome> loo;                // time figures, each from a (linearised) refit without its record
   double cost = 0;                               // final sum of squared residuals
   int iterations = 0;
   int evaluations = 0;

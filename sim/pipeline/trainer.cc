@@ -63,8 +63,9 @@ double TrainerCostModel::compute_s(const TrainBatch& b, double flop_factor) cons
   // Routed-expert GEMMs (grouped, over the tokens each expert received) run at their own rate.
   const double dense_flops = 2.0 * (matmul_params_ - active_expert_params_) * b.tokens + b.attention_flops;
   const double expert_flops = 2.0 * active_expert_params_ * b.tokens;
-  // The slowest data-parallel rank sets the pace: backward passes (flop_factor > 1) balance each
-  // mini-batch, forward-only passes the whole batch.
+  // The slowest data-parallel rank sets the pace (TrainBatch::update_imbalance for passes with a
+  // backward, flop_factor > 1; forward_imbalance for forward-only passes, which also run at the
+  // forward-pass efficiency).
   const bool update = flop_factor > 1.5;
   const double imbalance = update ? b.update_imbalance : b.forward_imbalance;
   const double forward = update ? 1.0 : s_.training.efficiency.forward;

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "analysis/calibrate.h"
 #include "analysis/validation.h"
 #include "sim/scenario/calibration.h"
@@ -203,6 +205,34 @@ TEST(Calibration, FitRecoversTheParameterThatGeneratedTheFigures) {
   std::cout << "[ figure ] fitted step overhead " << fit.values[0] << " s (scan " << best << " s, truth 20 s, prior " << prior << " s)\n";
   EXPECT_NEAR(fit.values[0], best, 0.02 * best);
   EXPECT_GT(fit.values[0], prior + 0.5 * (20 - prior));  // moved most of the way from the prior
+}
+
+// Leave-one-out predicts each record from a refit without it: two records whose step times were
+// generated with step overheads of 10 s and 40 s pull the fitted overhead between them, and each
+// one, left out, is predicted with the other's value, further from its own figure.
+TEST(Calibration, LeaveOneOutPredictsEachRecordWithoutIt) {
+  std::vector<ValidationRecord> records;
+  for (const double overhead : {10.0, 40.0}) {
+    sim::Calibration truth = sim::builtin_calibration();
+    truth.step_overhead_s = overhead;
+    const std::string p = write_record(fmt::format("loo_{}", static_cast<int>(overhead)), R"(validation:
+  source: test
+  figures:
+    - {figure: step_time, published: 1 s, tolerance: 0.3}
+)", 1);
+    records.push_back(load_record(p, truth));
+    records.back().figures[0].published = simulate_records({records.back()}, &truth, 1)[0].at("step_time");
+  }
+  auto params = calibration_parameters(records);
+  params.erase(std::remove_if(params.begin(), params.end(), [](const CalibrationParameter& q) { return q.name != "step_overhead"; }),
+               params.end());
+  const auto fit = calibrate(records, params, sim::builtin_calibration(), CalibrateOptions{});
+  ASSERT_EQ(fit.loo.size(), 2u);
+  EXPECT_GT(fit.values[0], 10.0);
+  EXPECT_LT(fit.values[0], 40.0);
+  // The 10 s record, left out, is predicted with the fit to the 40 s one: too slow; and the other way.
+  EXPECT_GT(fit.loo[0].error, fit.outcomes[0].error + 0.05);
+  EXPECT_LT(fit.loo[1].error, fit.outcomes[1].error - 0.05);
 }
 
 }  // namespace
