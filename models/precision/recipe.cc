@@ -72,6 +72,10 @@ bool Recipe::dynamic_activation_quant() const {
   return linear.activation.quantised();
 }
 
+bool Recipe::stores_weights_as(const Format& f) const {
+  return linear.weight == f && lm_head.weight == f && router.weight == f && embedding == f;
+}
+
 Element Recipe::hidden_element() const {
   const Format& e = embedding;
   if (e.scaling.kind == ScaleKind::kNone && traits(e.element).is_float && traits(e.element).bits >= 16) return e.element;

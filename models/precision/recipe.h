@@ -45,6 +45,10 @@ struct Recipe {
   /// Whether activations of the linears are quantised dynamically at run time (costs a pass).
   bool dynamic_activation_quant() const;
 
+  /// Whether every weight matrix (linears, lm_head, router) and the embedding are stored in
+  /// format `f`: a trainer syncing weights in `f` hands them over unconverted exactly then.
+  bool stores_weights_as(const Format& f) const;
+
   /// The element the residual stream, norm outputs and other non-GEMM tensors travel in: the
   /// embedding's element when it is an unscaled float of 16 or 32 bits (bf16 in every built-in
   /// recipe, fp16 in `fp16`), else bf16. Read by the precision-flow graph and the runtime.

@@ -251,7 +251,9 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
   // On-the-fly quantisation on the rollout device: read BF16, write the rollout format; an
   // unchanged BF16 format costs nothing here.
   const double rollout_per_rank = rollout_weight_bytes_total / rollout_tp;
-  const bool quantised = std::abs(rollout_weight_bytes_total - bf16_bytes) / bf16_bytes > 0.01;
+  // Weights the engine stores in another format than the BF16 the trainer sends are converted
+  // on the fly (quantised, or cast).
+  const bool quantised = !s.rollout.precision.stores_weights_as(models::Format{models::Element::kBf16, {}});
   out.quantize = quantised ? (per_rank_bf16 + rollout_per_rank) / hbm + matrices * s.weight_sync.quantize_per_matrix_s : 0.0;
   out.repack = quantised ? 2.0 * (2.0 * rollout_per_rank) / hbm : 0.0;
   // load_weights: copy into the engine's parameter buffers (read + write).

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "sim/engine/random.h"
-#include "sim/engine/resource.h"
 #include "sim/engine/trace.h"
 
 namespace rlsim::sim {
@@ -103,24 +102,6 @@ TEST(Time, Conversions) {
   EXPECT_EQ(to_ns(2e-9), 2);
   EXPECT_DOUBLE_EQ(to_seconds(2'500'000'000), 2.5);
   EXPECT_THROW(to_ns(-1.0), std::domain_error);
-}
-
-TEST(Resource, FifoGrantsAndWaiting) {
-  EventQueue q;
-  Resource r(q, "devices", 4);
-  std::vector<std::string> log;
-  r.acquire(3, [&] { log.push_back("a@" + std::to_string(q.now())); });
-  r.acquire(2, [&] { log.push_back("b@" + std::to_string(q.now())); });  // waits: only 1 free
-  r.acquire(1, [&] { log.push_back("c@" + std::to_string(q.now())); });  // FIFO: waits behind b
-  q.run();
-  EXPECT_EQ(log, (std::vector<std::string>{"a@0"}));
-  EXPECT_EQ(r.waiting(), 2u);
-  q.schedule_at(10, [&] { r.release(3); });
-  q.run();
-  EXPECT_EQ(log, (std::vector<std::string>{"a@0", "b@10", "c@10"}));
-  EXPECT_EQ(r.in_use(), 3);
-  EXPECT_THROW(r.release(4), std::logic_error);
-  EXPECT_THROW(r.acquire(5, [] {}), std::invalid_argument);
 }
 
 TEST(Rng, PortableStreams) {
