@@ -39,6 +39,10 @@ struct Recipe {
   Format embedding{Element::kBf16, {}};
   QuantMode mode = QuantMode::kReal;
   Element master_weights = Element::kBf16;  // what the trainer keeps and updates (QAT: BF16)
+  // Training-side tensor classes the cost model sizes (models/precision/footprint.h):
+  Format gradient{Element::kFp32, {}};   // gradients, their reduce-scatter and all-reduce. Default: FP32
+  Format sync{Element::kBf16, {}};       // weights as gathered (FSDP) and sent to the rollout engines. Default: BF16
+  Format reference{Element::kBf16, {}};  // the reference (KL) model's weights. Default: BF16
   std::string source;                       // where the recipe comes from (paper / framework)
   bool operator==(const Recipe&) const = default;
 

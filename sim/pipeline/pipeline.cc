@@ -294,10 +294,11 @@ std::vector<Simulation::Stage> Simulation::sync_stages(int) {
                         [this] { ensure_rollout_weights(); },
                         [this] { rollout_w_on_host_ = false; }});
   }
-  // verl (FSDP and Megatron) and slime stream the BF16 weights in buckets of weight_sync.bucket:
-  // one bucket is gathered, handed over and freed before the next (a pipelined pair in flight).
-  const double full_bf16 = static_cast<double>(s_.model.params().total()) * 2.0;
-  const double gather_bytes = std::min(full_bf16, 2.0 * s_.weight_sync.bucket_bytes);
+  // verl (FSDP and Megatron) and slime stream the weights (the training recipe's sync format) in
+  // buckets of weight_sync.bucket: one bucket is gathered, handed over and freed before the next
+  // (a pipelined pair in flight).
+  const double full_model = static_cast<double>(s_.model.params().total()) * models::param_widths(s_.training.precision).sync;
+  const double gather_bytes = std::min(full_model, 2.0 * s_.weight_sync.bucket_bytes);
   auto gather_id = std::make_shared<MemoryLedger::AllocId>();
   out.push_back(Stage{"weight_sync", "sync", r_.sync.total(),
                       [this, &tl, gather_bytes, gather_id] { *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes); },
@@ -600,7 +601,7 @@ SimResult Simulation::run() {
     ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
     ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
   }
-  r_.sync = trainer_.weight_sync(weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
+  r_.sync = trainer_.weight_sync(models::weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
                                  s_.rollout.tensor_parallel);
   const bool async = s_.schedule.mode == ScheduleMode::kAsync;
   step_requests_.resize(static_cast<std::size_t>(s_.steps));

@@ -12,33 +12,11 @@ namespace rlsim::sim {
 
 using models::LinearKind;
 
+using models::weight_bytes;
+
 namespace {
 unsigned bit(LinearKind k) { return 1u << static_cast<unsigned>(k); }
-
-const models::LinearPrecision& precision_of(const models::Recipe& r, LinearKind k) {
-  switch (k) {
-    case LinearKind::kRouter: return r.router;
-    case LinearKind::kLmHead: return r.lm_head;
-    default: return r.linear;
-  }
-}
 }  // namespace
-
-double weight_bytes(const models::ModelArch& arch, const models::Recipe& recipe, unsigned kinds_mask,
-                    bool with_embedding_and_norms) {
-  double bytes = 0;
-  for (const auto& l : arch.linear_shapes()) {
-    if (!(kinds_mask & bit(l.kind))) continue;
-    if (l.kind == LinearKind::kLmHead && arch.tied_embeddings && with_embedding_and_norms) continue;  // stored once
-    bytes += static_cast<double>(l.count) * precision_of(recipe, l.kind).weight.bytes(l.out, l.in);
-  }
-  if (with_embedding_and_norms) {
-    const auto p = arch.params();
-    bytes += recipe.embedding.bytes(arch.vocab, arch.hidden);
-    bytes += static_cast<double>(p.norms) * 2.0;
-  }
-  return bytes;
-}
 
 double experts_touched(int experts, int active, double tokens) {
   if (experts <= 0) return 0.0;
@@ -68,8 +46,7 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   }
   // KV: GQA heads are split across TP ranks (replicated when TP > kv_heads); the MLA latent is
   // replicated on every rank (vLLM / SGLang without DP attention).
-  const double kv_elem_bytes = traits(r.kv_cache.element).bits / 8.0;
-  const double kv_token_bytes = static_cast<double>(arch.kv_elements_per_token()) * kv_elem_bytes;
+  const double kv_token_bytes = models::kv_bytes_per_token(arch, recipe);
   if (arch.mla) {
     c.kv_bytes_per_token_device = kv_token_bytes;
   } else {
@@ -101,15 +78,18 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   const double act_quant = recipe.dynamic_activation_quant() ? 4.0 * arch.layers * 2e-6 : 0.0;
   c.overhead_s = r.iteration_overhead_s + arch.layers * r.layer_overhead_s + arch.moe_layers() * r.moe_layer_overhead_s + act_quant;
   c.sequence_overhead_s = r.sequence_overhead_s;
-  c.allreduce_bytes_per_token = arch.hidden * 2.0;
+  const double hidden_bytes = models::hidden_bytes_per_token(arch, recipe);
+  c.allreduce_bytes_per_token = hidden_bytes;
   c.ep = arch.moe ? r.expert_parallel : 1;
   c.moe_layers = arch.moe_layers();
   c.dense_ffn_layers = arch.dense_ffn_layers();
   if (arch.moe) {
-    // DeepEP-style dispatch in the activation format (FP8 when the recipe quantises activations).
-    const double act_bytes = recipe.dynamic_activation_quant() ? traits(recipe.linear.activation.element).bits / 8.0 : 2.0;
-    c.dispatch_bytes_per_token = static_cast<double>(arch.moe->active) * arch.hidden * act_bytes;
-    c.combine_bytes_per_token = static_cast<double>(arch.moe->active) * arch.hidden * 2.0;
+    // DeepEP-style dispatch in the activation format with its scales (FP8 group1x128 when the
+    // recipe quantises activations), combine in the hidden element.
+    const double act_bytes = recipe.dynamic_activation_quant() ? arch.hidden * models::bytes_per_value(recipe.linear.activation, arch.hidden)
+                                                               : hidden_bytes;
+    c.dispatch_bytes_per_token = static_cast<double>(arch.moe->active) * act_bytes;
+    c.combine_bytes_per_token = static_cast<double>(arch.moe->active) * hidden_bytes;
   }
   c.tp_link = group_link(c.tp, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   c.intra_link = s.cluster.intra_node;

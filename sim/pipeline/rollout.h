@@ -11,16 +11,11 @@
 
 #include "sim/engine/event_queue.h"
 #include "sim/engine/trace.h"
+#include "models/precision/footprint.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::sim {
 
-/// Bytes of all weights of `arch` stored in `recipe`'s formats: each linear matrix through
-/// Format::bytes (scale overhead included), embedding in the recipe's embedding format, norms in
-/// BF16. `kinds_mask` selects linear kinds (bit i = LinearKind i); the embedding and norms are
-/// included only when `with_embedding_and_norms`.
-double weight_bytes(const models::ModelArch& arch, const models::Recipe& recipe, unsigned kinds_mask = ~0u,
-                    bool with_embedding_and_norms = true);
 
 /// Expected number of distinct experts a batch of `tokens` tokens routes to in one MoE layer,
 /// each token choosing `active` of `experts` uniformly: E (1 - (1 - k/E)^b) (DESIGN.md).
@@ -35,7 +30,7 @@ double experts_touched(int experts, int active, double tokens);
 ///   compute = (b * 2 N_active / TP + S * attention FLOPs per cached token / TP) / (rate(recipe) * eff_compute),
 ///             the routed-expert part of N_active at the grouped-GEMM efficiency (expert_compute_s)
 ///   time    = max(memory, compute) + comm(b) + overhead
-///   comm(b) = 2 * layers * all_reduce(b * hidden * 2 bytes, TP) without expert parallelism (a
+///   comm(b) = 2 * layers * all_reduce(b * hidden bytes per token, TP) without expert parallelism (a
 ///             hierarchical all-reduce when the engine spans nodes); with
 ///             EP > 1 the MoE layers replace their FFN all-reduce by a dispatch (b/EP tokens x top-k
 ///             x hidden in the recipe's activation format) and a combine (same, BF16) all-to-all
@@ -63,12 +58,12 @@ struct RolloutCostModel {
   double overhead_s = 0;                     // per engine step, whatever the batch
   double sequence_overhead_s = 0;            // per running sequence per engine step
   int layers = 0;
-  double allreduce_bytes_per_token = 0;  // hidden * 2 (BF16 activations)
+  double allreduce_bytes_per_token = 0;  // one token's hidden state (models::hidden_bytes_per_token)
   int tp = 1;
   int ep = 1;
   int dense_ffn_layers = 0, moe_layers = 0;
   double dispatch_bytes_per_token = 0;   // top-k x hidden x activation bytes (EP dispatch)
-  double combine_bytes_per_token = 0;    // top-k x hidden x 2 (BF16 combine)
+  double combine_bytes_per_token = 0;    // top-k x one token's hidden state (combine)
   models::Link tp_link;                  // the link of EP all-to-alls (slowest hop of the group)
   models::Link intra_link, inter_link;   // TP all-reduces run hierarchically across nodes
   int devices_per_node = 1;

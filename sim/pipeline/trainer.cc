@@ -3,18 +3,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/precision/footprint.h"
 #include "sim/pipeline/collectives.h"
 
 namespace rlsim::sim {
 
 namespace {
-double elem_bytes(models::Element e) { return models::traits(e).bits / 8.0; }
+using models::element_bytes;
 
 // Bytes per parameter of the FP32 master copy mixed-precision Adam keeps when its states are
 // FP32 but the parameters are stored narrower (Micikevicius et al. 2018, "Mixed Precision
 // Training"); 0 when the parameters already are the master copy.
 double master_copy_bytes(const TrainingConfig& t) {
-  return t.optimizer.state == models::Element::kFp32 && elem_bytes(t.precision.master_weights) < 4.0 ? 4.0 : 0.0;
+  const double fp32 = element_bytes(models::Element::kFp32);
+  return t.optimizer.state == models::Element::kFp32 && element_bytes(t.precision.master_weights) < fp32 ? fp32 : 0.0;
 }
 }  // namespace
 
@@ -44,6 +46,9 @@ double dp_imbalance(const std::vector<double>& work, int ranks, int groups) {
 }
 
 TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placement.train_devices) {
+  widths_ = models::param_widths(s.training.precision);
+  hidden_bytes_ = models::element_bytes(s.training.precision.hidden_element());
+  logit_bytes_ = models::element_bytes(s.training.precision.softmax);
   params_ = static_cast<double>(s.model.params().total());
   matmul_params_ = static_cast<double>(s.model.active_matmul_params());
   const auto& recipe = s.training.precision;
@@ -106,9 +111,9 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   const auto& t = s_.training;
   double c = compute_s(b, flop_factor);
   // QAT fake quantisation: a quantise-dequantise pass over the weights per forward (memory bound,
-  // read BF16 + write BF16), per micro-batch, on each device's share of the gathered weights.
+  // read + write in the master format), per micro-batch, on each device's share of the gathered weights.
   if (t.precision.mode == models::QuantMode::kFake) {
-    const double fq_bytes = 4.0 * params_ / std::max(1, t.tensor_parallel * t.pipeline_parallel);
+    const double fq_bytes = 2.0 * widths_.master * params_ / std::max(1, t.tensor_parallel * t.pipeline_parallel);
     c += micro_batches_per_device(b, rs_passes > 0) * (flop_factor > 1.5 ? 2.0 : 1.0) * fq_bytes /
          (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
   }
@@ -116,8 +121,8 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   const double eff = t.efficiency.comm;
   const double mb = micro_batches_per_device(b, rs_passes > 0);
   if (t.backend == TrainingBackend::kFsdp) {
-    x = mb * (ag_passes * all_gather_s(params_ * 2.0, devices_, dp_link_, eff) +
-              rs_passes * reduce_scatter_s(params_ * 4.0, devices_, dp_link_, eff));
+    x = mb * (ag_passes * all_gather_s(params_ * widths_.sync, devices_, dp_link_, eff) +
+              rs_passes * reduce_scatter_s(params_ * widths_.gradient, devices_, dp_link_, eff));
     *compute += c;
     *comm += std::max(0.0, x - c);
     return std::max(c, x);
@@ -126,7 +131,7 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   const int tp = t.tensor_parallel, pp = t.pipeline_parallel;
   const int dp = devices_ / (tp * pp);
   const double tp_ar = tp > 1 ? (2.0 * flop_factor) * s_.model.layers / pp *
-                                    all_reduce_s(b.tokens / dp / mb * s_.model.hidden * 2.0, tp, tp_link_, eff) * mb
+                                    all_reduce_s(b.tokens / dp / mb * s_.model.hidden * hidden_bytes_, tp, tp_link_, eff) * mb
                               : 0.0;
   // Expert parallelism (Megatron expert-model parallel, sequence parallel with TP): per MoE layer
   // a dispatch and a combine all-to-all of each rank's tokens x top-k x hidden (BF16), once per
@@ -135,14 +140,14 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   const int ep = t.expert_parallel;
   if (ep > 1 && s_.model.moe) {
     const double tokens_rank = b.tokens / (dp * tp) / mb;
-    const double bytes = tokens_rank * s_.model.moe->active * s_.model.hidden * 2.0;
+    const double bytes = tokens_rank * s_.model.moe->active * s_.model.hidden * hidden_bytes_;
     ep_a2a = flop_factor * 2.0 * s_.model.moe_layers() / pp * all_to_all_s(bytes, ep, ep_link_, eff) * mb;
   }
   // The pipeline flushes at every optimizer step: the bubble counts the micro-batches of one
   // mini-batch in the update, of the whole batch in forward-only passes.
   const double mb_flush = std::max(1.0, rs_passes > 0 ? mb / t.mini_batches : mb);
   const double bubble = (pp - 1) / (mb_flush + pp - 1);
-  const double dp_ar = rs_passes > 0 ? all_reduce_s(params_ / (tp * pp) * 4.0, dp, dp_link_, eff) : 0.0;
+  const double dp_ar = rs_passes > 0 ? all_reduce_s(params_ / (tp * pp) * widths_.gradient, dp, dp_link_, eff) : 0.0;
   *compute += c;
   x = tp_ar + ep_a2a + dp_ar;
   *comm += x;
@@ -163,9 +168,9 @@ TrainTimes TrainerCostModel::phase_times(const TrainBatch& b) const {
   for (int e = 0; e < t.ppo_epochs; ++e) update += pass_s(b, factor, ag, 1.0, &out.compute_s, &out.comm_s);
   // Adam step per mini-batch: memory bound over the device's shard: read params, grads, m, v,
   // master; write params, m, v, master.
-  const double state = elem_bytes(t.optimizer.state);
-  const double master = elem_bytes(t.precision.master_weights);
-  const double bytes_per_param = 2 * master + 4.0 + 4 * state + 2 * master_copy_bytes(t);
+  const double state = element_bytes(t.optimizer.state);
+  const double master = element_bytes(t.precision.master_weights);
+  const double bytes_per_param = 2 * master + widths_.gradient + 4 * state + 2 * master_copy_bytes(t);
   const double adam = params_ / devices_ * bytes_per_param /
                       (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
   if (!cpu_optimizer()) update += adam * t.mini_batches * t.ppo_epochs;  // else on the host (cpu_optimizer_s)
@@ -178,31 +183,31 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   const auto& m = s_.model;
   TrainMemory mem;
   const double shard = params_ / devices_;
-  const double master = elem_bytes(t.precision.master_weights);
+  const double master = element_bytes(t.precision.master_weights);
   mem.params = shard * master;
-  mem.grads = shard * 4.0;
+  mem.grads = shard * widths_.gradient;
   const double states = t.optimizer.name == "sgd" ? 1.0 : 2.0;
   const double master_copy = master_copy_bytes(t);
-  mem.optimizer = shard * (states * elem_bytes(t.optimizer.state) + master_copy);
-  mem.reference = t.reference_model ? shard * 2.0 : 0.0;
+  mem.optimizer = shard * (states * element_bytes(t.optimizer.state) + master_copy);
+  mem.reference = t.reference_model ? shard * widths_.reference : 0.0;
   // One micro-batch of the update on a device.
   const int mp = t.tensor_parallel * t.pipeline_parallel;
   const double mb_tokens = micro_batch_tokens(b, true);
-  const double per_layer_inputs = mb_tokens * m.hidden * 2.0;
+  const double per_layer_inputs = mb_tokens * m.hidden * hidden_bytes_;
   // Working set of one transformer layer in backward (Korthikanti et al. 2022, "Reducing
   // Activation Recomputation", eq. 2 without the s*a attention term, since flash attention keeps
   // no score matrix): 34 s b h bytes, with the FFN width correction 2 * 3 * intermediate.
   const double ffn = m.moe ? static_cast<double>(m.moe->expert_intermediate) * m.moe->active : m.intermediate;
-  const double layer_working = mb_tokens * (18.0 * m.hidden + 6.0 * ffn) * 2.0 / t.tensor_parallel;
+  const double layer_working = mb_tokens * (18.0 * m.hidden + 6.0 * ffn) * hidden_bytes_ / t.tensor_parallel;
   const double layers_here = static_cast<double>(m.layers) / t.pipeline_parallel;
   mem.activations = t.activation_checkpointing ? per_layer_inputs * layers_here / t.tensor_parallel + layer_working
                                                : layer_working * layers_here;
   // FP32 logits and their gradient in the update, the logits alone in a forward-only pass
   // (verl computes log-probs of the whole micro-batch at once).
-  mem.logits = std::max(2.0 * mb_tokens, micro_batch_tokens(b, false)) * m.vocab * 4.0 / t.tensor_parallel;
+  mem.logits = std::max(2.0 * mb_tokens, micro_batch_tokens(b, false)) * m.vocab * logit_bytes_ / t.tensor_parallel;
   // FSDP unshards one layer at a time (plus one prefetched); Megatron holds no gather buffer.
   const double layer_params = params_ / m.layers;
-  mem.gather_buffer = t.backend == TrainingBackend::kFsdp ? 2.0 * layer_params * 2.0 : 0.0;
+  mem.gather_buffer = t.backend == TrainingBackend::kFsdp ? 2.0 * layer_params * widths_.sync : 0.0;
   if (t.backend == TrainingBackend::kMegatron) {
     // Dense parameters split over TP x PP; routed experts over EP x PP when EP > 1 (expert tensor
     // parallel 1, Megatron's default with EP), else over TP x PP. Distributed optimizer: dense
@@ -214,9 +219,9 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
     const double opt_here = ep > 1 ? dense / mp / dp + expert_params_ / (ep * t.pipeline_parallel) / (t.tensor_parallel * dp / ep)
                                    : params_ / mp / dp;
     mem.params = here * master;
-    mem.grads = here * 4.0;
-    mem.optimizer = opt_here * (states * elem_bytes(t.optimizer.state) + master_copy);
-    mem.reference = t.reference_model ? here * 2.0 : 0.0;
+    mem.grads = here * widths_.gradient;
+    mem.optimizer = opt_here * (states * element_bytes(t.optimizer.state) + master_copy);
+    mem.reference = t.reference_model ? here * widths_.reference : 0.0;
   }
   return mem;
 }
@@ -224,37 +229,37 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
 SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const {
   const auto& s = s_;
   const double eff = s.training.efficiency.comm;
-  const double bf16_bytes = params_ * 2.0;
+  const double sync_bytes = params_ * widths_.sync;
   SyncTimes out;
-  // Gather full BF16 weights from the training shards (bucketed all-gather; the bucket size only
+  // Gather the full weights in the sync format from the training shards (bucketed all-gather; the bucket size only
   // adds per-bucket latency).
-  const double buckets = std::ceil(bf16_bytes / s.weight_sync.bucket_bytes);
+  const double buckets = std::ceil(sync_bytes / s.weight_sync.bucket_bytes);
   // Every weight matrix (each expert's projections separately) passes through the sync path's
   // host-side loop: name mapping, gather launch, bucket packing.
   double matrices = 0;
   for (const auto& l : s.model.linear_shapes()) matrices += static_cast<double>(l.count);
-  out.gather = all_gather_s(bf16_bytes, devices_, dp_link_, eff) + buckets * dp_link_.latency_s + matrices * s.weight_sync.per_matrix_s;
+  out.gather = all_gather_s(sync_bytes, devices_, dp_link_, eff) + buckets * dp_link_.latency_s + matrices * s.weight_sync.per_matrix_s;
   const bool colocated = s.placement.mode == PlacementMode::kColocated;
   const bool ipc = s.weight_sync.method == WeightSyncMethod::kCudaIpc ||
                    (s.weight_sync.method == WeightSyncMethod::kAuto && colocated);
   const double hbm = s.cluster.device.memory_bandwidth_bytes_per_s * s.rollout.efficiency.memory;
-  const double per_rank_bf16 = bf16_bytes / rollout_tp;
+  const double per_rank_sync = sync_bytes / rollout_tp;
   if (ipc) {
     // CUDA IPC: handles passed per bucket, the engine reads the trainer's buffer in place.
     out.transfer = buckets * 50e-6;  // IPC handle open + sync per bucket (assumption)
   } else {
-    // NCCL broadcast of BF16 buckets from a training rank to the rollout group over the
+    // NCCL broadcast of sync-format buckets from a training rank to the rollout group over the
     // inter-node links (disaggregated devices are on other nodes in general).
-    out.transfer = broadcast_s(bf16_bytes, rollout_devices / rollout_tp + 1, s.cluster.inter_node, eff) +
+    out.transfer = broadcast_s(sync_bytes, rollout_devices / rollout_tp + 1, s.cluster.inter_node, eff) +
                    buckets * s.cluster.inter_node.latency_s;
   }
-  // On-the-fly quantisation on the rollout device: read BF16, write the rollout format; an
-  // unchanged BF16 format costs nothing here.
+  // On-the-fly quantisation on the rollout device: read the sync format, write the rollout
+  // format; weights the engine keeps in the sync format cost nothing here.
   const double rollout_per_rank = rollout_weight_bytes_total / rollout_tp;
-  // Weights the engine stores in another format than the BF16 the trainer sends are converted
+  // Weights the engine stores in another format than the one the trainer sends are converted
   // on the fly (quantised, or cast).
-  const bool quantised = !s.rollout.precision.stores_weights_as(models::Format{models::Element::kBf16, {}});
-  out.quantize = quantised ? (per_rank_bf16 + rollout_per_rank) / hbm + matrices * s.weight_sync.quantize_per_matrix_s : 0.0;
+  const bool quantised = !s.rollout.precision.stores_weights_as(s.training.precision.sync);
+  out.quantize = quantised ? (per_rank_sync + rollout_per_rank) / hbm + matrices * s.weight_sync.quantize_per_matrix_s : 0.0;
   out.repack = quantised ? 2.0 * (2.0 * rollout_per_rank) / hbm : 0.0;
   // load_weights: copy into the engine's parameter buffers (read + write).
   out.load = 2.0 * rollout_per_rank / hbm;
@@ -271,8 +276,9 @@ bool TrainerCostModel::cpu_optimizer() const { return s_.training.optimizer.cpu_
 double TrainerCostModel::cpu_optimizer_s() const {
   const auto& t = s_.training;
   const TrainMemory m = memory(TrainBatch{});
-  const double shard_params = m.grads / 4.0;  // parameters this device holds (FP32 gradients)
-  const double copies = shard_params * (4.0 + 2.0) / s_.cluster.host_link.bandwidth_bytes_per_s;
+  const double shard_params = m.grads / widths_.gradient;  // parameters this device holds
+  // Gradients go down, updated parameters come back.
+  const double copies = shard_params * (widths_.gradient + widths_.sync) / s_.cluster.host_link.bandwidth_bytes_per_s;
   const int per_node = std::min(s_.cluster.devices_per_node, devices_);
   const double adam = shard_params * per_node / kCpuAdamParamsPerSPerNode;
   return (std::max(copies, adam) + 2.0 * s_.cluster.host_link.latency_s) * t.mini_batches * t.ppo_epochs;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/precision/footprint.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::sim {
@@ -129,6 +130,9 @@ class TrainerCostModel {
   models::Link tp_link_;
   models::Link ep_link_;
   double expert_params_ = 0;  // routed-expert parameters (all MoE layers)
+  models::ParamWidths widths_;  // bytes per parameter of the training recipe's tensor classes
+  double hidden_bytes_ = 0;     // bytes of one token's hidden state (TP all-reduce, EP all-to-all)
+  double logit_bytes_ = 0;      // bytes of one logit (the recipe's softmax element)
 };
 
 }  // namespace rlsim::sim

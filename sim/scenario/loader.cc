@@ -225,9 +225,12 @@ Recipe parse_recipe(const Source& src, const YAML::Node& n, const std::string& p
   r.attention = element_value(m, "attention", r.attention);
   r.softmax = element_value(m, "softmax", r.softmax);
   r.master_weights = element_value(m, "master_weights", r.master_weights);
+  r.gradient = format_value(m, "gradient", r.gradient);
+  r.sync = format_value(m, "sync", r.sync);
+  r.reference = format_value(m, "reference", r.reference);
   r.mode = m.choice<models::QuantMode>("mode", r.mode, {{"real", models::QuantMode::kReal}, {"fake", models::QuantMode::kFake}});
   m.finish({"base", "name", "linear", "lm_head", "router", "kv_cache", "embedding", "attention", "softmax",
-            "master_weights", "mode"});
+            "master_weights", "gradient", "sync", "reference", "mode"});
   return r;
 }
 

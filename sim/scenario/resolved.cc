@@ -45,6 +45,8 @@ void recipe(YAML::Emitter& e, const char* key, const models::Recipe& r) {
   e << YAML::Key << "attention" << YAML::Value << std::string(models::traits(r.attention).name);
   e << YAML::Key << "softmax" << YAML::Value << std::string(models::traits(r.softmax).name);
   e << YAML::Key << "master_weights" << YAML::Value << std::string(models::traits(r.master_weights).name);
+  e << YAML::Key << "gradient" << YAML::Value << r.gradient.str() << YAML::Key << "sync" << YAML::Value << r.sync.str() << YAML::Key
+    << "reference" << YAML::Value << r.reference.str();
   e << YAML::Key << "mode" << YAML::Value << (r.mode == models::QuantMode::kReal ? "real" : "fake");
   e << YAML::EndMap;
 }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "models/llm/arch.h"
+#include "models/precision/footprint.h"
 #include "sim/pipeline/rollout.h"
 #include "sim/scenario/scenario.h"
 
@@ -72,15 +73,15 @@ TEST(Arch, ExpertsTouched) {
 
 TEST(Arch, WeightBytesByRecipe) {
   const auto m = sim::catalog_model("qwen3-8b");
-  const double bf16 = sim::weight_bytes(m, models::builtin_recipe("bf16"));
+  const double bf16 = models::weight_bytes(m, models::builtin_recipe("bf16"));
   EXPECT_NEAR(bf16, static_cast<double>(m.params().total()) * 2, 1.0);
   // FP8 block: linears at ~1 byte, embedding and lm_head stay BF16.
-  const double fp8 = sim::weight_bytes(m, models::builtin_recipe("fp8-block"));
+  const double fp8 = models::weight_bytes(m, models::builtin_recipe("fp8-block"));
   const auto p = m.params();
   const double expect = static_cast<double>(p.linear()) * (1 + 4.0 / 16384) + (p.embedding + p.lm_head + p.norms) * 2.0;
   EXPECT_NEAR(fp8 / expect, 1.0, 1e-3);
   // INT4 g32: 4.5 bits per linear weight.
-  const double int4 = sim::weight_bytes(m, models::builtin_recipe("int4-w4a16-g32"));
+  const double int4 = models::weight_bytes(m, models::builtin_recipe("int4-w4a16-g32"));
   EXPECT_NEAR(int4, static_cast<double>(p.linear()) * 4.5 / 8 + (p.embedding + p.lm_head + p.norms) * 2.0, 1e6);
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "models/hardware/device.h"
+#include "models/precision/footprint.h"
 #include "models/precision/format.h"
 #include "models/precision/recipe.h"
 
@@ -80,6 +81,59 @@ TEST(Device, ComputeFallback) {
   ascend.flops_per_s = {{ComputeType::kFp8, 1e15}};
   EXPECT_EQ(ascend.effective(ComputeType::kBf16), std::nullopt);
   EXPECT_THROW(ascend.rate(ComputeType::kBf16), std::logic_error);
+}
+
+// Footprint widths come from the formats: unscaled elements at their width, scaled formats with
+// their amortised scales, per-tensor constants left out.
+TEST(Footprint, BytesPerValueFromTheFormat) {
+  EXPECT_DOUBLE_EQ(bytes_per_value(parse_format("bf16"), 4096), 2.0);
+  EXPECT_DOUBLE_EQ(bytes_per_value(parse_format("fp32"), 4096), 4.0);
+  EXPECT_DOUBLE_EQ(bytes_per_value(parse_format("fp8-e4m3/tensor"), 4096), 1.0);
+  const Format g = parse_format("fp8-e4m3/group1x128");
+  EXPECT_DOUBLE_EQ(bytes_per_value(g, 4096), g.bytes(1, 4096) / 4096.0);
+  EXPECT_GT(bytes_per_value(g, 4096), 1.0);
+  // A 128x128 block scale amortises over 128 rows.
+  const Format b = parse_format("fp8-e4m3/block128x128");
+  EXPECT_NEAR(bytes_per_value(b, 4096), b.bytes(128, 4096) / (128.0 * 4096), 1e-12);
+}
+
+TEST(Footprint, KvHiddenAndParameterWidthsFollowTheRecipe) {
+  ModelArch m;
+  m.layers = 4;
+  m.hidden = 256;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.head_dim = 64;
+  m.intermediate = 512;
+  m.vocab = 1000;
+  Recipe r = builtin_recipe("bf16");
+  // K and V of 2 heads x 64 per layer, 4 layers, BF16.
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(m, r), 4 * 2 * 2 * 64 * 2.0);
+  // A per-token scale adds one scale per layer row.
+  r.kv_cache = parse_format("fp8-e4m3/token");
+  const double row = 2 * 2 * 64;
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(m, r), 4 * r.kv_cache.bytes(1, static_cast<std::int64_t>(row)));
+  EXPECT_DOUBLE_EQ(hidden_bytes_per_token(m, builtin_recipe("bf16")), 256 * 2.0);
+  EXPECT_DOUBLE_EQ(hidden_bytes_per_token(m, builtin_recipe("fp16")), 256 * 2.0);
+  const ParamWidths w = param_widths(builtin_recipe("bf16"));
+  EXPECT_DOUBLE_EQ(w.master, 2.0);
+  EXPECT_DOUBLE_EQ(w.gradient, 4.0);
+  EXPECT_DOUBLE_EQ(w.sync, 2.0);
+  EXPECT_DOUBLE_EQ(w.reference, 2.0);
+  Recipe low = builtin_recipe("bf16");
+  low.gradient = parse_format("bf16");
+  low.reference = parse_format("fp8-e4m3/block128x128");
+  EXPECT_DOUBLE_EQ(param_widths(low).gradient, 2.0);
+  EXPECT_LT(param_widths(low).reference, 1.01);
+}
+
+// The weight sync converts exactly the weights the engine does not keep in the sync format.
+TEST(Footprint, StoresWeightsAs) {
+  const Format bf16 = parse_format("bf16");
+  EXPECT_TRUE(builtin_recipe("bf16").stores_weights_as(bf16));
+  EXPECT_FALSE(builtin_recipe("fp16").stores_weights_as(bf16));
+  EXPECT_FALSE(builtin_recipe("fp8-block").stores_weights_as(bf16));
+  EXPECT_FALSE(builtin_recipe("int4-w4a16-g32").stores_weights_as(bf16));
 }
 
 }  // namespace

@@ -336,9 +336,9 @@ TEST(MoE, RouterPrecisionComesFromTheRecipe) {
   a.router.weight = models::Format{models::Element::kBf16, {}};
   b.router.weight = models::Format{models::Element::kFp32, {}};
   const unsigned router = 1u << static_cast<unsigned>(models::LinearKind::kRouter);
-  EXPECT_NEAR(weight_bytes(arch, b, router, false) - weight_bytes(arch, a, router, false),
+  EXPECT_NEAR(models::weight_bytes(arch, b, router, false) - models::weight_bytes(arch, a, router, false),
               2.0 * static_cast<double>(arch.params().router), 1.0);
-  EXPECT_NEAR(weight_bytes(arch, b) - weight_bytes(arch, a), 2.0 * static_cast<double>(arch.params().router), 1.0);
+  EXPECT_NEAR(models::weight_bytes(arch, b) - models::weight_bytes(arch, a), 2.0 * static_cast<double>(arch.params().router), 1.0);
 }
 
 TEST(MoE, MegatronExpertParallelSplitsExpertsAndPaysAllToAll) {
@@ -497,11 +497,23 @@ TEST(Pipeline, StepOverheadIsAPhaseOfEveryStep) {
   }
 }
 
+// The training recipe's tensor classes size the trainer: BF16 gradients halve the gradient
+// memory of FP32 ones, a narrower reference halves the reference weights.
+TEST(Footprint, TrainingRecipeSizesGradientsAndReference) {
+  const Scenario fp32 = load_text(kBase);
+  const Scenario narrow = load_text(std::string(kBase) + "training: {precision: {base: bf16, gradient: bf16, reference: fp8-e4m3/tensor}}\n");
+  EXPECT_EQ(narrow.training.precision.gradient, models::parse_format("bf16"));
+  const TrainMemory a = TrainerCostModel(fp32).memory(TrainBatch{}), b = TrainerCostModel(narrow).memory(TrainBatch{});
+  EXPECT_NEAR(b.grads, a.grads / 2, 1.0);
+  EXPECT_NEAR(b.reference, a.reference / 2, a.reference * 1e-6);
+  EXPECT_EQ(b.params, a.params);
+}
+
 TEST(WeightSync, QuantisedEngineReloadCostsRestoreLoadTransform) {
   const Scenario bf = load_text(kBase);
   const Scenario q = load_text(kBase, {"rollout.precision=int4-w4a16-g32"});
   const TrainerCostModel tb(bf), tq(q);
-  const double wb = weight_bytes(bf.model, bf.rollout.precision), wq = weight_bytes(q.model, q.rollout.precision);
+  const double wb = models::weight_bytes(bf.model, bf.rollout.precision), wq = models::weight_bytes(q.model, q.rollout.precision);
   const auto sb = tb.weight_sync(wb, 8, 1), sq = tq.weight_sync(wq, 8, 1);
   EXPECT_EQ(sb.quantize, 0.0);
   EXPECT_EQ(sb.repack, 0.0);
