@@ -77,11 +77,7 @@ std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
 
 }  // namespace
 
-models::Recipe rollout_recipe(const sim::Scenario& s) {
-  models::Recipe r = s.rollout.precision;
-  r.kv_cache = s.rollout.kv_cache;
-  return r;
-}
+models::Recipe rollout_recipe(const sim::Scenario& s) { return s.rollout.precision; }
 
 void check_precision_flow(const sim::Scenario& s, sim::SimResult& r) {
   const models::VerifyResult v = models::verify_recipes(s.model, s.training.precision, rollout_recipe(s));
@@ -174,7 +170,7 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
   j["rollout"] = {{"engines", r.engines},
                   {"tensor_parallel", s.rollout.tensor_parallel},
                   {"precision", s.rollout.precision.name},
-                  {"kv_cache", s.rollout.kv_cache.str()},
+                  {"kv_cache", s.rollout.precision.kv_cache.str()},
                   {"compute_type", std::string(models::compute_name(r.rollout_cost.compute_type))},
                   {"weight_bytes_per_device", r.rollout_cost.weight_bytes_per_device},
                   {"kv_capacity_tokens_per_engine", r.kv_capacity_tokens},
@@ -214,7 +210,7 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
                      s.cluster.nodes, s.cluster.devices_per_node, s.cluster.device.name, sim::placement_name(s.placement.mode),
                      sim::schedule_name(s.schedule.mode));
   out << fmt::format("  rollout {} (kv {}), {} engines x TP{}; training {} on {} devices\n", s.rollout.precision.name,
-                     s.rollout.kv_cache.str(), r.engines, s.rollout.tensor_parallel, s.training.precision.name,
+                     s.rollout.precision.kv_cache.str(), r.engines, s.rollout.tensor_parallel, s.training.precision.name,
                      s.placement.train_devices);
   if (!r.fits()) {
     out << "  DOES NOT FIT: " << r.oom->reason << "\n";

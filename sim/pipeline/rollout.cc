@@ -28,8 +28,7 @@ double experts_touched(int experts, int active, double tokens) {
 RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   const auto& arch = s.model;
   const auto& r = s.rollout;
-  models::Recipe recipe = r.precision;
-  recipe.kv_cache = r.kv_cache;
+  const models::Recipe& recipe = r.precision;
   RolloutCostModel c;
   c.tp = r.tensor_parallel;
   c.layers = arch.layers;

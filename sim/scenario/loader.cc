@@ -597,7 +597,6 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       r.expert_parallel = static_cast<int>(m->integer("expert_parallel", 1, 1, 4096));
       if (m->has("precision")) r.precision = parse_recipe(src, m->get("precision"), "rollout.precision");
     }
-    r.kv_cache = r.precision.kv_cache;
     const bool vllm = r.engine == RolloutEngineKind::kVllm;
     // Eager mode (vLLM enforce_eager, verl's rollout default through mid-2025) launches every
     // kernel from Python; its per-layer cost is a calibrated parameter of its own.
@@ -607,11 +606,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     r.activation_buffer_bytes = buffers_default;
     r.sleep_level = vllm ? 1 : 2;
     if (m) {
-      if (m->has("kv_cache")) {
-        r.kv_cache = m->choice<Format>("kv_cache", r.kv_cache,
-                                       {{"bf16", Format{Element::kBf16, {}}}, {"fp16", Format{Element::kFp16, {}}},
-                                        {"fp8-e4m3", Format{Element::kFp8E4M3, {models::ScaleKind::kTensor, 1, 1}}}});
-      }
+      // rollout.kv_cache is sugar for rollout.precision.kv_cache, one format string, one meaning
+      // (vLLM's kv_cache_dtype=fp8 with its per-tensor k/v scales is fp8-e4m3/tensor).
+      r.precision.kv_cache = format_value(*m, "kv_cache", r.precision.kv_cache);
       r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", 256, 1, 1 << 20));
       r.memory_utilization = m->number("memory_utilization", 0.85, 0.05, 1.0);
       r.sleep_level = static_cast<int>(m->integer("sleep_level", r.sleep_level, 1, 2));

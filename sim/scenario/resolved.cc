@@ -142,7 +142,6 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "engine" << YAML::Value << (r.engine == RolloutEngineKind::kVllm ? "vllm" : "sglang");
   e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "expert_parallel" << YAML::Value << r.expert_parallel;
   recipe(e, "precision", r.precision);
-  e << YAML::Key << "kv_cache" << YAML::Value << r.kv_cache.str();
   e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value << r.memory_utilization;
   e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level << YAML::Key << "enforce_eager" << YAML::Value << r.enforce_eager;
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
@@ -189,7 +188,6 @@ std::string resolved_precision_flow_yaml(const Scenario& s) {
   e << YAML::EndMap;
   e << YAML::Key << "rollout" << YAML::Value << YAML::BeginMap;
   recipe(e, "precision", s.rollout.precision);
-  e << YAML::Key << "kv_cache" << YAML::Value << s.rollout.kv_cache.str();
   e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

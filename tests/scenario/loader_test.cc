@@ -162,7 +162,7 @@ TEST(Loader, InlineRecipeOverridesBase) {
                  "rollout:\n  precision:\n    base: fp8-block\n    kv_cache: fp8-e4m3/tensor\n    lm_head: {weight: fp8-e4m3/channel}\n");
   const Scenario s = load_scenario(t.path());
   EXPECT_EQ(s.rollout.precision.linear.weight.str(), "fp8-e4m3/block128x128");
-  EXPECT_EQ(s.rollout.kv_cache.str(), "fp8-e4m3/tensor");
+  EXPECT_EQ(s.rollout.precision.kv_cache.str(), "fp8-e4m3/tensor");
   EXPECT_EQ(s.rollout.precision.lm_head.weight.str(), "fp8-e4m3/channel");
   EXPECT_EQ(s.rollout.precision.lm_head.activation.str(), "bf16");
 }
