@@ -188,15 +188,18 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
   return 0;
 }
 
-}  // namespace
+// Options of `rlsim bench` (what to run and each benchmark's own).
+struct BenchArgs {
+  std::string what = "sim";
+  int repeat = 3;
+  cli::BenchRuntimeOptions runtime;
+  cli::BenchReloadOptions reload;
+  int jobs = 0;
+  CLI::Option* precision = nullptr;  // --precision, shared by runtime and reload
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{"rlsim: discrete-event simulator of LLM reinforcement-learning pipelines with numeric precision as a first-class input"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "rlsim 0.1.0");
-  app.footer("Exit status: 0 success, 1 a check failed, 2 bad input, 3 internal error.\nScenario format: see README.md and SCENARIO.md.");
-
-  RunOptions ro;
+// `rlsim run`: simulate a scenario.
+CLI::App* add_run(CLI::App& app, RunOptions& ro) {
   auto* run = app.add_subcommand("run", "Simulate the RL steps of a scenario file and write summary, CSVs, trace and plots");
   run->add_option("scenario", ro.scenario, "Scenario YAML file")->capture_default_str();
   run->add_option("--out,-o", ro.out, "Output directory (default: output.dir of the scenario, else out/<file stem>)");
@@ -208,18 +211,22 @@ int main(int argc, char** argv) {
   run->add_flag("--no-trace", ro.no_trace, "Do not write trace.json");
   run->add_flag("--quiet,-q", ro.quiet, "Print nothing on success");
   run->add_option("--calibration", ro.calibration, "Cost-model parameters from FILE (rlsim calibrate's calibration.yaml) instead of the built-in fit");
+  return run;
+}
 
-  std::string catalog_what = "devices";
+// `rlsim catalog`: list a built-in catalog.
+CLI::App* add_catalog(CLI::App& app, std::string& catalog_what) {
   auto* catalog = app.add_subcommand("catalog", "List the built-in catalogs");
   catalog->add_option("what", catalog_what, "devices | models | recipes | formats")
       ->check(CLI::IsMember({"devices", "models", "recipes", "formats"}))
       ->capture_default_str();
+  return catalog;
+}
 
-  std::string bench_what = "sim";
-  int bench_repeat = 3;
-  cli::BenchRuntimeOptions bro;
+// `rlsim bench`: the built-in benchmarks.
+CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
   auto* bench = app.add_subcommand("bench", "Run a built-in benchmark and print measured figures (sim, quantize, verify: one core; runtime: --threads)");
-  bench->add_option("what", bench_what,
+  bench->add_option("what", a.what,
                     "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
                     "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
                     "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
@@ -228,29 +235,30 @@ int main(int argc, char** argv) {
                     "1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on --jobs threads")
       ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload", "plan"}))
       ->capture_default_str();
-  bench->add_option("--shape", bro.shape, "runtime, reload: Hugging Face config.json whose shapes to use with synthetic weights (runtime default: SmolLM2-135M)");
-  cli::BenchReloadOptions rlo;
-  auto* bench_precision = bench->add_option("--precision", bro.precisions, "runtime, reload: fp32 or recipes to measure (reload default: fp8-block)")
+  bench->add_option("--shape", a.runtime.shape, "runtime, reload: Hugging Face config.json whose shapes to use with synthetic weights (runtime default: SmolLM2-135M)");
+  a.precision = bench->add_option("--precision", a.runtime.precisions, "runtime, reload: fp32 or recipes to measure (reload default: fp8-block)")
                               ->delimiter(',')
                               ->capture_default_str();
-  bench->add_option("--model", rlo.model, "reload: llama2.c checkpoint, Hugging Face directory, or synthetic-moe (a small MoE with synthetic weights)");
-  bench->add_option("--cycles", rlo.cycles, "reload: reload cycles")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  bench->add_option("--check-every", rlo.check_every, "reload: also compare with a fresh engine every K cycles (0: after the last only)")
+  bench->add_option("--model", a.reload.model, "reload: llama2.c checkpoint, Hugging Face directory, or synthetic-moe (a small MoE with synthetic weights)");
+  bench->add_option("--cycles", a.reload.cycles, "reload: reload cycles")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  bench->add_option("--check-every", a.reload.check_every, "reload: also compare with a fresh engine every K cycles (0: after the last only)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  bench->add_option("--perturbation", rlo.perturbation, "reload: relative size of the seeded weight update per cycle (rms of the update / rms of the tensor)")
+  bench->add_option("--perturbation", a.reload.perturbation, "reload: relative size of the seeded weight update per cycle (rms of the update / rms of the tensor)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  bench->add_option("--seed", rlo.seed, "reload: seed of the weight updates and probe tokens")->capture_default_str();
-  bench->add_option("--threads", bro.threads, "runtime: OpenMP threads")->check(CLI::Range(1, 1024))->capture_default_str();
-  bench->add_option("--decode-tokens", bro.decode_tokens, "runtime: decode steps timed per run")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  bench->add_option("--prefill-tokens", bro.prefill_tokens, "runtime: prompt length of the prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  bench->add_flag("--batch-invariant", bro.batch_invariant, "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
-  int bench_jobs = 0;
-  bench->add_option("--jobs,-j", bench_jobs, "plan: parallel jobs (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
-  bench->add_option("--repeat", bench_repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
+  bench->add_option("--seed", a.reload.seed, "reload: seed of the weight updates and probe tokens")->capture_default_str();
+  bench->add_option("--threads", a.runtime.threads, "runtime: OpenMP threads")->check(CLI::Range(1, 1024))->capture_default_str();
+  bench->add_option("--decode-tokens", a.runtime.decode_tokens, "runtime: decode steps timed per run")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  bench->add_option("--prefill-tokens", a.runtime.prefill_tokens, "runtime: prompt length of the prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  bench->add_flag("--batch-invariant", a.runtime.batch_invariant, "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
+  bench->add_option("--jobs,-j", a.jobs, "plan: parallel jobs (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  bench->add_option("--repeat", a.repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
+  return bench;
+}
 
-  cli::QuantizeOptions qo;
+// `rlsim quantize`: numbers through a format.
+CLI::App* add_quantize(CLI::App& app, cli::QuantizeOptions& qo) {
   auto* quant = app.add_subcommand("quantize",
                                    "Quantise numbers read from stdin to a format; print the dequantised values, then saturated count and SQNR");
   quant->add_option("--format,-f", qo.format, "Format: <element>[/<scaling>] or mxfp8 | mxfp4 | nvfp4 (elements: " + models::element_names() + ", e8m0)")
@@ -259,8 +267,11 @@ int main(int argc, char** argv) {
   quant->add_option("--shape", qo.shape, "Tensor shape R,C (C = the reduction dimension blocks run along); default 1,N");
   quant->add_flag("--codes", qo.codes, "Print each element's code in hex after its value");
   quant->footer("Example: echo '1 1000 -0.3 nan' | rlsim quantize --format fp8-e4m3 --codes");
+  return quant;
+}
 
-  cli::VerifyOptions vo;
+// `rlsim verify`: the unified-precision condition.
+CLI::App* add_verify(CLI::App& app, cli::VerifyOptions& vo) {
   auto* verify = app.add_subcommand(
       "verify",
       "Check the unified-precision condition: does the rollout (inference) graph embed in the training forward graph with "
@@ -280,8 +291,11 @@ int main(int argc, char** argv) {
   verify->footer(
       "Examples:\n  rlsim verify scenarios/verify-qwen3-8b-bf16-train-fp8-block-rollout.yaml --json mismatches.json --dot graphs/\n"
       "  rlsim verify --train training.graphml --infer inference.graphml");
+  return verify;
+}
 
-  cli::GenerateOptions go;
+// `rlsim generate`: text from a real small model.
+CLI::App* add_generate(CLI::App& app, cli::GenerateOptions& go) {
   auto* gen = app.add_subcommand("generate", "Generate text with a real small model (llama2.c checkpoint or Hugging Face directory) in any precision");
   gen->add_option("--model,-m", go.model, "llama2.c checkpoint file or Hugging Face model directory")->required();
   gen->add_option("--tokenizer,-z", go.tokenizer, "Tokenizer: llama2.c tok*.bin or tokenizer.json (default: found beside the model)");
@@ -295,8 +309,11 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", go.seed, "Sampling seed")->capture_default_str();
   gen->add_flag("--quiet,-q", go.quiet, "No tokens/s line on stderr");
   gen->footer("Example: rlsim generate --model ../shared/models/stories260K/stories260K.bin --temperature 0 --steps 200");
+  return gen;
+}
 
-  cli::DriftCliOptions dro;
+// `rlsim drift`: training-inference mismatch on a real model.
+CLI::App* add_drift(CLI::App& app, cli::DriftCliOptions& dro) {
   auto* drift = app.add_subcommand(
       "drift",
       "Measure the training-inference mismatch on a real model: the rollout recipe samples with the decode path (KV cache), the "
@@ -328,8 +345,11 @@ int main(int argc, char** argv) {
       "Outputs: drift.csv (train,rollout,length,metric,value,ci_low,ci_high), per_token.csv, drift_vs_length.png, drift_vs_position.png, "
       "delta_histogram.png.\nExamples:\n  rlsim drift scenarios/drift-stories260k.yaml\n"
       "  rlsim drift --model ../shared/models/stories260K/stories260K.bin --pairs bf16:bf16,bf16:fp8-block --lengths 32,64,128 --prompts 4 --samples 4\n");
+  return drift;
+}
 
-  cli::PlanOptions po;
+// `rlsim plan`: capacity-planning studies.
+CLI::App* add_plan(CLI::App& app, cli::PlanOptions& po) {
   auto* plan = app.add_subcommand(
       "plan",
       "Capacity planning: simulate every point of a study (the cartesian product of swept scenario keys over a base scenario), "
@@ -353,8 +373,11 @@ int main(int argc, char** argv) {
       "Examples:\n  rlsim plan scenarios/study-kimi-k2-rollout-h200.yaml\n"
       "  rlsim plan scenarios/study-qwen3-8b-h200-vs-ascend-950.yaml --jobs 2 --set steps=1 --out out/q8\n"
       "  mpirun -n 4 rlsim plan scenarios/study-rollout-length-qwen3-8b.yaml");
+  return plan;
+}
 
-  cli::ValidateOptions vao;
+// `rlsim validate`: records against their published figures.
+CLI::App* add_validate(CLI::App& app, cli::ValidateOptions& vao) {
   auto* validate = app.add_subcommand(
       "validate",
       "Simulate validation records (scenarios that mirror published RL runs, with the figures they published) and compare: "
@@ -369,8 +392,11 @@ int main(int argc, char** argv) {
   validate->footer(
       "A record is a scenario file with a validation: block (source, assumptions, figures); see README.md, 'Validation and "
       "calibration'.\nExamples:\n  rlsim validate\n  rlsim validate scenarios/validation/nemo-rl-llama3.1-8b-h100-16.yaml --out out/v\n");
+  return validate;
+}
 
-  cli::CalibrateOptions cao;
+// `rlsim calibrate`: fit the cost model to the records.
+CLI::App* add_calibrate(CLI::App& app, cli::CalibrateOptions& cao) {
   auto* calibrate = app.add_subcommand(
       "calibrate",
       "Fit the cost model's free parameters (achieved HBM and tensor-core fractions per device, GEMM efficiency per training "
@@ -382,6 +408,37 @@ int main(int argc, char** argv) {
   calibrate->add_option("--jobs,-j", cao.jobs, "Threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   calibrate->add_flag("--no-loo", cao.no_loo, "Skip the leave-one-out refits");
   calibrate->add_flag("--quiet,-q", cao.quiet, "Print only the summary lines");
+  return calibrate;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rlsim: discrete-event simulator of LLM reinforcement-learning pipelines with numeric precision as a first-class input"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "rlsim 0.1.0");
+  app.footer("Exit status: 0 success, 1 a check failed, 2 bad input, 3 internal error.\nScenario format: see README.md and SCENARIO.md.");
+
+  RunOptions ro;
+  std::string catalog_what = "devices";
+  BenchArgs ba;
+  cli::QuantizeOptions qo;
+  cli::VerifyOptions vo;
+  cli::GenerateOptions go;
+  cli::DriftCliOptions dro;
+  cli::PlanOptions po;
+  cli::ValidateOptions vao;
+  cli::CalibrateOptions cao;
+  CLI::App* run = add_run(app, ro);
+  CLI::App* catalog = add_catalog(app, catalog_what);
+  CLI::App* bench = add_bench(app, ba);
+  CLI::App* quant = add_quantize(app, qo);
+  CLI::App* verify = add_verify(app, vo);
+  CLI::App* gen = add_generate(app, go);
+  CLI::App* drift = add_drift(app, dro);
+  CLI::App* plan = add_plan(app, po);
+  CLI::App* validate = add_validate(app, vao);
+  CLI::App* calibrate = add_calibrate(app, cao);
 
   try {
     app.parse(argc, argv);
@@ -399,8 +456,8 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(ro);
     if (*catalog) return cmd_catalog(catalog_what);
     if (*bench) {
-      if (bench_precision->count() > 0) rlo.precisions = bro.precisions;
-      return cmd_bench(bench_what, bench_repeat, bro, rlo, bench_jobs);
+      if (ba.precision->count() > 0) ba.reload.precisions = ba.runtime.precisions;
+      return cmd_bench(ba.what, ba.repeat, ba.runtime, ba.reload, ba.jobs);
     }
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
     if (*verify) return cli::cmd_verify(vo, std::cout);
