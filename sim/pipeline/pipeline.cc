@@ -43,6 +43,7 @@ class Simulation {
   void run_sync_schedule();
   void run_one_step_off();
   void run_async();
+  class AsyncSchedule;  // the async schedule's state and event handlers
   // Runs a sequence of (phase, role, seconds) as consecutive events, then `done`.
   struct Stage {
     std::string phase;
@@ -434,160 +435,193 @@ void Simulation::run_one_step_off() {
   queue_.run();
 }
 
-void Simulation::run_async() {
-  // verl fully_async_policy (docs/advance/fully_async.md), with trigger_parameter_sync_step = 1
-  // and require_batches x ppo_mini_batch_size = one step's prompts:
-  //  - the Rollouter streams prompt groups (n samples each) into the engines, at most
-  //    max_num_seqs sequences outstanding per engine;
-  //  - between two weight updates it starts at most (1 + staleness) x B groups minus those
-  //    already generated or in flight (num_stale_samples), B = prompts per step;
-  //  - the Trainer takes the first B finished groups (FIFO), trains, then triggers the sync;
-  //  - sync without partial rollout: no new groups are started and the sync waits for the
-  //    groups in flight to finish; with partial rollout (and staleness > 0, as in verl) the
-  //    engines pause at once, keep the generated tokens, and continue after the update.
-  const auto& w = s_.workload;
-  const int n = w.samples_per_prompt;
-  const int B = w.prompts_per_step;
-  const double s = s_.schedule.staleness;
-  const bool partial = s_.schedule.partial_rollout && s > 0;
-  const auto window = static_cast<std::int64_t>(std::floor((1.0 + s) * B + 1e-9));
+// verl fully_async_policy (docs/advance/fully_async.md), with trigger_parameter_sync_step = 1
+// and require_batches x ppo_mini_batch_size = one step's prompts:
+//  - the Rollouter streams prompt groups (n samples each) into the engines, at most
+//    max_num_seqs sequences outstanding per engine;
+//  - between two weight updates it starts at most (1 + staleness) x B groups minus those
+//    already generated or in flight (num_stale_samples), B = prompts per step;
+//  - the Trainer takes the first B finished groups (FIFO), trains, then triggers the sync;
+//  - sync without partial rollout: no new groups are started and the sync waits for the
+//    groups in flight to finish; with partial rollout (and staleness > 0, as in verl) the
+//    engines pause at once, keep the generated tokens, and continue after the update.
+// The schedule's state lives in its members; engine callbacks and stage continuations call its
+// methods.
+class Simulation::AsyncSchedule {
+ public:
+  explicit AsyncSchedule(Simulation& sim)
+      : sim_(sim),
+        n_(sim.s_.workload.samples_per_prompt),
+        batch_(sim.s_.workload.prompts_per_step),
+        partial_(sim.s_.schedule.partial_rollout && sim.s_.schedule.staleness > 0),
+        window_(static_cast<std::int64_t>(std::floor((1.0 + sim.s_.schedule.staleness) * batch_ + 1e-9))),
+        quota_(window_) {}
+
+  void run() {
+    for (auto& e : sim_.engines_) {
+      e->set_callbacks([this](Request* q) { on_finished(q); }, [this] { maybe_sync(); });
+    }
+    sim_.r_.steps[0].start = 0;
+    sim_.queue_.schedule_at(0, [this] { dispatch(); });
+    while (!finished_all_ && sim_.queue_.step()) {
+    }
+    sim_.r_.left_in_flight = 0;
+    for (const auto& q : sim_.stream_) {
+      if (q.step < 0) {
+        sim_.r_.left_in_flight++;
+        sim_.r_.left_in_flight_tokens += q.generated;
+      }
+    }
+  }
+
+ private:
   struct Group {
     std::size_t first = 0;  // index of its first request in stream_
     int done = 0;
   };
-  std::vector<Group> groups;
-  std::deque<std::int64_t> ready;  // finished groups, FIFO
-  std::int64_t quota = window, started = 0, in_flight = 0;
-  bool draining = false;
-  bool finished_all = false;
-  int step = 0;
-  bool trainer_busy = false;
-  TimeNs waiting_since = 0;
 
-  auto sample_group = [&](std::int64_t g) {
-    Rng rng(mix_seed(s_.seed ^ 0xA5A5A5A5A5A5A5A5ULL) + static_cast<std::uint64_t>(g));
+  void sample_group(std::int64_t g) {
+    const auto& w = sim_.s_.workload;
+    Rng rng(mix_seed(sim_.s_.seed ^ 0xA5A5A5A5A5A5A5A5ULL) + static_cast<std::uint64_t>(g));
     const std::int64_t prompt = w.prompt_tokens.sample(rng);
     Group grp;
-    grp.first = stream_.size();
-    for (int j = 0; j < n; ++j) {
+    grp.first = sim_.stream_.size();
+    for (int j = 0; j < n_; ++j) {
       Request q;
       q.group = g;
       q.index = j;
       q.prompt_tokens = prompt;
       q.response_tokens = w.response_tokens.sample(rng);
-      q.version = version_;
-      stream_.push_back(q);
+      q.version = sim_.version_;
+      sim_.stream_.push_back(q);
     }
-    groups.push_back(grp);
-  };
+    groups_.push_back(grp);
+  }
 
-  std::function<void()> dispatch, try_train, maybe_sync;
-  dispatch = [&] {
-    if (draining || finished_all) return;
-    while (started < quota) {
-      // the engine with the fewest outstanding sequences that can take a whole group
+  // Starts groups while the window allows, each on the engine with the fewest outstanding
+  // sequences that can take the whole group.
+  void dispatch() {
+    if (draining_ || finished_all_) return;
+    auto& engines = sim_.engines_;
+    while (started_ < quota_) {
       int best = -1;
-      for (int e = 0; e < r_.engines; ++e) {
-        const int o = engines_[static_cast<std::size_t>(e)]->outstanding();
-        if (o + n > s_.rollout.max_num_seqs && o > 0) continue;
-        if (best < 0 || o < engines_[static_cast<std::size_t>(best)]->outstanding()) best = e;
+      for (int e = 0; e < sim_.r_.engines; ++e) {
+        const int o = engines[static_cast<std::size_t>(e)]->outstanding();
+        if (o + n_ > sim_.s_.rollout.max_num_seqs && o > 0) continue;
+        if (best < 0 || o < engines[static_cast<std::size_t>(best)]->outstanding()) best = e;
       }
       if (best < 0) return;
-      const auto g = static_cast<std::int64_t>(groups.size());
-      sample_group(g);
-      ++started;
-      ++in_flight;
-      for (int j = 0; j < n; ++j) engines_[static_cast<std::size_t>(best)]->submit(&stream_[groups.back().first + static_cast<std::size_t>(j)]);
+      sample_group(static_cast<std::int64_t>(groups_.size()));
+      ++started_;
+      ++in_flight_;
+      for (int j = 0; j < n_; ++j) {
+        engines[static_cast<std::size_t>(best)]->submit(&sim_.stream_[groups_.back().first + static_cast<std::size_t>(j)]);
+      }
     }
-  };
-  auto idle_all = [&] {
-    for (const auto& e : engines_) {
+  }
+
+  void on_finished(Request* q) {
+    Group& grp = groups_[static_cast<std::size_t>(q->group)];
+    if (++grp.done == n_) {
+      --in_flight_;
+      ready_.push_back(q->group);
+      try_train();
+    }
+    dispatch();
+  }
+
+  bool idle_all() const {
+    for (const auto& e : sim_.engines_) {
       if (e->outstanding() > 0) return false;
     }
     return true;
-  };
+  }
+
   // The trainer's wait for samples (a batch, or the drain before a sync): exposed rollout time.
-  auto record_wait = [&](int k) {
-    if (queue_.now() > waiting_since) record_phase(k, "rollout", "rollout", waiting_since, queue_.now());
-  };
-  auto begin_sync = [&](int k) {
+  void record_wait(int k) {
+    if (sim_.queue_.now() > waiting_since_) sim_.record_phase(k, "rollout", "rollout", waiting_since_, sim_.queue_.now());
+  }
+
+  void begin_sync(int k) {
     record_wait(k);
-    run_stages(k, sync_stages(k), 0, [&, k] {
-      finish_step(k);
-      step = k + 1;
-      trainer_busy = false;
-      if (step >= s_.steps) {
-        finished_all = true;
-        return;
-      }
-      r_.steps[static_cast<std::size_t>(step)].start = queue_.now();
-      waiting_since = queue_.now();
-      // New window: (1 + staleness) B minus what is already generated or in flight.
-      quota = std::max<std::int64_t>(0, window - static_cast<std::int64_t>(ready.size()) - in_flight);
-      started = 0;
-      draining = false;
-      for (auto& e : engines_) e->resume();
-      dispatch();
-      try_train();
-    });
-  };
-  maybe_sync = [&] {
-    if (!draining || !trainer_busy) return;
+    sim_.run_stages(k, sim_.sync_stages(k), 0, [this, k] { after_sync(k); });
+  }
+
+  void after_sync(int k) {
+    sim_.finish_step(k);
+    step_ = k + 1;
+    trainer_busy_ = false;
+    if (step_ >= sim_.s_.steps) {
+      finished_all_ = true;
+      return;
+    }
+    sim_.r_.steps[static_cast<std::size_t>(step_)].start = sim_.queue_.now();
+    waiting_since_ = sim_.queue_.now();
+    // New window: (1 + staleness) B minus what is already generated or in flight.
+    quota_ = std::max<std::int64_t>(0, window_ - static_cast<std::int64_t>(ready_.size()) - in_flight_);
+    started_ = 0;
+    draining_ = false;
+    for (auto& e : sim_.engines_) e->resume();
+    dispatch();
+    try_train();
+  }
+
+  void maybe_sync() {
+    if (!draining_ || !trainer_busy_) return;
     if (!idle_all()) return;
-    begin_sync(step);
-  };
-  try_train = [&] {
-    if (trainer_busy || finished_all || static_cast<int>(ready.size()) < B) return;
-    trainer_busy = true;
-    const int k = step;
-    auto& reqs = consumed_[static_cast<std::size_t>(k)];
-    for (int i = 0; i < B; ++i) {
-      const Group& grp = groups[static_cast<std::size_t>(ready.front())];
-      ready.pop_front();
-      for (int j = 0; j < n; ++j) {
-        Request* q = &stream_[grp.first + static_cast<std::size_t>(j)];
+    begin_sync(step_);
+  }
+
+  // Takes the first B finished groups as step k's batch and trains on it.
+  void try_train() {
+    if (trainer_busy_ || finished_all_ || static_cast<int>(ready_.size()) < batch_) return;
+    trainer_busy_ = true;
+    const int k = step_;
+    auto& reqs = sim_.consumed_[static_cast<std::size_t>(k)];
+    for (int i = 0; i < batch_; ++i) {
+      const Group& grp = groups_[static_cast<std::size_t>(ready_.front())];
+      ready_.pop_front();
+      for (int j = 0; j < n_; ++j) {
+        Request* q = &sim_.stream_[grp.first + static_cast<std::size_t>(j)];
         q->step = k;
-        q->index = i * n + j;
+        q->index = i * n_ + j;
         reqs.push_back(q);
       }
     }
-    batches_[static_cast<std::size_t>(k)] = batch_of(reqs);
+    sim_.batches_[static_cast<std::size_t>(k)] = sim_.batch_of(reqs);
     record_wait(k);
-    run_stages(k, training_stages(k), 0, [&, k] {
-      waiting_since = queue_.now();
-      draining = true;
-      if (partial) {
-        for (auto& e : engines_) e->pause();
-        begin_sync(k);
-      } else {
-        maybe_sync();
-      }
-    });
-  };
-  for (auto& e : engines_) {
-    e->set_callbacks(
-        [&](Request* q) {
-          Group& grp = groups[static_cast<std::size_t>(q->group)];
-          if (++grp.done == n) {
-            --in_flight;
-            ready.push_back(q->group);
-            try_train();
-          }
-          dispatch();
-        },
-        [&] { maybe_sync(); });
+    sim_.run_stages(k, sim_.training_stages(k), 0, [this, k] { after_training(k); });
   }
-  r_.steps[0].start = 0;
-  queue_.schedule_at(0, [&] { dispatch(); });
-  while (!finished_all && queue_.step()) {
-  }
-  r_.left_in_flight = 0;
-  for (const auto& q : stream_) {
-    if (q.step < 0) {
-      r_.left_in_flight++;
-      r_.left_in_flight_tokens += q.generated;
+
+  void after_training(int k) {
+    waiting_since_ = sim_.queue_.now();
+    draining_ = true;
+    if (partial_) {
+      for (auto& e : sim_.engines_) e->pause();
+      begin_sync(k);
+    } else {
+      maybe_sync();
     }
   }
+
+  Simulation& sim_;
+  const int n_;                      // samples per prompt (a group)
+  const int batch_;                  // groups per step (B)
+  const bool partial_;               // partial rollout across weight updates
+  const std::int64_t window_;        // groups a window may start: (1 + staleness) B
+  std::vector<Group> groups_;
+  std::deque<std::int64_t> ready_;   // finished groups, FIFO
+  std::int64_t quota_ = 0, started_ = 0, in_flight_ = 0;
+  bool draining_ = false;            // a sync is due: start no group
+  bool finished_all_ = false;
+  int step_ = 0;
+  bool trainer_busy_ = false;
+  TimeNs waiting_since_ = 0;
+};
+
+void Simulation::run_async() {
+  AsyncSchedule schedule(*this);
+  schedule.run();
 }
 
 SimResult Simulation::run() {
