@@ -148,64 +148,57 @@ Study load_study(const std::string& path) {
 
 namespace {
 
-Study parse_study(const std::string& path) {
-  const StudySource src{path};
-  const YAML::Node root = sim::load_yaml_file(path, "study file");
-  if (!root.IsMap()) throw ScenarioError(path + ":1:1: a study must be a YAML mapping with base: and sweep: (see SCENARIO.md, Study files)");
-  src.only(root, "", {"name", "base", "sweep", "objective", "constraints", "plots", "output"});
+using KeyNodes = std::vector<std::pair<std::string, YAML::Node>>;  // swept keys and where they stand
 
-  Study st;
-  st.file = path;
-  const fs::path dir = fs::path(path).parent_path();
-  if (root["name"] && !root["name"].IsScalar()) src.fail(root["name"], "name must be a string");
-  st.name = root["name"] ? root["name"].Scalar() : fs::path(path).filename().string();
-  if (!root["base"] || !root["base"].IsScalar()) src.fail(root["base"] ? root["base"] : root, "missing 'base': the scenario file the sweep starts from");
-  {
-    const fs::path b = root["base"].Scalar();
-    st.base = (b.is_absolute() ? b : dir / b).string();
-    if (!fs::is_regular_file(st.base)) src.fail(root["base"], fmt::format("base scenario '{}' not found (looked for {})", b.string(), st.base));
+// A sweep group (`name: {key: [values], key: [values]}`): keys swept together, value i with value i.
+void parse_sweep_group(const StudySource& src, const YAML::Node& group, SweepAxis& ax, KeyNodes& all_keys) {
+  if (group.size() == 0) src.fail(group, fmt::format("sweep group '{}' is empty: give it dotted keys with lists of values", ax.name));
+  std::vector<std::vector<std::string>> per_key;
+  for (const auto& g : group) {
+    const std::string key = g.first.IsScalar() ? g.first.Scalar() : "";
+    if (!valid_dotted_key(key)) src.fail(g.first, fmt::format("sweep group '{}': '{}' is not a dotted scenario key", ax.name, key));
+    per_key.push_back(sweep_values(src, g.second, key, false));
+    if (per_key.back().size() != per_key.front().size()) {
+      src.fail(g.second, fmt::format("sweep group '{}': '{}' has {} values but '{}' has {} (the keys of a group are swept together, "
+                                     "value i with value i)",
+                                     ax.name, key, per_key.back().size(), ax.keys.front(), per_key.front().size()));
+    }
+    ax.keys.push_back(key);
+    all_keys.emplace_back(key, g.first);
   }
+  ax.values.assign(per_key.front().size(), {});
+  for (std::size_t i = 0; i < ax.values.size(); ++i) {
+    for (const auto& vals : per_key) ax.values[i].push_back(vals[i]);
+  }
+  std::set<std::vector<std::string>> seen;
+  for (std::size_t i = 0; i < ax.values.size(); ++i) {
+    if (!seen.insert(ax.values[i]).second) src.fail(group, fmt::format("sweep group '{}': setting {} appears twice", ax.name, ax.label(i)));
+  }
+}
 
-  // sweep
+// A swept key (`dotted.key: [values]`).
+void parse_sweep_key(const StudySource& src, const YAML::Node& key, const YAML::Node& values, SweepAxis& ax, KeyNodes& all_keys) {
+  if (!valid_dotted_key(ax.name)) src.fail(key, fmt::format("sweep: '{}' is not a dotted scenario key (e.g. cluster.nodes)", ax.name));
+  ax.keys = {ax.name};
+  for (auto& v : sweep_values(src, values, ax.name, true)) ax.values.push_back({std::move(v)});
+  all_keys.emplace_back(ax.name, key);
+}
+
+void parse_sweep(const StudySource& src, const YAML::Node& root, Study& st) {
   const YAML::Node sweep = root["sweep"];
   if (!sweep || !sweep.IsMap() || sweep.size() == 0) {
     src.fail(sweep ? sweep : root, "missing 'sweep': a mapping of dotted scenario keys to lists of values, e.g. rollout.precision: [bf16, fp8-block]");
   }
-  std::vector<std::pair<std::string, YAML::Node>> all_keys;  // for the overlap check
+  KeyNodes all_keys;  // for the overlap check
   for (const auto& kv : sweep) {
     SweepAxis ax;
     if (!kv.first.IsScalar()) src.fail(kv.first, "sweep: a key must be a dotted scenario key or a group name");
     ax.name = kv.first.Scalar();
     ax.line = kv.first.Mark().line + 1;
     if (kv.second.IsMap()) {
-      // A group: keys swept together.
-      if (kv.second.size() == 0) src.fail(kv.second, fmt::format("sweep group '{}' is empty: give it dotted keys with lists of values", ax.name));
-      std::vector<std::vector<std::string>> per_key;
-      for (const auto& g : kv.second) {
-        const std::string key = g.first.IsScalar() ? g.first.Scalar() : "";
-        if (!valid_dotted_key(key)) src.fail(g.first, fmt::format("sweep group '{}': '{}' is not a dotted scenario key", ax.name, key));
-        per_key.push_back(sweep_values(src, g.second, key, false));
-        if (per_key.back().size() != per_key.front().size()) {
-          src.fail(g.second, fmt::format("sweep group '{}': '{}' has {} values but '{}' has {} (the keys of a group are swept together, "
-                                         "value i with value i)",
-                                         ax.name, key, per_key.back().size(), ax.keys.front(), per_key.front().size()));
-        }
-        ax.keys.push_back(key);
-        all_keys.emplace_back(key, g.first);
-      }
-      ax.values.assign(per_key.front().size(), {});
-      for (std::size_t i = 0; i < ax.values.size(); ++i) {
-        for (const auto& vals : per_key) ax.values[i].push_back(vals[i]);
-      }
-      std::set<std::vector<std::string>> seen;
-      for (std::size_t i = 0; i < ax.values.size(); ++i) {
-        if (!seen.insert(ax.values[i]).second) src.fail(kv.second, fmt::format("sweep group '{}': setting {} appears twice", ax.name, ax.label(i)));
-      }
+      parse_sweep_group(src, kv.second, ax, all_keys);
     } else {
-      if (!valid_dotted_key(ax.name)) src.fail(kv.first, fmt::format("sweep: '{}' is not a dotted scenario key (e.g. cluster.nodes)", ax.name));
-      ax.keys = {ax.name};
-      for (auto& v : sweep_values(src, kv.second, ax.name, true)) ax.values.push_back({std::move(v)});
-      all_keys.emplace_back(ax.name, kv.first);
+      parse_sweep_key(src, kv.first, kv.second, ax, all_keys);
     }
     st.sweep.push_back(std::move(ax));
   }
@@ -224,8 +217,9 @@ Study parse_study(const std::string& path) {
       src.fail(sweep, fmt::format("the sweep has {:.0f} points; at most {} are allowed (split the study)", n, kMaxStudyPoints));
     }
   }
+}
 
-  // objective and constraints
+void parse_objective_and_constraints(const StudySource& src, const YAML::Node& root, Study& st) {
   if (const YAML::Node o = root["objective"]) {
     const std::string v = o.IsScalar() ? o.Scalar() : "";
     if (v == "step_time") st.objective = Objective::kStepTime;
@@ -262,7 +256,9 @@ Study parse_study(const std::string& path) {
     }
   }
 
-  // plots and output
+}
+
+void parse_plots_and_output(const StudySource& src, const YAML::Node& root, const std::string& path, Study& st) {
   std::vector<std::string> multi;
   for (const auto& a : st.sweep) {
     if (a.size() > 1) multi.push_back(a.name);
@@ -299,6 +295,28 @@ Study parse_study(const std::string& path) {
       if (!n.IsScalar() || !YAML::convert<bool>::decode(n, st.plots)) src.fail(n, "output.plots must be true or false");
     }
   }
+}
+
+Study parse_study(const std::string& path) {
+  const StudySource src{path};
+  const YAML::Node root = sim::load_yaml_file(path, "study file");
+  if (!root.IsMap()) throw ScenarioError(path + ":1:1: a study must be a YAML mapping with base: and sweep: (see SCENARIO.md, Study files)");
+  src.only(root, "", {"name", "base", "sweep", "objective", "constraints", "plots", "output"});
+
+  Study st;
+  st.file = path;
+  const fs::path dir = fs::path(path).parent_path();
+  if (root["name"] && !root["name"].IsScalar()) src.fail(root["name"], "name must be a string");
+  st.name = root["name"] ? root["name"].Scalar() : fs::path(path).filename().string();
+  if (!root["base"] || !root["base"].IsScalar()) src.fail(root["base"] ? root["base"] : root, "missing 'base': the scenario file the sweep starts from");
+  {
+    const fs::path b = root["base"].Scalar();
+    st.base = (b.is_absolute() ? b : dir / b).string();
+    if (!fs::is_regular_file(st.base)) src.fail(root["base"], fmt::format("base scenario '{}' not found (looked for {})", b.string(), st.base));
+  }
+  parse_sweep(src, root, st);
+  parse_objective_and_constraints(src, root, st);
+  parse_plots_and_output(src, root, path, st);
   return st;
 }
 
