@@ -465,6 +465,289 @@ models::ModelArch model_from_hf_config(const std::string& path) {
   return a;
 }
 
+namespace {
+
+// model: a catalog name, {hf_config: path}, or an inline architecture.
+void parse_model_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
+  YAML::Node n = top.require("model");
+  if (n.IsScalar()) {
+    try {
+      s.model = catalog_model(n.Scalar());
+    } catch (const ScenarioError& e) {
+      src.fail(n, "model", e.what());
+    }
+  } else if (n.IsMap() && n["hf_config"]) {
+    Map m(src, n, "model");
+    const std::string p = m.str("hf_config", "", true);
+    m.finish({"hf_config"});
+    const fs::path full = fs::path(p).is_absolute() ? fs::path(p) : base_dir / p;
+    try {
+      s.model = model_from_hf_config(full.string());
+    } catch (const ScenarioError& e) {
+      src.fail(n["hf_config"], "model.hf_config", e.what());
+    }
+  } else {
+    s.model = parse_model(Map(src, n, "model"));
+  }
+}
+
+// cluster: device (catalog name or inline), node counts, links.
+void parse_cluster_section(const Source& src, Map& top, Scenario& s) {
+  Map c(src, top.require("cluster"), "cluster");
+  YAML::Node dn = c.require("device");
+  if (dn.IsScalar()) {
+    try {
+      s.cluster.device = catalog_device(dn.Scalar());
+    } catch (const ScenarioError& e) {
+      src.fail(dn, "cluster.device", e.what());
+    }
+  } else {
+    s.cluster.device = parse_device(Map(src, dn, "cluster.device"));
+  }
+  s.cluster.nodes = static_cast<int>(c.integer("nodes", 0, 1, 1 << 20, true));
+  s.cluster.devices_per_node = static_cast<int>(c.integer("devices_per_node", 0, 1, 1024, true));
+  const auto& d = s.cluster.device;
+  s.cluster.intra_node = c.has("intra_node") ? parse_link(Map(src, c.get("intra_node"), "cluster.intra_node"), d.intra_node) : d.intra_node;
+  s.cluster.inter_node = c.has("inter_node") ? parse_link(Map(src, c.get("inter_node"), "cluster.inter_node"), d.inter_node) : d.inter_node;
+  s.cluster.host_link = c.has("host_link") ? parse_link(Map(src, c.get("host_link"), "cluster.host_link"), d.host_link) : d.host_link;
+  c.finish({"device", "nodes", "devices_per_node", "intra_node", "inter_node", "host_link"});
+}
+
+// placement: colocated (every device both roles) or disaggregated rollout / training devices.
+void parse_placement_section(const Source& src, Map& top, Scenario& s) {
+  const int devices = s.cluster.devices();
+  s.placement.rollout_devices = devices;
+  s.placement.train_devices = devices;
+  if (top.has("placement")) {
+    Map p(src, top.get("placement"), "placement");
+    s.placement.mode = p.choice<PlacementMode>("mode", PlacementMode::kColocated,
+                                               {{"colocated", PlacementMode::kColocated}, {"disaggregated", PlacementMode::kDisaggregated}});
+    if (s.placement.mode == PlacementMode::kDisaggregated) {
+      s.placement.rollout_devices = static_cast<int>(p.integer("rollout_devices", 0, 1, devices, true));
+      s.placement.train_devices = static_cast<int>(p.integer("train_devices", 0, 1, devices, true));
+      if (s.placement.rollout_devices + s.placement.train_devices > devices) {
+        src.fail(p.node(), "placement", fmt::format("rollout_devices + train_devices = {} exceeds the cluster's {} devices",
+                                                     s.placement.rollout_devices + s.placement.train_devices, devices));
+      }
+    } else {
+      for (const char* k : {"rollout_devices", "train_devices"}) {
+        if (p.has(k)) src.fail(p.get(k), p.path(k), std::string("'placement.") + k + "' is only valid with mode: disaggregated");
+      }
+    }
+    p.finish({"mode", "rollout_devices", "train_devices"});
+  }
+}
+
+// schedule: sync, one-step-off or async (the latter two need disaggregated placement).
+void parse_schedule_section(const Source& src, Map& top, Scenario& s) {
+  if (top.has("schedule")) {
+    Map p(src, top.get("schedule"), "schedule");
+    s.schedule.mode = p.choice<ScheduleMode>("mode", ScheduleMode::kSync,
+                                             {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
+    // SCENARIO.md's range is a fraction of a batch (verl's staleness_threshold, 0-1); rlsim also
+    // takes whole batches ahead up to 16, AReaL's max_head_offpolicyness (eta <= 16 in its blog).
+    s.schedule.staleness = p.number("staleness", 0.5, 0.0, kMaxStaleness);
+    s.schedule.partial_rollout = p.boolean("partial_rollout", false);
+    p.finish({"mode", "staleness", "partial_rollout"});
+    if (s.schedule.mode != ScheduleMode::kSync && s.placement.mode == PlacementMode::kColocated) {
+      src.fail(p.get("mode"), "schedule.mode",
+               fmt::format("schedule.mode {} overlaps rollout and training, so it needs placement.mode: disaggregated "
+                           "with rollout_devices and train_devices", schedule_name(s.schedule.mode)));
+    }
+  }
+}
+
+// workload: prompts, samples and the two length distributions.
+void parse_workload_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
+  Map w(src, top.require("workload"), "workload");
+  s.workload.prompts_per_step = static_cast<int>(w.integer("prompts_per_step", 0, 1, 1 << 24, true));
+  s.workload.samples_per_prompt = static_cast<int>(w.integer("samples_per_prompt", 0, 1, 1 << 16, true));
+  s.workload.prompt_tokens = parse_dist(Map(src, w.require("prompt_tokens"), "workload.prompt_tokens"), base_dir);
+  s.workload.response_tokens = parse_dist(Map(src, w.require("response_tokens"), "workload.response_tokens"), base_dir);
+  w.finish({"prompts_per_step", "samples_per_prompt", "prompt_tokens", "response_tokens"});
+  if (static_cast<std::int64_t>(s.workload.prompts_per_step) * s.workload.samples_per_prompt > 100'000'000) {
+    src.fail(w.node(), "workload", "prompts_per_step x samples_per_prompt must be at most 100,000,000 sequences per step");
+  }
+}
+
+// rollout: engine, parallelism, recipe (rollout.kv_cache sets its KV format), engine limits and overrides.
+void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
+  auto& r = s.rollout;
+  r.precision = models::builtin_recipe("bf16");
+  std::optional<Map> m;
+  if (top.has("rollout")) m.emplace(src, top.get("rollout"), "rollout");
+  if (m) {
+    r.engine = m->choice<RolloutEngineKind>("engine", RolloutEngineKind::kVllm,
+                                            {{"vllm", RolloutEngineKind::kVllm}, {"sglang", RolloutEngineKind::kSglang}});
+    r.tensor_parallel = static_cast<int>(m->integer("tensor_parallel", 1, 1, 4096));
+    r.expert_parallel = static_cast<int>(m->integer("expert_parallel", 1, 1, 4096));
+    if (m->has("precision")) r.precision = parse_recipe(src, m->get("precision"), "rollout.precision");
+  }
+  const bool vllm = r.engine == RolloutEngineKind::kVllm;
+  // Eager mode (vLLM enforce_eager, verl's rollout default through mid-2025) launches every
+  // kernel from Python; its per-layer cost is a calibrated parameter of its own.
+  r.enforce_eager = m && m->boolean("enforce_eager", false);
+  // SGLang RL memory blog: 1-3 GB CUDA graphs + 3-7 GB buffers per GPU; 5 GB taken.
+  const double buffers_default = 5e9;
+  r.activation_buffer_bytes = buffers_default;
+  r.sleep_level = vllm ? 1 : 2;
+  if (m) {
+    // rollout.kv_cache is sugar for rollout.precision.kv_cache, one format string, one meaning
+    // (vLLM's kv_cache_dtype=fp8 with its per-tensor k/v scales is fp8-e4m3/tensor).
+    r.precision.kv_cache = format_value(*m, "kv_cache", r.precision.kv_cache);
+    r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", 256, 1, 1 << 20));
+    r.memory_utilization = m->number("memory_utilization", 0.85, 0.05, 1.0);
+    r.sleep_level = static_cast<int>(m->integer("sleep_level", r.sleep_level, 1, 2));
+    r.activation_buffer_bytes = m->quantity("activation_buffers", buffers_default, Dimension::kBytes);
+    auto& ov = s.cost_overrides;
+    if (m->has("overheads")) {
+      Map o(src, m->get("overheads"), "rollout.overheads");
+      ov.iteration_s = optional_quantity(o, "iteration");
+      ov.per_layer_s = optional_quantity(o, "per_layer");
+      ov.moe_layer_s = optional_quantity(o, "moe_layer");
+      ov.per_sequence_s = optional_quantity(o, "per_sequence");
+      o.finish({"iteration", "per_layer", "moe_layer", "per_sequence"});
+    }
+    if (m->has("efficiency")) {
+      Map e(src, m->get("efficiency"), "rollout.efficiency");
+      ov.rollout_memory = optional_fraction(e, "memory");
+      ov.rollout_compute = optional_fraction(e, "compute");
+      ov.rollout_comm = optional_fraction(e, "comm");
+      e.finish({"memory", "compute", "comm"});
+    }
+    m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
+               "memory_utilization", "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
+    if (r.tensor_parallel % r.expert_parallel != 0) {
+      src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel must divide rollout.tensor_parallel");
+    }
+    if (s.placement.rollout_devices % r.tensor_parallel != 0) {
+      src.fail(m->get("tensor_parallel"), "rollout.tensor_parallel",
+               fmt::format("rollout.tensor_parallel ({}) must divide the {} rollout devices", r.tensor_parallel, s.placement.rollout_devices));
+    }
+    if (r.expert_parallel > 1 && !s.model.moe) {
+      src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel > 1 needs an MoE model");
+    }
+  }
+}
+
+// training: backend, recipe, parallelism, batching, offload, optimizer and cost overrides.
+void parse_training_section(const Source& src, Map& top, Scenario& s) {
+  auto& t = s.training;
+  t.precision = models::builtin_recipe("bf16");
+  if (top.has("training")) {
+    Map m(src, top.get("training"), "training");
+    t.backend = m.choice<TrainingBackend>("backend", TrainingBackend::kFsdp,
+                                          {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
+    if (m.has("precision")) t.precision = parse_recipe(src, m.get("precision"), "training.precision");
+    t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", 1, 1, 4096));
+    t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", 1, 1, 4096));
+    t.expert_parallel = static_cast<int>(m.integer("expert_parallel", 1, 1, 4096));
+    t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", 1, 1, 100));
+    t.mini_batches = static_cast<int>(m.integer("mini_batches", 1, 1, 1 << 20));
+    t.dynamic_batching = m.boolean("dynamic_batching", true);
+    t.micro_batch_tokens = m.integer("micro_batch_tokens", 16384, 1, 1LL << 40);
+    t.logprob_micro_batch_tokens = m.integer("logprob_micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
+    t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", 8, 1, 1 << 20));
+    t.logprob_micro_batch_sequences = static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
+    t.recompute_old_logprob = m.boolean("recompute_old_logprob", true);
+    t.reference_model = m.boolean("reference_model", true);
+    t.activation_checkpointing = m.boolean("activation_checkpointing", true);
+    t.param_offload = m.boolean("param_offload", false);
+    if (m.has("optimizer")) {
+      Map o(src, m.get("optimizer"), "training.optimizer");
+      t.optimizer.name = o.choice<std::string>("name", "adam", {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
+      t.optimizer.state = o.choice<Element>("state", Element::kFp32, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
+      t.optimizer.offload = o.boolean("offload", false);
+      t.optimizer.cpu_adam = o.boolean("cpu_adam", false);
+      o.finish({"name", "state", "offload", "cpu_adam"});
+      if (t.optimizer.offload && t.optimizer.cpu_adam) {
+        src.fail(o.node(), "training.optimizer",
+                 "training.optimizer: offload (states to host between updates, step on the device) and cpu_adam (states on "
+                 "the host, step on the CPU) are alternatives; set one");
+      }
+    }
+    auto& ov = s.cost_overrides;
+    if (m.has("efficiency")) {
+      Map e(src, m.get("efficiency"), "training.efficiency");
+      ov.train_memory = optional_fraction(e, "memory");
+      ov.train_compute = optional_fraction(e, "compute");
+      ov.train_moe_compute = optional_fraction(e, "moe_compute");
+      ov.train_forward = optional_fraction(e, "forward");
+      ov.train_comm = optional_fraction(e, "comm");
+      e.finish({"memory", "compute", "moe_compute", "forward", "comm"});
+    }
+    ov.step_overhead_s = optional_quantity(m, "step_overhead");
+    m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",
+              "mini_batches", "dynamic_batching", "micro_batch_tokens", "logprob_micro_batch_tokens", "micro_batch_sequences",
+              "logprob_micro_batch_sequences", "recompute_old_logprob", "reference_model",
+              "activation_checkpointing", "param_offload", "optimizer", "efficiency", "step_overhead"});
+    const int mp = t.tensor_parallel * t.pipeline_parallel;
+    if (s.placement.train_devices % mp != 0) {
+      src.fail(m.node(), "training", fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices",
+                                                 mp, s.placement.train_devices));
+    }
+    const int dp = s.placement.train_devices / mp;
+    if ((t.tensor_parallel * dp) % t.expert_parallel != 0) {
+      src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel must divide tensor_parallel x data-parallel size");
+    }
+    if (t.expert_parallel > 1 && !s.model.moe) {
+      src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel > 1 needs an MoE model");
+    }
+    if (t.expert_parallel > 1 && t.backend != TrainingBackend::kMegatron) {
+      src.fail(m.get("expert_parallel"), "training.expert_parallel",
+               "training.expert_parallel > 1 needs backend: megatron (FSDP shards experts like any other weight)");
+    }
+    if (t.pipeline_parallel > s.model.layers) {
+      src.fail(m.get("pipeline_parallel"), "training.pipeline_parallel", "training.pipeline_parallel exceeds the model's layers");
+    }
+  }
+}
+
+// Every recipe's GEMMs need a tensor-core rate on the device (after fallback to wider types).
+void check_device_rates(const Source& src, const YAML::Node& root, const Scenario& s) {
+  for (const auto& [role, recipe] : {std::pair<std::string, const Recipe*>{"rollout", &s.rollout.precision},
+                                     std::pair<std::string, const Recipe*>{"training", &s.training.precision}}) {
+    const auto want = recipe->linear.compute(recipe->mode);
+    if (!s.cluster.device.effective(want)) {
+      const YAML::Node where = root[role] && root[role]["precision"] ? root[role]["precision"] : root["cluster"]["device"];
+      src.fail(where, role + ".precision",
+               fmt::format("device '{}' has no compute rate usable for the {} recipe '{}' ({} GEMMs); add a '{}' rate to "
+                           "cluster.device.compute",
+                           s.cluster.device.name, role, recipe->name, models::compute_name(want), models::compute_name(want)));
+    }
+  }
+}
+
+// weight_sync: method and bucket size.
+void parse_weight_sync_section(const Source& src, Map& top, Scenario& s) {
+  if (top.has("weight_sync")) {
+    Map m(src, top.get("weight_sync"), "weight_sync");
+    s.weight_sync.method = m.choice<WeightSyncMethod>("method", WeightSyncMethod::kAuto,
+                                                      {{"auto", WeightSyncMethod::kAuto}, {"cuda-ipc", WeightSyncMethod::kCudaIpc},
+                                                       {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}});
+    s.weight_sync.bucket_bytes = m.quantity("bucket", s.weight_sync.bucket_bytes, Dimension::kBytes);
+    if (s.weight_sync.bucket_bytes < 1e6) src.fail(m.get("bucket"), "weight_sync.bucket", "weight_sync.bucket must be at least 1 MB");
+    m.finish({"method", "bucket"});
+    if (s.weight_sync.method == WeightSyncMethod::kCudaIpc && s.placement.mode == PlacementMode::kDisaggregated) {
+      src.fail(m.get("method"), "weight_sync.method", "cuda-ipc needs rollout and training on the same devices (placement.mode: colocated)");
+    }
+  }
+}
+
+// output: folder, plots, trace.
+void parse_output_section(const Source& src, Map& top, const std::string& path, Scenario& s) {
+  s.output.dir = (fs::path("out") / fs::path(path).stem()).string();
+  if (top.has("output")) {
+    Map m(src, top.get("output"), "output");
+    s.output.dir = m.str("dir", s.output.dir);
+    s.output.plots = m.boolean("plots", true);
+    s.output.trace = m.boolean("trace", true);
+    m.finish({"dir", "plots", "trace"});
+  }
+}
+
+}  // namespace
+
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides, const std::string& override_label,
                        const Calibration* calibration) {
   Source src{path, {}, override_label};
@@ -483,276 +766,16 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   s.seed = static_cast<std::uint64_t>(top.integer("seed", 0, 0, INT64_MAX));
   s.steps = static_cast<int>(top.integer("steps", 3, 1, 100000));
 
-  // model
-  {
-    YAML::Node n = top.require("model");
-    if (n.IsScalar()) {
-      try {
-        s.model = catalog_model(n.Scalar());
-      } catch (const ScenarioError& e) {
-        src.fail(n, "model", e.what());
-      }
-    } else if (n.IsMap() && n["hf_config"]) {
-      Map m(src, n, "model");
-      const std::string p = m.str("hf_config", "", true);
-      m.finish({"hf_config"});
-      const fs::path full = fs::path(p).is_absolute() ? fs::path(p) : base_dir / p;
-      try {
-        s.model = model_from_hf_config(full.string());
-      } catch (const ScenarioError& e) {
-        src.fail(n["hf_config"], "model.hf_config", e.what());
-      }
-    } else {
-      s.model = parse_model(Map(src, n, "model"));
-    }
-  }
-
-  // cluster
-  {
-    Map c(src, top.require("cluster"), "cluster");
-    YAML::Node dn = c.require("device");
-    if (dn.IsScalar()) {
-      try {
-        s.cluster.device = catalog_device(dn.Scalar());
-      } catch (const ScenarioError& e) {
-        src.fail(dn, "cluster.device", e.what());
-      }
-    } else {
-      s.cluster.device = parse_device(Map(src, dn, "cluster.device"));
-    }
-    s.cluster.nodes = static_cast<int>(c.integer("nodes", 0, 1, 1 << 20, true));
-    s.cluster.devices_per_node = static_cast<int>(c.integer("devices_per_node", 0, 1, 1024, true));
-    const auto& d = s.cluster.device;
-    s.cluster.intra_node = c.has("intra_node") ? parse_link(Map(src, c.get("intra_node"), "cluster.intra_node"), d.intra_node) : d.intra_node;
-    s.cluster.inter_node = c.has("inter_node") ? parse_link(Map(src, c.get("inter_node"), "cluster.inter_node"), d.inter_node) : d.inter_node;
-    s.cluster.host_link = c.has("host_link") ? parse_link(Map(src, c.get("host_link"), "cluster.host_link"), d.host_link) : d.host_link;
-    c.finish({"device", "nodes", "devices_per_node", "intra_node", "inter_node", "host_link"});
-  }
-  const int devices = s.cluster.devices();
-
-  // placement
-  {
-    s.placement.rollout_devices = devices;
-    s.placement.train_devices = devices;
-    if (top.has("placement")) {
-      Map p(src, top.get("placement"), "placement");
-      s.placement.mode = p.choice<PlacementMode>("mode", PlacementMode::kColocated,
-                                                 {{"colocated", PlacementMode::kColocated}, {"disaggregated", PlacementMode::kDisaggregated}});
-      if (s.placement.mode == PlacementMode::kDisaggregated) {
-        s.placement.rollout_devices = static_cast<int>(p.integer("rollout_devices", 0, 1, devices, true));
-        s.placement.train_devices = static_cast<int>(p.integer("train_devices", 0, 1, devices, true));
-        if (s.placement.rollout_devices + s.placement.train_devices > devices) {
-          src.fail(p.node(), "placement", fmt::format("rollout_devices + train_devices = {} exceeds the cluster's {} devices",
-                                                       s.placement.rollout_devices + s.placement.train_devices, devices));
-        }
-      } else {
-        for (const char* k : {"rollout_devices", "train_devices"}) {
-          if (p.has(k)) src.fail(p.get(k), p.path(k), std::string("'placement.") + k + "' is only valid with mode: disaggregated");
-        }
-      }
-      p.finish({"mode", "rollout_devices", "train_devices"});
-    }
-  }
-
-  // schedule
-  if (top.has("schedule")) {
-    Map p(src, top.get("schedule"), "schedule");
-    s.schedule.mode = p.choice<ScheduleMode>("mode", ScheduleMode::kSync,
-                                             {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
-    // SCENARIO.md's range is a fraction of a batch (verl's staleness_threshold, 0-1); rlsim also
-    // takes whole batches ahead up to 16, AReaL's max_head_offpolicyness (eta <= 16 in its blog).
-    s.schedule.staleness = p.number("staleness", 0.5, 0.0, kMaxStaleness);
-    s.schedule.partial_rollout = p.boolean("partial_rollout", false);
-    p.finish({"mode", "staleness", "partial_rollout"});
-    if (s.schedule.mode != ScheduleMode::kSync && s.placement.mode == PlacementMode::kColocated) {
-      src.fail(p.get("mode"), "schedule.mode",
-               fmt::format("schedule.mode {} overlaps rollout and training, so it needs placement.mode: disaggregated "
-                           "with rollout_devices and train_devices", schedule_name(s.schedule.mode)));
-    }
-  }
-
-  // workload
-  {
-    Map w(src, top.require("workload"), "workload");
-    s.workload.prompts_per_step = static_cast<int>(w.integer("prompts_per_step", 0, 1, 1 << 24, true));
-    s.workload.samples_per_prompt = static_cast<int>(w.integer("samples_per_prompt", 0, 1, 1 << 16, true));
-    s.workload.prompt_tokens = parse_dist(Map(src, w.require("prompt_tokens"), "workload.prompt_tokens"), base_dir);
-    s.workload.response_tokens = parse_dist(Map(src, w.require("response_tokens"), "workload.response_tokens"), base_dir);
-    w.finish({"prompts_per_step", "samples_per_prompt", "prompt_tokens", "response_tokens"});
-    if (static_cast<std::int64_t>(s.workload.prompts_per_step) * s.workload.samples_per_prompt > 100'000'000) {
-      src.fail(w.node(), "workload", "prompts_per_step x samples_per_prompt must be at most 100,000,000 sequences per step");
-    }
-  }
-
-  // rollout
-  {
-    auto& r = s.rollout;
-    r.precision = models::builtin_recipe("bf16");
-    std::optional<Map> m;
-    if (top.has("rollout")) m.emplace(src, top.get("rollout"), "rollout");
-    if (m) {
-      r.engine = m->choice<RolloutEngineKind>("engine", RolloutEngineKind::kVllm,
-                                              {{"vllm", RolloutEngineKind::kVllm}, {"sglang", RolloutEngineKind::kSglang}});
-      r.tensor_parallel = static_cast<int>(m->integer("tensor_parallel", 1, 1, 4096));
-      r.expert_parallel = static_cast<int>(m->integer("expert_parallel", 1, 1, 4096));
-      if (m->has("precision")) r.precision = parse_recipe(src, m->get("precision"), "rollout.precision");
-    }
-    const bool vllm = r.engine == RolloutEngineKind::kVllm;
-    // Eager mode (vLLM enforce_eager, verl's rollout default through mid-2025) launches every
-    // kernel from Python; its per-layer cost is a calibrated parameter of its own.
-    r.enforce_eager = m && m->boolean("enforce_eager", false);
-    // SGLang RL memory blog: 1-3 GB CUDA graphs + 3-7 GB buffers per GPU; 5 GB taken.
-    const double buffers_default = 5e9;
-    r.activation_buffer_bytes = buffers_default;
-    r.sleep_level = vllm ? 1 : 2;
-    if (m) {
-      // rollout.kv_cache is sugar for rollout.precision.kv_cache, one format string, one meaning
-      // (vLLM's kv_cache_dtype=fp8 with its per-tensor k/v scales is fp8-e4m3/tensor).
-      r.precision.kv_cache = format_value(*m, "kv_cache", r.precision.kv_cache);
-      r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", 256, 1, 1 << 20));
-      r.memory_utilization = m->number("memory_utilization", 0.85, 0.05, 1.0);
-      r.sleep_level = static_cast<int>(m->integer("sleep_level", r.sleep_level, 1, 2));
-      r.activation_buffer_bytes = m->quantity("activation_buffers", buffers_default, Dimension::kBytes);
-      auto& ov = s.cost_overrides;
-      if (m->has("overheads")) {
-        Map o(src, m->get("overheads"), "rollout.overheads");
-        ov.iteration_s = optional_quantity(o, "iteration");
-        ov.per_layer_s = optional_quantity(o, "per_layer");
-        ov.moe_layer_s = optional_quantity(o, "moe_layer");
-        ov.per_sequence_s = optional_quantity(o, "per_sequence");
-        o.finish({"iteration", "per_layer", "moe_layer", "per_sequence"});
-      }
-      if (m->has("efficiency")) {
-        Map e(src, m->get("efficiency"), "rollout.efficiency");
-        ov.rollout_memory = optional_fraction(e, "memory");
-        ov.rollout_compute = optional_fraction(e, "compute");
-        ov.rollout_comm = optional_fraction(e, "comm");
-        e.finish({"memory", "compute", "comm"});
-      }
-      m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
-                 "memory_utilization", "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
-      if (r.tensor_parallel % r.expert_parallel != 0) {
-        src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel must divide rollout.tensor_parallel");
-      }
-      if (s.placement.rollout_devices % r.tensor_parallel != 0) {
-        src.fail(m->get("tensor_parallel"), "rollout.tensor_parallel",
-                 fmt::format("rollout.tensor_parallel ({}) must divide the {} rollout devices", r.tensor_parallel, s.placement.rollout_devices));
-      }
-      if (r.expert_parallel > 1 && !s.model.moe) {
-        src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel > 1 needs an MoE model");
-      }
-    }
-  }
-
-  // training
-  {
-    auto& t = s.training;
-    t.precision = models::builtin_recipe("bf16");
-    if (top.has("training")) {
-      Map m(src, top.get("training"), "training");
-      t.backend = m.choice<TrainingBackend>("backend", TrainingBackend::kFsdp,
-                                            {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
-      if (m.has("precision")) t.precision = parse_recipe(src, m.get("precision"), "training.precision");
-      t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", 1, 1, 4096));
-      t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", 1, 1, 4096));
-      t.expert_parallel = static_cast<int>(m.integer("expert_parallel", 1, 1, 4096));
-      t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", 1, 1, 100));
-      t.mini_batches = static_cast<int>(m.integer("mini_batches", 1, 1, 1 << 20));
-      t.dynamic_batching = m.boolean("dynamic_batching", true);
-      t.micro_batch_tokens = m.integer("micro_batch_tokens", 16384, 1, 1LL << 40);
-      t.logprob_micro_batch_tokens = m.integer("logprob_micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
-      t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", 8, 1, 1 << 20));
-      t.logprob_micro_batch_sequences = static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
-      t.recompute_old_logprob = m.boolean("recompute_old_logprob", true);
-      t.reference_model = m.boolean("reference_model", true);
-      t.activation_checkpointing = m.boolean("activation_checkpointing", true);
-      t.param_offload = m.boolean("param_offload", false);
-      if (m.has("optimizer")) {
-        Map o(src, m.get("optimizer"), "training.optimizer");
-        t.optimizer.name = o.choice<std::string>("name", "adam", {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
-        t.optimizer.state = o.choice<Element>("state", Element::kFp32, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
-        t.optimizer.offload = o.boolean("offload", false);
-        t.optimizer.cpu_adam = o.boolean("cpu_adam", false);
-        o.finish({"name", "state", "offload", "cpu_adam"});
-        if (t.optimizer.offload && t.optimizer.cpu_adam) {
-          src.fail(o.node(), "training.optimizer",
-                   "training.optimizer: offload (states to host between updates, step on the device) and cpu_adam (states on "
-                   "the host, step on the CPU) are alternatives; set one");
-        }
-      }
-      auto& ov = s.cost_overrides;
-      if (m.has("efficiency")) {
-        Map e(src, m.get("efficiency"), "training.efficiency");
-        ov.train_memory = optional_fraction(e, "memory");
-        ov.train_compute = optional_fraction(e, "compute");
-        ov.train_moe_compute = optional_fraction(e, "moe_compute");
-        ov.train_forward = optional_fraction(e, "forward");
-        ov.train_comm = optional_fraction(e, "comm");
-        e.finish({"memory", "compute", "moe_compute", "forward", "comm"});
-      }
-      ov.step_overhead_s = optional_quantity(m, "step_overhead");
-      m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",
-                "mini_batches", "dynamic_batching", "micro_batch_tokens", "logprob_micro_batch_tokens", "micro_batch_sequences",
-                "logprob_micro_batch_sequences", "recompute_old_logprob", "reference_model",
-                "activation_checkpointing", "param_offload", "optimizer", "efficiency", "step_overhead"});
-      const int mp = t.tensor_parallel * t.pipeline_parallel;
-      if (s.placement.train_devices % mp != 0) {
-        src.fail(m.node(), "training", fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices",
-                                                   mp, s.placement.train_devices));
-      }
-      const int dp = s.placement.train_devices / mp;
-      if ((t.tensor_parallel * dp) % t.expert_parallel != 0) {
-        src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel must divide tensor_parallel x data-parallel size");
-      }
-      if (t.expert_parallel > 1 && !s.model.moe) {
-        src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel > 1 needs an MoE model");
-      }
-      if (t.expert_parallel > 1 && t.backend != TrainingBackend::kMegatron) {
-        src.fail(m.get("expert_parallel"), "training.expert_parallel",
-                 "training.expert_parallel > 1 needs backend: megatron (FSDP shards experts like any other weight)");
-      }
-      if (t.pipeline_parallel > s.model.layers) {
-        src.fail(m.get("pipeline_parallel"), "training.pipeline_parallel", "training.pipeline_parallel exceeds the model's layers");
-      }
-    }
-  }
-
-  // Every recipe's GEMMs need a tensor-core rate on the device (after fallback to wider types).
-  for (const auto& [role, recipe] : {std::pair<std::string, const Recipe*>{"rollout", &s.rollout.precision},
-                                     std::pair<std::string, const Recipe*>{"training", &s.training.precision}}) {
-    const auto want = recipe->linear.compute(recipe->mode);
-    if (!s.cluster.device.effective(want)) {
-      const YAML::Node where = root[role] && root[role]["precision"] ? root[role]["precision"] : root["cluster"]["device"];
-      src.fail(where, role + ".precision",
-               fmt::format("device '{}' has no compute rate usable for the {} recipe '{}' ({} GEMMs); add a '{}' rate to "
-                           "cluster.device.compute",
-                           s.cluster.device.name, role, recipe->name, models::compute_name(want), models::compute_name(want)));
-    }
-  }
-
-  // weight sync
-  if (top.has("weight_sync")) {
-    Map m(src, top.get("weight_sync"), "weight_sync");
-    s.weight_sync.method = m.choice<WeightSyncMethod>("method", WeightSyncMethod::kAuto,
-                                                      {{"auto", WeightSyncMethod::kAuto}, {"cuda-ipc", WeightSyncMethod::kCudaIpc},
-                                                       {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}});
-    s.weight_sync.bucket_bytes = m.quantity("bucket", s.weight_sync.bucket_bytes, Dimension::kBytes);
-    if (s.weight_sync.bucket_bytes < 1e6) src.fail(m.get("bucket"), "weight_sync.bucket", "weight_sync.bucket must be at least 1 MB");
-    m.finish({"method", "bucket"});
-    if (s.weight_sync.method == WeightSyncMethod::kCudaIpc && s.placement.mode == PlacementMode::kDisaggregated) {
-      src.fail(m.get("method"), "weight_sync.method", "cuda-ipc needs rollout and training on the same devices (placement.mode: colocated)");
-    }
-  }
-
-  // output
-  s.output.dir = (fs::path("out") / fs::path(path).stem()).string();
-  if (top.has("output")) {
-    Map m(src, top.get("output"), "output");
-    s.output.dir = m.str("dir", s.output.dir);
-    s.output.plots = m.boolean("plots", true);
-    s.output.trace = m.boolean("trace", true);
-    m.finish({"dir", "plots", "trace"});
-  }
+  parse_model_section(src, top, base_dir, s);
+  parse_cluster_section(src, top, s);
+  parse_placement_section(src, top, s);
+  parse_schedule_section(src, top, s);
+  parse_workload_section(src, top, base_dir, s);
+  parse_rollout_section(src, top, s);
+  parse_training_section(src, top, s);
+  check_device_rates(src, root, s);
+  parse_weight_sync_section(src, top, s);
+  parse_output_section(src, top, path, s);
   // A validation record's published figures (rlsim validate reads them; see analysis/validation.h).
   (void)top.get("validation");
   top.finish({"name", "seed", "steps", "model", "cluster", "placement", "schedule", "workload", "rollout",
