@@ -18,6 +18,9 @@ std::string q(double v, Dimension d) {
   return {};
 }
 
+// A number as its shortest text that reads back to the same double (0.6, not 0.59999999999999998).
+std::string num(double v) { return fmt::format("{}", v); }
+
 void link(YAML::Emitter& e, const char* key, const models::Link& l) {
   e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "bandwidth" << YAML::Value
     << q(l.bandwidth_bytes_per_s, Dimension::kBandwidth) << YAML::Key << "latency" << YAML::Value
@@ -59,8 +62,8 @@ void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
       e << YAML::Key << "dist" << YAML::Value << "uniform" << YAML::Key << "min" << YAML::Value << d.min << YAML::Key << "max" << YAML::Value << d.max;
       break;
     case LengthDist::Kind::kLognormal:
-      e << YAML::Key << "dist" << YAML::Value << "lognormal" << YAML::Key << "median" << YAML::Value << d.median << YAML::Key
-        << "sigma" << YAML::Value << d.sigma << YAML::Key << "max" << YAML::Value << d.max;
+      e << YAML::Key << "dist" << YAML::Value << "lognormal" << YAML::Key << "median" << YAML::Value << num(d.median) << YAML::Key
+        << "sigma" << YAML::Value << num(d.sigma) << YAML::Key << "max" << YAML::Value << d.max;
       break;
     case LengthDist::Kind::kCsv:
       e << YAML::Key << "dist" << YAML::Value << "csv" << YAML::Key << "file" << YAML::Value << d.file << YAML::Key << "column"
@@ -73,9 +76,9 @@ void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
 // `with_moe` (the training side): the routed-expert GEMM fraction and the forward-only pass factor as well.
 void efficiency(YAML::Emitter& e, const Efficiency& f, bool with_moe) {
   e << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "memory" << YAML::Value
-    << f.memory << YAML::Key << "compute" << YAML::Value << f.compute;
-  if (with_moe) e << YAML::Key << "moe_compute" << YAML::Value << f.moe_compute << YAML::Key << "forward" << YAML::Value << f.forward;
-  e << YAML::Key << "comm" << YAML::Value << f.comm << YAML::EndMap;
+    << num(f.memory) << YAML::Key << "compute" << YAML::Value << num(f.compute);
+  if (with_moe) e << YAML::Key << "moe_compute" << YAML::Value << num(f.moe_compute) << YAML::Key << "forward" << YAML::Value << num(f.forward);
+  e << YAML::Key << "comm" << YAML::Value << num(f.comm) << YAML::EndMap;
 }
 
 void model(YAML::Emitter& e, const models::ModelArch& m) {
@@ -130,7 +133,7 @@ std::string resolved_yaml(const Scenario& s) {
   }
   e << YAML::EndMap;
   e << YAML::Key << "schedule" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
-    << std::string(schedule_name(s.schedule.mode)) << YAML::Key << "staleness" << YAML::Value << s.schedule.staleness << YAML::Key
+    << std::string(schedule_name(s.schedule.mode)) << YAML::Key << "staleness" << YAML::Value << num(s.schedule.staleness) << YAML::Key
     << "partial_rollout" << YAML::Value << s.schedule.partial_rollout << YAML::EndMap;
   e << YAML::Key << "workload" << YAML::Value << YAML::BeginMap << YAML::Key << "prompts_per_step" << YAML::Value
     << s.workload.prompts_per_step << YAML::Key << "samples_per_prompt" << YAML::Value << s.workload.samples_per_prompt;
@@ -142,7 +145,7 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "engine" << YAML::Value << (r.engine == RolloutEngineKind::kVllm ? "vllm" : "sglang");
   e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "expert_parallel" << YAML::Value << r.expert_parallel;
   recipe(e, "precision", r.precision);
-  e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value << r.memory_utilization;
+  e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value << num(r.memory_utilization);
   e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level << YAML::Key << "enforce_eager" << YAML::Value << r.enforce_eager;
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
   e << YAML::Key << "overheads" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "iteration" << YAML::Value
