@@ -1,5 +1,8 @@
 #include "analysis/calibrate.h"
 
+#include <fmt/format.h>
+
+#include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -7,9 +10,6 @@
 #include <memory>
 #include <set>
 #include <thread>
-
-#include <Eigen/Core>
-#include <fmt/format.h>
 #include <unsupported/Eigen/NonLinearOptimization>
 #include <unsupported/Eigen/NumericalDiff>
 
@@ -17,8 +17,8 @@ namespace rlsim::analysis {
 
 namespace {
 
-constexpr double kFigureSigma = 0.15;  // log error of one figure counted as one standard deviation
-constexpr double kPriorSigma = 0.7;    // a parameter's prior: a factor of 2 is one standard deviation
+constexpr double kFigureSigma = 0.15;    // log error of one figure counted as one standard deviation
+constexpr double kPriorSigma = 0.7;      // a parameter's prior: a factor of 2 is one standard deviation
 constexpr double kUnfitLogError = -7.0;  // a record that stops fitting memory: predicted ~1e-3 x published
 // Forward-difference step of the numerical Jacobian: sqrt(1e-3) ~ 3 % of each free variable.
 // Smaller steps see the discrete events of a simulation (a sequence finishing one iteration
@@ -34,14 +34,16 @@ double to_free(const CalibrationParameter& p, double v) {
   return std::log(t / (1.0 - t));
 }
 
-sim::Calibration with_values(const sim::Calibration& base, const std::vector<CalibrationParameter>& params, const Eigen::VectorXd& x) {
+sim::Calibration with_values(const sim::Calibration& base, const std::vector<CalibrationParameter>& params,
+                             const Eigen::VectorXd& x) {
   sim::Calibration c = base;
   for (std::size_t i = 0; i < params.size(); ++i) params[i].ref(c) = to_value(params[i], x[static_cast<Eigen::Index>(i)]);
   return c;
 }
 
-std::vector<std::map<std::string, double>> simulate_all(const std::vector<ValidationRecord>& records, const std::vector<bool>& use,
-                                                        const sim::Calibration& c, int jobs, RecordCache* cache) {
+std::vector<std::map<std::string, double>> simulate_all(const std::vector<ValidationRecord>& records,
+                                                        const std::vector<bool>& use, const sim::Calibration& c, int jobs,
+                                                        RecordCache* cache) {
   return simulate_records(records, &c, jobs, use, cache);
 }
 
@@ -92,7 +94,7 @@ struct Problem {
   const sim::Calibration& base;
   std::vector<TimeFigure> figures;  // only those usable
   int jobs = 1;
-  RecordCache* cache = nullptr;     // shared by every fit of one calibrate() call
+  RecordCache* cache = nullptr;                                 // shared by every fit of one calibrate() call
   std::shared_ptr<int> evaluations = std::make_shared<int>(0);  // shared by the copies Eigen makes
 
   // Eigen functor interface (NumericalDiff / LevenbergMarquardt).
@@ -107,7 +109,8 @@ struct Problem {
   int operator()(const Eigen::VectorXd& x, Eigen::VectorXd& fvec) const {
     ++*evaluations;
     const auto sims = simulate_all(records, {}, with_values(base, params, x), jobs, cache);
-    for (std::size_t k = 0; k < figures.size(); ++k) fvec[static_cast<Eigen::Index>(k)] = log_error(figures[k], sims) / kFigureSigma;
+    for (std::size_t k = 0; k < figures.size(); ++k)
+      fvec[static_cast<Eigen::Index>(k)] = log_error(figures[k], sims) / kFigureSigma;
     for (std::size_t i = 0; i < params.size(); ++i) {
       const double v = to_value(params[i], x[static_cast<Eigen::Index>(i)]);
       fvec[static_cast<Eigen::Index>(figures.size() + i)] = std::log(v / params[i].prior) / kPriorSigma;
@@ -189,24 +192,30 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
   auto engine_name = [](sim::RolloutEngineKind e) { return std::string(e == sim::RolloutEngineKind::kVllm ? "vllm" : "sglang"); };
   for (const auto e : engines) {
     out.push_back({"rollout." + engine_name(e) + ".compute", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::compute)});
-    out.push_back({"rollout." + engine_name(e) + ".attention", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::attention)});
-    out.push_back({"rollout." + engine_name(e) + ".iteration", 0.2e-3, 20e-3, 2e-3, "s", engine_ref(e, &sim::EngineCalibration::iteration_s)});
+    out.push_back(
+        {"rollout." + engine_name(e) + ".attention", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::attention)});
+    out.push_back({"rollout." + engine_name(e) + ".iteration", 0.2e-3, 20e-3, 2e-3, "s",
+                   engine_ref(e, &sim::EngineCalibration::iteration_s)});
     out.push_back({"rollout." + engine_name(e) + ".per_sequence", 0.1e-6, 50e-6, 2e-6, "s",
                    engine_ref(e, &sim::EngineCalibration::per_sequence_s)});
   }
   for (const auto e : graphs) {
-    out.push_back({"rollout." + engine_name(e) + ".per_layer", 2e-6, 200e-6, 20e-6, "s", engine_ref(e, &sim::EngineCalibration::per_layer_s)});
+    out.push_back({"rollout." + engine_name(e) + ".per_layer", 2e-6, 200e-6, 20e-6, "s",
+                   engine_ref(e, &sim::EngineCalibration::per_layer_s)});
   }
   for (const auto e : eager) {
     out.push_back({"rollout." + engine_name(e) + ".per_layer_eager", 20e-6, 1e-3, 200e-6, "s",
                    engine_ref(e, &sim::EngineCalibration::per_layer_eager_s)});
   }
   for (const auto e : moe_engines) {
-    out.push_back({"rollout." + engine_name(e) + ".moe_layer", 2e-6, 1e-3, 30e-6, "s", engine_ref(e, &sim::EngineCalibration::moe_layer_s)});
+    out.push_back({"rollout." + engine_name(e) + ".moe_layer", 2e-6, 1e-3, 30e-6, "s",
+                   engine_ref(e, &sim::EngineCalibration::moe_layer_s)});
   }
   if (!moe_engines.empty()) {
-    out.push_back({"moe.grouped_gemm_half_tokens", 0.5, 512, 16, "", [](sim::Calibration& c) -> double& { return c.moe_half_tokens; }});
-    out.push_back({"moe.grouped_gemm_half_width", 1.0, 4096, 100, "", [](sim::Calibration& c) -> double& { return c.moe_half_width; }});
+    out.push_back(
+        {"moe.grouped_gemm_half_tokens", 0.5, 512, 16, "", [](sim::Calibration& c) -> double& { return c.moe_half_tokens; }});
+    out.push_back(
+        {"moe.grouped_gemm_half_width", 1.0, 4096, 100, "", [](sim::Calibration& c) -> double& { return c.moe_half_width; }});
   }
   for (const auto e : engines) {
     out.push_back({"rollout." + engine_name(e) + ".sync_per_matrix", 1e-6, 10e-3, 50e-6, "s",

@@ -22,10 +22,10 @@ namespace rlsim::analysis {
 
 /// One free parameter of the fit.
 struct CalibrationParameter {
-  std::string name;     // "devices.h20.compute", "training.megatron.moe", "rollout.vllm.iteration", ...
+  std::string name;  // "devices.h20.compute", "training.megatron.moe", "rollout.vllm.iteration", ...
   double lower = 0, upper = 0;
-  double prior = 0;     // documented starting value (public microbenchmarks or the old default)
-  std::string unit;     // "" (fraction or count) or "s"
+  double prior = 0;  // documented starting value (public microbenchmarks or the old default)
+  std::string unit;  // "" (fraction or count) or "s"
   std::function<double&(sim::Calibration&)> ref;
 };
 
@@ -36,18 +36,18 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
 /// Result of a fit.
 struct CalibrationFit {
   sim::Calibration calibration;
-  std::vector<double> values;                    // per parameter
+  std::vector<double> values;                            // per parameter
   std::vector<std::vector<std::string>> constrained_by;  // per parameter: records whose figures move with it
-  std::vector<FigureOutcome> outcomes;           // every figure at the fitted values
-  std::vector<FigureOutcome> loo;                // time figures, each from a (linearised) refit without its record
-  double cost = 0;                               // final sum of squared residuals
+  std::vector<FigureOutcome> outcomes;                   // every figure at the fitted values
+  std::vector<FigureOutcome> loo;                        // time figures, each from a (linearised) refit without its record
+  double cost = 0;                                       // final sum of squared residuals
   int iterations = 0;
   int evaluations = 0;
 };
 
 /// Options of a fit.
 struct CalibrateOptions {
-  int jobs = 1;              // threads simulating records in parallel
+  int jobs = 1;  // threads simulating records in parallel
   bool leave_one_out = true;
   std::function<void(const std::string&)> progress;  // one line per stage (may be empty)
 };

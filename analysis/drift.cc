@@ -1,5 +1,8 @@
 #include "analysis/drift.h"
 
+#include <fmt/format.h>
+#include <gnuplot-iostream.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,9 +10,6 @@
 #include <optional>
 #include <stdexcept>
 #include <tuple>
-
-#include <fmt/format.h>
-#include <gnuplot-iostream.h>
 
 #include "analysis/output_dir.h"
 #include "analysis/plots.h"
@@ -83,7 +83,8 @@ std::vector<double> metrics_of(const std::vector<SequenceSums>& seqs, const std:
 // A value for a log-scaled axis: non-positive values are not drawn.
 double log_axis(double v) { return v > 0 ? v : std::numeric_limits<double>::quiet_NaN(); }
 
-const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 
 std::string colour(std::size_t i) { return kPalette[i % (sizeof kPalette / sizeof kPalette[0])]; }
 
@@ -97,7 +98,8 @@ void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& res
   gp << "set terminal pngcairo size 1800,560 font 'sans,10'\n";
   gp << "set output " << gnuplot_quoted(png.string()) << "\n";
   gp << "set multiplot layout 1,3 title 'Training-inference mismatch vs rollout length (bands: bootstrap 95 % CI)'\n";
-  gp << "set logscale xy 2\nset logscale y 10\nset format x '%g'\nset format y '%g'\nset xlabel 'rollout length (tokens)'\nset grid\n";
+  gp << "set logscale xy 2\nset logscale y 10\nset format x '%g'\nset format y '%g'\nset xlabel 'rollout length (tokens)'\nset "
+        "grid\n";
   gp << "set key below noenhanced\nset style fill transparent solid 0.2 noborder\n";
   if (!results.empty() && !results.front().by_length.empty()) {
     const auto& bl = results.front().by_length;
@@ -107,17 +109,18 @@ void plot_vs_length(const fs::path& png, const std::vector<DriftPairResult>& res
   }
   for (const char* metric : {"mean_abs_delta", "kl", "seq_log_ratio_abs"}) {
     const std::size_t m = metric_index(metric);
-    const std::string label = std::string(metric) == "kl"                  ? "KL(rollout || train), nats per token"
-                              : std::string(metric) == "mean_abs_delta" ? "mean |log p_train - log p_rollout| per token"
-                                                                          : "mean |sum of delta| per sequence (log importance ratio)";
+    const std::string label = std::string(metric) == "kl" ? "KL(rollout || train), nats per token"
+                              : std::string(metric) == "mean_abs_delta"
+                                  ? "mean |log p_train - log p_rollout| per token"
+                                  : "mean |sum of delta| per sequence (log importance ratio)";
     gp << "set ylabel " << gnuplot_quoted(label) << " noenhanced\n";
     gp << "plot ";
     for (std::size_t i = 0; i < results.size(); ++i) {
       bool any = false;
       for (const auto& [L, ms] : results[i].by_length) any = any || ms[m].value > 0;
       const std::string title = results[i].train + ":" + results[i].rollout + (any ? "" : " (exactly 0)");
-      gp << (i ? ", " : "") << "'-' using 1:2:3 with filledcurves lc rgb '" << colour(i) << "' notitle, '-' using 1:2 with linespoints lw 2 pt 7 lc rgb '"
-         << colour(i) << "' title " << gnuplot_quoted(title);
+      gp << (i ? ", " : "") << "'-' using 1:2:3 with filledcurves lc rgb '" << colour(i)
+         << "' notitle, '-' using 1:2 with linespoints lw 2 pt 7 lc rgb '" << colour(i) << "' title " << gnuplot_quoted(title);
     }
     gp << "\n";
     for (const DriftPairResult& r : results) {
@@ -144,7 +147,8 @@ void plot_vs_position(const fs::path& png, const std::vector<DriftPairResult>& r
     gp << "set ylabel " << gnuplot_quoted(which == 0 ? "mean |delta| at the position" : "mean KL at the position") << "\n";
     gp << "plot ";
     for (std::size_t i = 0; i < results.size(); ++i) {
-      gp << (i ? ", " : "") << "'-' using 1:2 with lines lw 2 lc rgb '" << colour(i) << "' title " << gnuplot_quoted(results[i].train + ":" + results[i].rollout);
+      gp << (i ? ", " : "") << "'-' using 1:2 with lines lw 2 lc rgb '" << colour(i) << "' title "
+         << gnuplot_quoted(results[i].train + ":" + results[i].rollout);
     }
     gp << "\n";
     for (const DriftPairResult& r : results) {
@@ -159,7 +163,8 @@ void plot_vs_position(const fs::path& png, const std::vector<DriftPairResult>& r
             n += 1;
           }
         }
-        pts.emplace_back(static_cast<double>(p0) + static_cast<double>(std::min(len, p0 + bin) - p0 - 1) / 2.0, log_axis(sum / n));
+        pts.emplace_back(static_cast<double>(p0) + static_cast<double>(std::min(len, p0 + bin) - p0 - 1) / 2.0,
+                         log_axis(sum / n));
       }
       gp.send1d(pts);
     }
@@ -188,7 +193,8 @@ void plot_histogram(const fs::path& png, const std::vector<DriftPairResult>& res
   gp << "set xrange [" << -range << ":" << range << "]\n";
   gp << "plot ";
   for (std::size_t i = 0; i < results.size(); ++i) {
-    gp << (i ? ", " : "") << "'-' using 1:2 with steps lw 2 lc rgb '" << colour(i) << "' title " << gnuplot_quoted(results[i].train + ":" + results[i].rollout);
+    gp << (i ? ", " : "") << "'-' using 1:2 with steps lw 2 lc rgb '" << colour(i) << "' title "
+       << gnuplot_quoted(results[i].train + ":" + results[i].rollout);
   }
   gp << "\n";
   for (const DriftPairResult& r : results) {
@@ -235,19 +241,21 @@ DriftPair parse_drift_pair(std::string_view text) {
 }
 
 const std::vector<std::string>& drift_metric_names() {
-  static const std::vector<std::string> names = {"mean_abs_delta", "p99_abs_delta", "kl", "max_prob_diff", "seq_log_ratio_abs", "seq_log_ratio_std", "tis_clip_fraction"};
+  static const std::vector<std::string> names = {
+      "mean_abs_delta", "p99_abs_delta", "kl", "max_prob_diff", "seq_log_ratio_abs", "seq_log_ratio_std", "tis_clip_fraction"};
   return names;
 }
 
-std::vector<DriftMetric> drift_metrics(const std::vector<std::vector<DriftToken>>& sequences, int length, double tis_cap, int bootstrap,
-                                       std::uint64_t seed) {
+std::vector<DriftMetric> drift_metrics(const std::vector<std::vector<DriftToken>>& sequences, int length, double tis_cap,
+                                       int bootstrap, std::uint64_t seed) {
   if (sequences.empty()) throw std::invalid_argument("drift_metrics: no sequences");
   if (length <= 0) throw std::invalid_argument("drift_metrics: length must be positive");
   const double log_cap = std::log(tis_cap);
   std::vector<SequenceSums> seqs(sequences.size());
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     if (sequences[i].size() < static_cast<std::size_t>(length)) {
-      throw std::invalid_argument(fmt::format("drift_metrics: sequence {} has {} tokens, fewer than {}", i, sequences[i].size(), length));
+      throw std::invalid_argument(
+          fmt::format("drift_metrics: sequence {} has {} tokens, fewer than {}", i, sequences[i].size(), length));
     }
     SequenceSums& s = seqs[i];
     for (int t = 0; t < length; ++t) {
@@ -294,7 +302,9 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
       throw std::invalid_argument("lengths must be positive and strictly ascending");
     }
   }
-  if (!(o.temperature > 0)) throw std::invalid_argument(fmt::format("temperature must be > 0 (log-probabilities at temperature {} are undefined)", o.temperature));
+  if (!(o.temperature > 0))
+    throw std::invalid_argument(
+        fmt::format("temperature must be > 0 (log-probabilities at temperature {} are undefined)", o.temperature));
   if (o.samples <= 0 || o.prompts.empty()) throw std::invalid_argument("at least one prompt and one sample are needed");
   if (!(o.tis_cap > 0)) throw std::invalid_argument("the TIS cap must be > 0");
   const int L = o.lengths.back();
@@ -302,12 +312,13 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
     if (o.prompts[p].empty()) throw std::invalid_argument(fmt::format("prompt {} has no tokens", p));
     for (int t : o.prompts[p]) {
       // Checked here: nothing may throw inside the parallel region below.
-      if (t < 0 || t >= c.vocab) throw std::invalid_argument(fmt::format("prompt {} has token {} outside the model's vocabulary of {}", p, t, c.vocab));
+      if (t < 0 || t >= c.vocab)
+        throw std::invalid_argument(fmt::format("prompt {} has token {} outside the model's vocabulary of {}", p, t, c.vocab));
     }
     // The trainer scores prompt + response[0..L-2]: its last row predicts response[L-1].
     if (static_cast<int>(o.prompts[p].size()) + L - 1 > c.max_seq) {
-      throw std::invalid_argument(fmt::format("prompt {} ({} tokens) plus the longest length {} exceeds the model's max_seq {}", p,
-                                              o.prompts[p].size(), L, c.max_seq));
+      throw std::invalid_argument(fmt::format("prompt {} ({} tokens) plus the longest length {} exceeds the model's max_seq {}",
+                                              p, o.prompts[p].size(), L, c.max_seq));
     }
   }
   const models::KernelMode mode = o.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault;
@@ -343,7 +354,8 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
         const std::size_t p = i / static_cast<std::size_t>(o.samples);
         const int k = static_cast<int>(i % static_cast<std::size_t>(o.samples));
         // Common random numbers: the same uniform draws for this (prompt, sample) in every pair.
-        sim::Rng rng(sim::mix_seed(o.seed) ^ sim::mix_seed((static_cast<std::uint64_t>(p) << 32) | static_cast<std::uint64_t>(k)));
+        sim::Rng rng(sim::mix_seed(o.seed) ^
+                     sim::mix_seed((static_cast<std::uint64_t>(p) << 32) | static_cast<std::uint64_t>(k)));
         std::vector<int> seq = o.prompts[p];
         const std::size_t P = seq.size();
         auto t0 = std::chrono::steady_clock::now();
@@ -365,8 +377,10 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
         std::vector<DriftToken>& toks = res.sequences[i];
         toks.reserve(static_cast<std::size_t>(L));
         for (int t = 0; t < L; ++t) {
-          const std::span<const float> r_row(rollout_logits.data() + static_cast<std::ptrdiff_t>(t) * c.vocab, static_cast<std::size_t>(c.vocab));
-          const std::span<const float> t_row(scored.row(static_cast<Eigen::Index>(P) - 1 + t).data(), static_cast<std::size_t>(c.vocab));
+          const std::span<const float> r_row(rollout_logits.data() + static_cast<std::ptrdiff_t>(t) * c.vocab,
+                                             static_cast<std::size_t>(c.vocab));
+          const std::span<const float> t_row(scored.row(static_cast<Eigen::Index>(P) - 1 + t).data(),
+                                             static_cast<std::size_t>(c.vocab));
           log_softmax(r_row, o.temperature, lr);
           log_softmax(t_row, o.temperature, lt);
           DriftToken d;
@@ -397,9 +411,10 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
     for (int len : o.lengths) res.by_length.emplace_back(len, drift_metrics(res.sequences, len, o.tis_cap, o.bootstrap, o.seed));
     if (progress) {
       const auto& last = res.by_length.back().second;
-      *progress << fmt::format("drift: {}:{} done ({} sequences x {} tokens; mean |delta| {:.4g} at L = {}; rollout {:.0f} tok/s, trainer {:.0f} tok/s)\n",
-                               res.train, res.rollout, res.sequences.size(), L, last[0].value, L, res.rollout_tokens_per_s,
-                               res.train_tokens_per_s);
+      *progress << fmt::format(
+          "drift: {}:{} done ({} sequences x {} tokens; mean |delta| {:.4g} at L = {}; rollout {:.0f} tok/s, trainer {:.0f} "
+          "tok/s)\n",
+          res.train, res.rollout, res.sequences.size(), L, last[0].value, L, res.rollout_tokens_per_s, res.train_tokens_per_s);
     }
     results.push_back(std::move(res));
   }
@@ -412,16 +427,19 @@ std::vector<std::string> write_drift_outputs(const fs::path& dir, const std::vec
     std::string csv = "train,rollout,length,metric,value,ci_low,ci_high\n";
     for (const DriftPairResult& r : results) {
       for (const auto& [L, ms] : r.by_length) {
-        for (const DriftMetric& m : ms) csv += fmt::format("{},{},{},{},{:.9g},{:.9g},{:.9g}\n", r.train, r.rollout, L, m.name, m.value, m.ci_low, m.ci_high);
+        for (const DriftMetric& m : ms)
+          csv += fmt::format("{},{},{},{},{:.9g},{:.9g},{:.9g}\n", r.train, r.rollout, L, m.name, m.value, m.ci_low, m.ci_high);
       }
     }
     write_text(tmp / "drift.csv", csv);
-    std::string tok = "train,rollout,prompt,sample,position,token,logp_rollout,logp_train,delta,kl,prob_diff,max_vocab_prob_diff\n";
+    std::string tok =
+        "train,rollout,prompt,sample,position,token,logp_rollout,logp_train,delta,kl,prob_diff,max_vocab_prob_diff\n";
     for (const DriftPairResult& r : results) {
       for (const auto& seq : r.sequences) {
         for (const DriftToken& t : seq) {
-          tok += fmt::format("{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g}\n", r.train, r.rollout, t.prompt, t.sample, t.position, t.token,
-                             t.logp_rollout, t.logp_train, t.delta(), t.kl, t.prob_diff, t.max_vocab_prob_diff);
+          tok +=
+              fmt::format("{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g}\n", r.train, r.rollout, t.prompt, t.sample,
+                          t.position, t.token, t.logp_rollout, t.logp_train, t.delta(), t.kl, t.prob_diff, t.max_vocab_prob_diff);
         }
       }
     }
@@ -439,17 +457,20 @@ std::vector<std::string> write_drift_outputs(const fs::path& dir, const std::vec
 }
 
 void print_drift_summary(std::ostream& out, const std::vector<DriftPairResult>& results, bool batch_invariant) {
-  out << fmt::format("Training-inference mismatch, delta = log p_train(y) - log p_rollout(y) ({} kernels; [95 % bootstrap CI])\n",
-                     models::kernel_mode_name(batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault));
+  out << fmt::format(
+      "Training-inference mismatch, delta = log p_train(y) - log p_rollout(y) ({} kernels; [95 % bootstrap CI])\n",
+      models::kernel_mode_name(batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault));
   std::size_t w = 4;
   for (const DriftPairResult& r : results) w = std::max(w, r.train.size() + r.rollout.size() + 1);
-  out << fmt::format("{:<{}} {:>6}  {:>32}  {:>32}  {:>9}  {:>9}  {:>9}  {:>9}\n", "pair", w, "length", "mean |delta|", "KL (nats/token)", "p99|delta|",
-                     "max dp", "|seq lr|", "TIS clip");
+  out << fmt::format("{:<{}} {:>6}  {:>32}  {:>32}  {:>9}  {:>9}  {:>9}  {:>9}\n", "pair", w, "length", "mean |delta|",
+                     "KL (nats/token)", "p99|delta|", "max dp", "|seq lr|", "TIS clip");
   for (const DriftPairResult& r : results) {
     for (const auto& [L, m] : r.by_length) {
-      out << fmt::format("{:<{}} {:>6}  {:>10.4g} [{:>9.4g}, {:>9.4g}]  {:>10.4g} [{:>9.4g}, {:>9.4g}]  {:>9.4g}  {:>9.4g}  {:>9.4g}  {:>9.4g}\n",
-                         r.train + ":" + r.rollout, w, L, m[0].value, m[0].ci_low, m[0].ci_high, m[2].value, m[2].ci_low, m[2].ci_high,
-                         m[1].value, m[3].value, m[4].value, m[6].value);
+      out << fmt::format(
+          "{:<{}} {:>6}  {:>10.4g} [{:>9.4g}, {:>9.4g}]  {:>10.4g} [{:>9.4g}, {:>9.4g}]  {:>9.4g}  {:>9.4g}  {:>9.4g}  "
+          "{:>9.4g}\n",
+          r.train + ":" + r.rollout, w, L, m[0].value, m[0].ci_low, m[0].ci_high, m[2].value, m[2].ci_low, m[2].ci_high,
+          m[1].value, m[3].value, m[4].value, m[6].value);
     }
   }
   out << "Speed (wall time on this machine):\n";

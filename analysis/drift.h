@@ -48,12 +48,12 @@ struct DriftOptions {
   std::vector<DriftPair> pairs;
   std::vector<int> lengths;
   std::vector<std::vector<int>> prompts;
-  int samples = 4;                      // continuations per prompt
-  double temperature = 1.0;             // > 0: sampling and both log-probabilities use logits / T
+  int samples = 4;           // continuations per prompt
+  double temperature = 1.0;  // > 0: sampling and both log-probabilities use logits / T
   std::uint64_t seed = 1;
-  bool batch_invariant = false;         // both sides use models::KernelMode::kBatchInvariant
-  double tis_cap = 2.0;                 // C of token-level truncated importance sampling
-  int bootstrap = 1000;                 // resamples of sequences for the 95 % intervals
+  bool batch_invariant = false;  // both sides use models::KernelMode::kBatchInvariant
+  double tis_cap = 2.0;          // C of token-level truncated importance sampling
+  int bootstrap = 1000;          // resamples of sequences for the 95 % intervals
 };
 
 /// One sampled token scored by both sides (Δ = logp_train - logp_rollout).
@@ -87,18 +87,18 @@ const std::vector<std::string>& drift_metric_names();
 /// `bootstrap` resamples of whole sequences with replacement (Efron's percentile method; tokens
 /// within a sequence are not independent), drawn from sim::Rng(seed); bootstrap 0 gives the
 /// point value as both bounds. Throws std::invalid_argument for no sequences or a short one.
-std::vector<DriftMetric> drift_metrics(const std::vector<std::vector<DriftToken>>& sequences, int length, double tis_cap, int bootstrap,
-                                       std::uint64_t seed);
+std::vector<DriftMetric> drift_metrics(const std::vector<std::vector<DriftToken>>& sequences, int length, double tis_cap,
+                                       int bootstrap, std::uint64_t seed);
 
 /// The result of one pair.
 struct DriftPairResult {
-  std::string train, rollout;                        // labels
-  std::vector<std::vector<DriftToken>> sequences;    // prompt-major, then sample
+  std::string train, rollout;                      // labels
+  std::vector<std::vector<DriftToken>> sequences;  // prompt-major, then sample
   std::vector<std::pair<int, std::vector<DriftMetric>>> by_length;
   // Throughput of each side on this machine: tokens / (seconds summed over the threads that ran
   // sequences / their number). Wall-clock figures, not part of the CSVs.
-  double rollout_tokens_per_s = 0;                   // sampled tokens (prompt prefill + decode)
-  double train_tokens_per_s = 0;                     // scored positions (one prefill per sequence)
+  double rollout_tokens_per_s = 0;  // sampled tokens (prompt prefill + decode)
+  double train_tokens_per_s = 0;    // scored positions (one prefill per sequence)
 };
 
 /// Runs every pair: for each prompt and sample, the rollout side samples options.lengths.back()
@@ -114,7 +114,8 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
 /// per scored token) and, when gnuplot is installed and `plots`, drift_vs_length.png,
 /// drift_vs_position.png and delta_histogram.png into `dir` via write_directory(). Returns the
 /// plots it could not draw, with why.
-std::vector<std::string> write_drift_outputs(const std::filesystem::path& dir, const std::vector<DriftPairResult>& results, bool plots);
+std::vector<std::string> write_drift_outputs(const std::filesystem::path& dir, const std::vector<DriftPairResult>& results,
+                                             bool plots);
 
 /// The summary table: per pair and length, mean |Δ| and KL with intervals, p99 |Δ|, max prob
 /// diff, |seq log ratio| and TIS clip fraction; then each pair's rollout and trainer tokens/s.

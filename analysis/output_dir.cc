@@ -1,9 +1,9 @@
 #include "analysis/output_dir.h"
 
+#include <csv.h>
+
 #include <fstream>
 #include <stdexcept>
-
-#include <csv.h>
 
 namespace rlsim::analysis {
 

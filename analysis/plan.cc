@@ -1,5 +1,8 @@
 #include "analysis/plan.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -8,12 +11,9 @@
 #include <exception>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "analysis/output_dir.h"
 #include "analysis/plots.h"
@@ -57,13 +57,15 @@ std::string flow_yaml(const YAML::Node& n) {
 
 bool valid_dotted_key(const std::string& key) {
   if (key.empty() || key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos) return false;
-  return std::all_of(key.begin(), key.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; });
+  return std::all_of(key.begin(), key.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; });
 }
 
 // The values of one swept key as flow YAML; `unique`: a value may not repeat (a plain key; in a
 // group only whole settings must differ).
 std::vector<std::string> sweep_values(const StudySource& src, const YAML::Node& list, const std::string& key, bool unique) {
-  if (!list.IsSequence() || list.size() == 0) src.fail(list, fmt::format("sweep '{}' must be a non-empty list of values, e.g. [1, 2, 4]", key));
+  if (!list.IsSequence() || list.size() == 0)
+    src.fail(list, fmt::format("sweep '{}' must be a non-empty list of values, e.g. [1, 2, 4]", key));
   std::vector<std::string> out;
   std::set<std::string> seen;
   for (const auto& v : list) {
@@ -152,16 +154,19 @@ using KeyNodes = std::vector<std::pair<std::string, YAML::Node>>;  // swept keys
 
 // A sweep group (`name: {key: [values], key: [values]}`): keys swept together, value i with value i.
 void parse_sweep_group(const StudySource& src, const YAML::Node& group, SweepAxis& ax, KeyNodes& all_keys) {
-  if (group.size() == 0) src.fail(group, fmt::format("sweep group '{}' is empty: give it dotted keys with lists of values", ax.name));
+  if (group.size() == 0)
+    src.fail(group, fmt::format("sweep group '{}' is empty: give it dotted keys with lists of values", ax.name));
   std::vector<std::vector<std::string>> per_key;
   for (const auto& g : group) {
     const std::string key = g.first.IsScalar() ? g.first.Scalar() : "";
-    if (!valid_dotted_key(key)) src.fail(g.first, fmt::format("sweep group '{}': '{}' is not a dotted scenario key", ax.name, key));
+    if (!valid_dotted_key(key))
+      src.fail(g.first, fmt::format("sweep group '{}': '{}' is not a dotted scenario key", ax.name, key));
     per_key.push_back(sweep_values(src, g.second, key, false));
     if (per_key.back().size() != per_key.front().size()) {
-      src.fail(g.second, fmt::format("sweep group '{}': '{}' has {} values but '{}' has {} (the keys of a group are swept together, "
-                                     "value i with value i)",
-                                     ax.name, key, per_key.back().size(), ax.keys.front(), per_key.front().size()));
+      src.fail(g.second,
+               fmt::format("sweep group '{}': '{}' has {} values but '{}' has {} (the keys of a group are swept together, "
+                           "value i with value i)",
+                           ax.name, key, per_key.back().size(), ax.keys.front(), per_key.front().size()));
     }
     ax.keys.push_back(key);
     all_keys.emplace_back(key, g.first);
@@ -172,13 +177,15 @@ void parse_sweep_group(const StudySource& src, const YAML::Node& group, SweepAxi
   }
   std::set<std::vector<std::string>> seen;
   for (std::size_t i = 0; i < ax.values.size(); ++i) {
-    if (!seen.insert(ax.values[i]).second) src.fail(group, fmt::format("sweep group '{}': setting {} appears twice", ax.name, ax.label(i)));
+    if (!seen.insert(ax.values[i]).second)
+      src.fail(group, fmt::format("sweep group '{}': setting {} appears twice", ax.name, ax.label(i)));
   }
 }
 
 // A swept key (`dotted.key: [values]`).
 void parse_sweep_key(const StudySource& src, const YAML::Node& key, const YAML::Node& values, SweepAxis& ax, KeyNodes& all_keys) {
-  if (!valid_dotted_key(ax.name)) src.fail(key, fmt::format("sweep: '{}' is not a dotted scenario key (e.g. cluster.nodes)", ax.name));
+  if (!valid_dotted_key(ax.name))
+    src.fail(key, fmt::format("sweep: '{}' is not a dotted scenario key (e.g. cluster.nodes)", ax.name));
   ax.keys = {ax.name};
   for (auto& v : sweep_values(src, values, ax.name, true)) ax.values.push_back({std::move(v)});
   all_keys.emplace_back(ax.name, key);
@@ -187,7 +194,8 @@ void parse_sweep_key(const StudySource& src, const YAML::Node& key, const YAML::
 void parse_sweep(const StudySource& src, const YAML::Node& root, Study& st) {
   const YAML::Node sweep = root["sweep"];
   if (!sweep || !sweep.IsMap() || sweep.size() == 0) {
-    src.fail(sweep ? sweep : root, "missing 'sweep': a mapping of dotted scenario keys to lists of values, e.g. rollout.precision: [bf16, fp8-block]");
+    src.fail(sweep ? sweep : root,
+             "missing 'sweep': a mapping of dotted scenario keys to lists of values, e.g. rollout.precision: [bf16, fp8-block]");
   }
   KeyNodes all_keys;  // for the overlap check
   for (const auto& kv : sweep) {
@@ -207,7 +215,8 @@ void parse_sweep(const StudySource& src, const YAML::Node& root, Study& st) {
       const auto& [a, an] = all_keys[i];
       const auto& b = all_keys[j].first;
       if (i < j && a == b) src.fail(all_keys[j].second, fmt::format("sweep: '{}' is swept twice", b));
-      if (i != j && b.starts_with(a + ".")) src.fail(all_keys[std::max(i, j)].second, fmt::format("sweep: '{}' lies inside '{}', which is swept too", b, a));
+      if (i != j && b.starts_with(a + "."))
+        src.fail(all_keys[std::max(i, j)].second, fmt::format("sweep: '{}' lies inside '{}', which is swept too", b, a));
     }
   }
   {
@@ -222,16 +231,21 @@ void parse_sweep(const StudySource& src, const YAML::Node& root, Study& st) {
 void parse_objective_and_constraints(const StudySource& src, const YAML::Node& root, Study& st) {
   if (const YAML::Node o = root["objective"]) {
     const std::string v = o.IsScalar() ? o.Scalar() : "";
-    if (v == "step_time") st.objective = Objective::kStepTime;
-    else if (v == "device_hours_per_step") st.objective = Objective::kDeviceHoursPerStep;
-    else src.fail(o, fmt::format("objective: unknown value '{}' (expected step_time or device_hours_per_step)", v));
+    if (v == "step_time")
+      st.objective = Objective::kStepTime;
+    else if (v == "device_hours_per_step")
+      st.objective = Objective::kDeviceHoursPerStep;
+    else
+      src.fail(o, fmt::format("objective: unknown value '{}' (expected step_time or device_hours_per_step)", v));
   }
   if (const YAML::Node c = root["constraints"]) {
     if (!c.IsMap()) src.fail(c, "constraints must be a mapping, e.g. {fits_memory: true, max_step_time: 900 s}");
-    src.only(c, "constraints", {"fits_memory", "max_step_time", "max_device_hours_per_step", "max_devices", "precision_consistent"});
+    src.only(c, "constraints",
+             {"fits_memory", "max_step_time", "max_device_hours_per_step", "max_devices", "precision_consistent"});
     auto boolean = [&](const char* key, bool& out) {
       if (const YAML::Node n = c[key]) {
-        if (!n.IsScalar() || !YAML::convert<bool>::decode(n, out)) src.fail(n, fmt::format("constraints.{} must be true or false", key));
+        if (!n.IsScalar() || !YAML::convert<bool>::decode(n, out))
+          src.fail(n, fmt::format("constraints.{} must be true or false", key));
       }
     };
     boolean("fits_memory", st.constraints.fits_memory);
@@ -246,16 +260,17 @@ void parse_objective_and_constraints(const StudySource& src, const YAML::Node& r
     }
     if (const YAML::Node n = c["max_device_hours_per_step"]) {
       double v = 0;
-      if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !(v > 0)) src.fail(n, "constraints.max_device_hours_per_step must be a positive number");
+      if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !(v > 0))
+        src.fail(n, "constraints.max_device_hours_per_step must be a positive number");
       st.constraints.max_device_hours_per_step = v;
     }
     if (const YAML::Node n = c["max_devices"]) {
       int v = 0;
-      if (!n.IsScalar() || !YAML::convert<int>::decode(n, v) || v < 1) src.fail(n, "constraints.max_devices must be a positive integer");
+      if (!n.IsScalar() || !YAML::convert<int>::decode(n, v) || v < 1)
+        src.fail(n, "constraints.max_devices must be a positive integer");
       st.constraints.max_devices = v;
     }
   }
-
 }
 
 void parse_plots_and_output(const StudySource& src, const YAML::Node& root, const std::string& path, Study& st) {
@@ -269,7 +284,8 @@ void parse_plots_and_output(const StudySource& src, const YAML::Node& root, cons
     if (!p.IsMap()) src.fail(p, "plots must be a mapping, e.g. {heatmap: [cluster.nodes, rollout.precision]}");
     src.only(p, "plots", {"heatmap"});
     if (const YAML::Node h = p["heatmap"]) {
-      if (!h.IsSequence() || h.size() < 1 || h.size() > 2) src.fail(h, "plots.heatmap must list one or two sweep keys (x, then y)");
+      if (!h.IsSequence() || h.size() < 1 || h.size() > 2)
+        src.fail(h, "plots.heatmap must list one or two sweep keys (x, then y)");
       std::vector<std::string> names;
       for (const auto& n : h) {
         const std::string name = n.IsScalar() ? n.Scalar() : "";
@@ -300,7 +316,8 @@ void parse_plots_and_output(const StudySource& src, const YAML::Node& root, cons
 Study parse_study(const std::string& path) {
   const StudySource src{path};
   const YAML::Node root = sim::load_yaml_file(path, "study file");
-  if (!root.IsMap()) throw ScenarioError(path + ":1:1: a study must be a YAML mapping with base: and sweep: (see SCENARIO.md, Study files)");
+  if (!root.IsMap())
+    throw ScenarioError(path + ":1:1: a study must be a YAML mapping with base: and sweep: (see SCENARIO.md, Study files)");
   src.only(root, "", {"name", "base", "sweep", "objective", "constraints", "plots", "output"});
 
   Study st;
@@ -308,11 +325,13 @@ Study parse_study(const std::string& path) {
   const fs::path dir = fs::path(path).parent_path();
   if (root["name"] && !root["name"].IsScalar()) src.fail(root["name"], "name must be a string");
   st.name = root["name"] ? root["name"].Scalar() : fs::path(path).filename().string();
-  if (!root["base"] || !root["base"].IsScalar()) src.fail(root["base"] ? root["base"] : root, "missing 'base': the scenario file the sweep starts from");
+  if (!root["base"] || !root["base"].IsScalar())
+    src.fail(root["base"] ? root["base"] : root, "missing 'base': the scenario file the sweep starts from");
   {
     const fs::path b = root["base"].Scalar();
     st.base = (b.is_absolute() ? b : dir / b).string();
-    if (!fs::is_regular_file(st.base)) src.fail(root["base"], fmt::format("base scenario '{}' not found (looked for {})", b.string(), st.base));
+    if (!fs::is_regular_file(st.base))
+      src.fail(root["base"], fmt::format("base scenario '{}' not found (looked for {})", b.string(), st.base));
   }
   parse_sweep(src, root, st);
   parse_objective_and_constraints(src, root, st);
@@ -473,7 +492,8 @@ void rank_points(const Study& study, std::vector<PointResult>& results) {
       if (p.steps == 0 && (p.fits || !c.fits_memory)) p.violations.push_back("not_simulated");
       if (c.fits_memory && !p.fits) p.violations.push_back("fits_memory");
       if (c.max_step_time_s && p.step_time_s > *c.max_step_time_s) p.violations.push_back("max_step_time");
-      if (c.max_device_hours_per_step && p.device_hours_per_step > *c.max_device_hours_per_step) p.violations.push_back("max_device_hours_per_step");
+      if (c.max_device_hours_per_step && p.device_hours_per_step > *c.max_device_hours_per_step)
+        p.violations.push_back("max_device_hours_per_step");
       if (c.max_devices && p.devices > *c.max_devices) p.violations.push_back("max_devices");
       if (c.precision_consistent && p.verify != "consistent") p.violations.push_back("precision_consistent");
     }
@@ -535,8 +555,8 @@ std::string results_csv(const Study& study, const std::vector<PointResult>& resu
   head.insert(head.end(), {"status", "step_time_s", "step_time_max_s"});
   for (const auto& ph : sim::kPhases) head.push_back(ph + "_s");
   head.insert(head.end(), {"rollout_share", "generated_tokens_per_s", "peak_memory_rollout_bytes", "peak_memory_training_bytes",
-                           "device_memory_bytes", "fits", "oom_role", "devices", "device_hours_per_step", "verify", "verify_mismatches",
-                           "meets_constraints", "violations", "rank", "pareto", "oom_reason", "error"});
+                           "device_memory_bytes", "fits", "oom_role", "devices", "device_hours_per_step", "verify",
+                           "verify_mismatches", "meets_constraints", "violations", "rank", "pareto", "oom_reason", "error"});
   auto line = [](const std::vector<std::string>& fields) {
     std::string l;
     for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -638,7 +658,8 @@ void print_ranking(std::ostream& out, const Study& study, const std::vector<Poin
   const auto keys = study.columns();
   std::vector<std::string> header = {"rank"};
   header.insert(header.end(), keys.begin(), keys.end());
-  for (const char* h : {"step s", "rollout %", "dev-h/step", "devices", "rollout GB", "train GB", "fits", "verify"}) header.emplace_back(h);
+  for (const char* h : {"step s", "rollout %", "dev-h/step", "devices", "rollout GB", "train GB", "fits", "verify"})
+    header.emplace_back(h);
   std::vector<std::vector<std::string>> rows;
   auto row_of = [&](const PointResult& p, const std::string& rank) {
     std::vector<std::string> r = {rank};
@@ -656,13 +677,17 @@ void print_ranking(std::ostream& out, const Study& study, const std::vector<Poin
   };
   std::vector<const PointResult*> ranked, other, invalid;
   for (const auto& p : results) {
-    if (p.meets) ranked.push_back(&p);
-    else if (p.valid) other.push_back(&p);
-    else invalid.push_back(&p);
+    if (p.meets)
+      ranked.push_back(&p);
+    else if (p.valid)
+      other.push_back(&p);
+    else
+      invalid.push_back(&p);
   }
   std::sort(ranked.begin(), ranked.end(), [](const PointResult* a, const PointResult* b) { return a->rank < b->rank; });
   const std::size_t limit = top == 0 ? results.size() : top;
-  for (std::size_t i = 0; i < ranked.size() && i < limit; ++i) rows.push_back(row_of(*ranked[i], std::to_string(ranked[i]->rank)));
+  for (std::size_t i = 0; i < ranked.size() && i < limit; ++i)
+    rows.push_back(row_of(*ranked[i], std::to_string(ranked[i]->rank)));
   const std::size_t ranked_rows = rows.size();
   for (std::size_t i = 0; i < other.size() && i < limit; ++i) rows.push_back(row_of(*other[i], "-"));
   std::vector<std::size_t> width(header.size());
@@ -680,19 +705,24 @@ void print_ranking(std::ostream& out, const Study& study, const std::vector<Poin
     out << line << "\n";
   };
   std::string cons = study.constraints.fits_memory ? "fits memory" : "";
-  if (study.constraints.max_step_time_s) cons += fmt::format("{}step time <= {:g} s", cons.empty() ? "" : ", ", *study.constraints.max_step_time_s);
+  if (study.constraints.max_step_time_s)
+    cons += fmt::format("{}step time <= {:g} s", cons.empty() ? "" : ", ", *study.constraints.max_step_time_s);
   if (study.constraints.max_device_hours_per_step) {
-    cons += fmt::format("{}device-hours per step <= {:g}", cons.empty() ? "" : ", ", *study.constraints.max_device_hours_per_step);
+    cons +=
+        fmt::format("{}device-hours per step <= {:g}", cons.empty() ? "" : ", ", *study.constraints.max_device_hours_per_step);
   }
-  if (study.constraints.max_devices) cons += fmt::format("{}devices <= {}", cons.empty() ? "" : ", ", *study.constraints.max_devices);
+  if (study.constraints.max_devices)
+    cons += fmt::format("{}devices <= {}", cons.empty() ? "" : ", ", *study.constraints.max_devices);
   if (study.constraints.precision_consistent) cons += fmt::format("{}precision flow consistent", cons.empty() ? "" : ", ");
-  out << fmt::format("  ranked by {} (lowest first); constraints: {}\n", objective_name(study.objective), cons.empty() ? "none" : cons);
+  out << fmt::format("  ranked by {} (lowest first); constraints: {}\n", objective_name(study.objective),
+                     cons.empty() ? "none" : cons);
   print_row(header);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (i == ranked_rows) out << "  -- not meeting the constraints --\n";
     print_row(rows[i]);
   }
-  if (ranked.size() > limit) out << fmt::format("  ... {} more points meet the constraints (results.csv has them all)\n", ranked.size() - limit);
+  if (ranked.size() > limit)
+    out << fmt::format("  ... {} more points meet the constraints (results.csv has them all)\n", ranked.size() - limit);
   if (other.size() > limit) out << fmt::format("  ... {} more points do not meet the constraints\n", other.size() - limit);
   if (!other.empty()) {
     std::map<std::string, std::size_t> why;
@@ -706,7 +736,8 @@ void print_ranking(std::ostream& out, const Study& study, const std::vector<Poin
   if (!invalid.empty()) {
     out << fmt::format("  {} points failed validation and were skipped:\n", invalid.size());
     for (std::size_t i = 0; i < invalid.size() && i < 5; ++i) {
-      out << fmt::format("    point {} ({}): {}\n", invalid[i]->index, point_settings(study, invalid[i]->index), invalid[i]->error);
+      out << fmt::format("    point {} ({}): {}\n", invalid[i]->index, point_settings(study, invalid[i]->index),
+                         invalid[i]->error);
     }
     if (invalid.size() > 5) out << fmt::format("    ... and {} more (results.csv, column error)\n", invalid.size() - 5);
   }
@@ -776,7 +807,8 @@ bool more_than_two_axes(const Study& study) {
 
 }  // namespace
 
-void write_plan_outputs(const std::string& dir, const Study& study, const std::vector<PointResult>& results, std::vector<std::string>* warnings) {
+void write_plan_outputs(const std::string& dir, const Study& study, const std::vector<PointResult>& results,
+                        std::vector<std::string>* warnings) {
   write_directory(dir, [&](const fs::path& tmp) {
     write_text(tmp / "results.csv", results_csv(study, results));
     write_text(tmp / "plan.json", plan_json(study, results).dump(2) + "\n");
@@ -802,13 +834,20 @@ void write_plan_outputs(const std::string& dir, const Study& study, const std::v
           g.text[i] = valid ? "none meets" : "invalid";
         }
       }
-      if (!plot_grid(tmp / "step_time_heatmap.png", g, &why) && warnings) warnings->push_back("step_time_heatmap.png not drawn: " + why);
+      if (!plot_grid(tmp / "step_time_heatmap.png", g, &why) && warnings)
+        warnings->push_back("step_time_heatmap.png not drawn: " + why);
     }
     {
       // Memory fit: fits (in k of n points when the other keys vary), else which role runs out.
-      GridPlot g = grid_frame(study, cells, study.name + "\nmemory fit" + (more_than_two_axes(study) ? std::string(" (fits k/n: in k of the n points of the cell)") : ""));
-      g.categories = {{"fits", "#59a14f"}, {"rollout runs out", "#f28e2b"}, {"training runs out", "#e15759"},
-                      {"rollout or training runs out", "#b07aa1"}, {"invalid", "#bab0ac"}};
+      GridPlot g =
+          grid_frame(study, cells,
+                     study.name + "\nmemory fit" +
+                         (more_than_two_axes(study) ? std::string(" (fits k/n: in k of the n points of the cell)") : ""));
+      g.categories = {{"fits", "#59a14f"},
+                      {"rollout runs out", "#f28e2b"},
+                      {"training runs out", "#e15759"},
+                      {"rollout or training runs out", "#b07aa1"},
+                      {"invalid", "#bab0ac"}};
       for (std::size_t i = 0; i < cells.at.size(); ++i) {
         std::size_t fits = 0, valid = 0;
         std::set<std::string> roles;
@@ -844,7 +883,8 @@ void write_plan_outputs(const std::string& dir, const Study& study, const std::v
         pp.points.push_back({p.device_hours_per_step, p.step_time_s, ""});
         if (p.pareto) pp.front.push_back({p.device_hours_per_step, p.step_time_s, short_label(study, p.index)});
       }
-      std::sort(pp.front.begin(), pp.front.end(), [](const ScatterPoint& a, const ScatterPoint& b) { return a.x < b.x || (a.x == b.x && a.y < b.y); });
+      std::sort(pp.front.begin(), pp.front.end(),
+                [](const ScatterPoint& a, const ScatterPoint& b) { return a.x < b.x || (a.x == b.x && a.y < b.y); });
       if (pp.front.size() > 12) {
         // Label every k-th point of a long front so the labels stay readable.
         const std::size_t k = (pp.front.size() + 11) / 12;

@@ -9,13 +9,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "sim/pipeline/pipeline.h"
 #include "sim/scenario/calibration.h"
@@ -43,25 +42,25 @@ enum class Objective { kStepTime, kDeviceHoursPerStep };
 
 /// A point meets the constraints when every one that is set holds.
 struct Constraints {
-  bool fits_memory = true;                            // the configuration fits device memory
-  std::optional<double> max_step_time_s;              // mean step time (s)
-  std::optional<double> max_device_hours_per_step;    // devices x mean step time / 3600
-  std::optional<int> max_devices;                     // devices in the cluster
-  bool precision_consistent = false;                  // verify verdict must be "consistent"
+  bool fits_memory = true;                          // the configuration fits device memory
+  std::optional<double> max_step_time_s;            // mean step time (s)
+  std::optional<double> max_device_hours_per_step;  // devices x mean step time / 3600
+  std::optional<int> max_devices;                   // devices in the cluster
+  bool precision_consistent = false;                // verify verdict must be "consistent"
 };
 
 /// A loaded, validated study.
 struct Study {
-  std::string file;                 // the study file as given
-  std::string name;                 // `name:`, else the file name
-  std::string base;                 // the base scenario's path (resolved against the study's folder)
-  std::vector<SweepAxis> sweep;     // in file order; the first varies slowest
+  std::string file;              // the study file as given
+  std::string name;              // `name:`, else the file name
+  std::string base;              // the base scenario's path (resolved against the study's folder)
+  std::vector<SweepAxis> sweep;  // in file order; the first varies slowest
   Objective objective = Objective::kStepTime;
   Constraints constraints;
-  std::vector<std::string> heatmap; // two axis names (the same twice for a one-axis study)
-  std::string out_dir;              // `output.dir`, else out/<study file stem>
-  bool plots = true;                // `output.plots`
-  std::vector<std::string> sets;    // "key=value" applied to every point before its sweep values
+  std::vector<std::string> heatmap;  // two axis names (the same twice for a one-axis study)
+  std::string out_dir;               // `output.dir`, else out/<study file stem>
+  bool plots = true;                 // `output.plots`
+  std::vector<std::string> sets;     // "key=value" applied to every point before its sweep values
   /// Cost-model parameters of every point (`rlsim plan --calibration`); null: the built-in ones.
   std::shared_ptr<const sim::Calibration> calibration;
 
@@ -103,10 +102,10 @@ void check_study_keys(const Study& study);
 /// The simulated outcome of one point, and (after rank_points) its place in the ranking.
 struct PointResult {
   std::size_t index = 0;
-  bool valid = false;        // false: the point failed validation (error says why) and was skipped
+  bool valid = false;  // false: the point failed validation (error says why) and was skipped
   std::string error;
-  int steps = 0;             // steps simulated
-  double step_time_s = 0;    // mean over steps
+  int steps = 0;           // steps simulated
+  double step_time_s = 0;  // mean over steps
   double step_time_max_s = 0;
   std::vector<double> phase_s;  // mean wall time per phase, in sim::kPhases order
   double rollout_share = 0;
@@ -115,17 +114,17 @@ struct PointResult {
   double peak_training_bytes = 0;  // per device
   double device_memory_bytes = 0;
   bool fits = false;
-  std::string oom_role;      // "rollout" | "training" when it does not fit
+  std::string oom_role;  // "rollout" | "training" when it does not fit
   std::string oom_reason;
-  int devices = 0;           // devices in the cluster
+  int devices = 0;  // devices in the cluster
   double device_hours_per_step = 0;
   std::string verify = "not-checked";  // consistent | inconsistent
   std::size_t verify_mismatches = 0;
   // Filled by rank_points():
-  bool meets = false;                  // valid and every constraint holds
-  std::vector<std::string> violations; // names of the constraints that fail ("invalid" for a skipped point)
-  int rank = 0;                        // 1 = recommended; 0 when it does not meet the constraints
-  bool pareto = false;                 // on the step time vs device-hours front of the points that fit
+  bool meets = false;                   // valid and every constraint holds
+  std::vector<std::string> violations;  // names of the constraints that fail ("invalid" for a skipped point)
+  int rank = 0;                         // 1 = recommended; 0 when it does not meet the constraints
+  bool pareto = false;                  // on the step time vs device-hours front of the points that fit
 };
 
 /// Precision-flow verdicts shared by the points of a study: the verdict depends only on the model

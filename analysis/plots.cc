@@ -1,13 +1,13 @@
 #include "analysis/plots.h"
 
+#include <gnuplot-iostream.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <tuple>
 #include <vector>
-
-#include <gnuplot-iostream.h>
 
 namespace rlsim::analysis {
 namespace {
@@ -70,8 +70,10 @@ int rgb_int(const std::string& hex) { return static_cast<int>(std::strtol(hex.c_
 std::string gnuplot_quoted(std::string_view s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "''";
-    else out += c;
+    if (c == '\'')
+      out += "''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -201,7 +203,8 @@ bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string*
   // Key entries for the categories that occur.
   for (std::size_t c = 0; c < g.categories.size(); ++c) {
     if (std::find(g.z.begin(), g.z.end(), static_cast<double>(c)) == g.z.end()) continue;
-    gp << ", NaN with boxes fc rgb '" << g.categories[c].second << "' title " << gnuplot_quoted(g.categories[c].first) << " noenhanced";
+    gp << ", NaN with boxes fc rgb '" << g.categories[c].second << "' title " << gnuplot_quoted(g.categories[c].first)
+       << " noenhanced";
   }
   gp << "\n";
   auto box = [&](std::size_t x, std::size_t y) {
@@ -224,8 +227,10 @@ bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string*
         const double v = g.z[y * nx + x];
         if (std::isnan(v)) continue;
         box(x, y);
-        if (categorical) gp << " " << rgb_int(g.categories.at(static_cast<std::size_t>(v)).second) << "\n";
-        else gp << " " << v << "\n";
+        if (categorical)
+          gp << " " << rgb_int(g.categories.at(static_cast<std::size_t>(v)).second) << "\n";
+        else
+          gp << " " << v << "\n";
       }
     }
     gp << "e\n";
@@ -272,7 +277,8 @@ bool plot_pareto(const std::filesystem::path& png, const ParetoPlot& p, std::str
   gp << ", '-' using 1:2 with linespoints pt 7 ps 1.0 lw 2 lc rgb '#1f77b4' title 'Pareto front'";
   gp << ", '-' using 1:2:3 with labels offset 0.8,0.6 left font 'sans,8' noenhanced notitle";
   if (p.chosen) gp << ", '-' using 1:2 with points pt 3 ps 2.5 lw 2 lc rgb '#d62728' title 'recommended'";
-  if (p.y_limit) gp << ", " << *p.y_limit << " with lines dt 2 lc rgb '#d62728' title " << gnuplot_quoted(p.y_limit_label) << " noenhanced";
+  if (p.y_limit)
+    gp << ", " << *p.y_limit << " with lines dt 2 lc rgb '#d62728' title " << gnuplot_quoted(p.y_limit_label) << " noenhanced";
   gp << "\n";
   for (const auto& q : p.points) gp << q.x << " " << q.y << "\n";
   gp << "e\n";

@@ -28,10 +28,10 @@ bool plot_memory(const std::filesystem::path& png, const sim::Scenario& s, const
 /// A grid of labelled cells over two categorical axes (a heatmap or a category map).
 struct GridPlot {
   std::string title, xlabel, ylabel;
-  std::string cblabel;                    // colour-bar label of a heatmap
+  std::string cblabel;  // colour-bar label of a heatmap
   std::vector<std::string> xticks, yticks;
-  std::vector<double> z;                  // yticks.size() x xticks.size(), row-major; NaN = empty cell (grey)
-  std::vector<std::string> text;          // a label per cell ("" = none), same layout as z
+  std::vector<double> z;          // yticks.size() x xticks.size(), row-major; NaN = empty cell (grey)
+  std::vector<std::string> text;  // a label per cell ("" = none), same layout as z
   /// Category map when non-empty: z holds indices into it; each category has a name (for the
   /// key) and a colour "#rrggbb". A heatmap (empty) colours z on a continuous palette.
   std::vector<std::pair<std::string, std::string>> categories;
@@ -52,7 +52,7 @@ struct ScatterPoint {
 struct ParetoPlot {
   std::string title, xlabel, ylabel;
   std::vector<ScatterPoint> points;
-  std::vector<ScatterPoint> front;   // sorted by x
+  std::vector<ScatterPoint> front;  // sorted by x
   std::optional<ScatterPoint> chosen;
   std::optional<double> y_limit;
   std::string y_limit_label;

@@ -1,17 +1,17 @@
 #include "analysis/report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <sstream>
 #include <system_error>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "analysis/output_dir.h"
 #include "analysis/plots.h"
@@ -67,10 +67,10 @@ std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
               : "decode is compute-bound";
     if (r.kv_limited) why += fmt::format("; KV capacity limits the batch to {} sequences", r.max_running);
   } else if (best == "actor_update" || best == "old_logprob" || best == "reference") {
-    why = fmt::format("training GEMMs at {} x {:.2f} on {} devices",
-                      format_quantity(s.cluster.device.rate(s.training.precision.linear.compute(s.training.precision.mode)),
-                                      Dimension::kFlops),
-                      s.training.efficiency.compute, s.placement.train_devices);
+    why = fmt::format(
+        "training GEMMs at {} x {:.2f} on {} devices",
+        format_quantity(s.cluster.device.rate(s.training.precision.linear.compute(s.training.precision.mode)), Dimension::kFlops),
+        s.training.efficiency.compute, s.placement.train_devices);
   }
   return fmt::format("{} ({:.0f} % of the step){}", best, step > 0 ? 100.0 * best_v / step : 0.0, why.empty() ? "" : ": " + why);
 }
@@ -86,7 +86,8 @@ void check_precision_flow(const sim::Scenario& s, sim::SimResult& r) {
   r.precision_flow.groups.clear();
   std::map<std::string, std::size_t> index;
   for (const auto& m : v.mismatches) {
-    const std::string key = m.tensor.empty() ? std::string(models::op_kind_name(m.kind)) : fmt::format("{} {}", models::op_kind_name(m.kind), m.tensor);
+    const std::string key = m.tensor.empty() ? std::string(models::op_kind_name(m.kind))
+                                             : fmt::format("{} {}", models::op_kind_name(m.kind), m.tensor);
     const auto [it, fresh] = index.emplace(key, r.precision_flow.groups.size());
     if (fresh) r.precision_flow.groups.emplace_back(key, 0);
     ++r.precision_flow.groups[it->second].second;
@@ -97,9 +98,10 @@ void add_warnings(const sim::Scenario& s, sim::SimResult& r) {
   if (!r.fits()) return;
   const int per_engine = (s.workload.sequences_per_step() + r.engines - 1) / r.engines;
   if (r.kv_limited) {
-    r.warnings.push_back(fmt::format("KV capacity ({:.0f} tokens per engine) limits the batch to {} sequences "
-                                     "(max_num_seqs {}, {} sequences per engine)",
-                                     r.kv_capacity_tokens, r.max_running, s.rollout.max_num_seqs, per_engine));
+    r.warnings.push_back(
+        fmt::format("KV capacity ({:.0f} tokens per engine) limits the batch to {} sequences "
+                    "(max_num_seqs {}, {} sequences per engine)",
+                    r.kv_capacity_tokens, r.max_running, s.rollout.max_num_seqs, per_engine));
   } else if (per_engine > s.rollout.max_num_seqs) {
     r.warnings.push_back(fmt::format("max_num_seqs ({}) limits the batch: {} sequences per engine wait their turn",
                                      s.rollout.max_num_seqs, per_engine));
@@ -160,8 +162,12 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
   if (r.oom) {
     json b = json::object();
     for (const auto& [tag, bytes] : r.oom->breakdown) b[tag] = bytes;
-    j["oom"] = {{"role", r.oom->role}, {"device_group", r.oom->device_group}, {"reason", r.oom->reason},
-                {"capacity_bytes", r.oom->capacity_bytes}, {"required_bytes", r.oom->required_bytes}, {"breakdown", b}};
+    j["oom"] = {{"role", r.oom->role},
+                {"device_group", r.oom->device_group},
+                {"reason", r.oom->reason},
+                {"capacity_bytes", r.oom->capacity_bytes},
+                {"required_bytes", r.oom->required_bytes},
+                {"breakdown", b}};
   }
   std::int64_t pre = 0;
   for (const auto& st : r.steps) pre += st.preemptions;
@@ -176,8 +182,8 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
                   {"kv_capacity_tokens_per_engine", r.kv_capacity_tokens},
                   {"max_running_sequences", r.max_running},
                   {"kv_limited", r.kv_limited}};
-  j["weight_sync_s"] = {{"gather", r.sync.gather},       {"transfer", r.sync.transfer}, {"quantize", r.sync.quantize},
-                        {"repack", r.sync.repack},       {"load", r.sync.load},         {"total", r.sync.total()}};
+  j["weight_sync_s"] = {{"gather", r.sync.gather}, {"transfer", r.sync.transfer}, {"quantize", r.sync.quantize},
+                        {"repack", r.sync.repack}, {"load", r.sync.load},         {"total", r.sync.total()}};
   j["idle_ratio"] = {{"rollout", r.rollout_idle_ratio()}, {"trainer", r.trainer_idle_ratio()}};
   {
     double sum = 0, seqs = 0, stale = 0;
@@ -196,7 +202,8 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
                       {"stale_fraction", seqs > 0 ? stale / seqs : 0.0},
                       {"partial_rollout_interruptions", interrupted}};
   }
-  j["tokens"] = {{"generated", r.tokens_generated}, {"recomputed", r.tokens_recomputed}, {"left_in_flight_sequences", r.left_in_flight}};
+  j["tokens"] = {
+      {"generated", r.tokens_generated}, {"recomputed", r.tokens_recomputed}, {"left_in_flight_sequences", r.left_in_flight}};
   j["events"] = r.events;
   j["schedule"] = std::string(sim::schedule_name(s.schedule.mode));
   j["placement"] = std::string(sim::placement_name(s.placement.mode));
@@ -230,23 +237,27 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
     out << fmt::format("  rollout share {:.1f} %, generated {:.0f} tokens/s, {} preemptions\n",
                        100.0 * j["rollout_share"].get<double>(), j["generated_tokens_per_s"].get<double>(),
                        j["preemptions"].get<std::int64_t>());
-    out << fmt::format("  idle ratio: rollout devices {:.1f} %, trainer {:.1f} %; staleness of consumed samples: mean {:.2f}, max {}\n",
-                       100 * r.rollout_idle_ratio(), 100 * r.trainer_idle_ratio(), j["staleness"]["mean"].get<double>(),
-                       j["staleness"]["max"].get<int>());
+    out << fmt::format(
+        "  idle ratio: rollout devices {:.1f} %, trainer {:.1f} %; staleness of consumed samples: mean {:.2f}, max {}\n",
+        100 * r.rollout_idle_ratio(), 100 * r.trainer_idle_ratio(), j["staleness"]["mean"].get<double>(),
+        j["staleness"]["max"].get<int>());
   }
   const double cap = s.cluster.device.memory_bytes;
-  if (!r.steps.empty()) out << fmt::format("  peak memory per device: rollout {} / {} ({:.0f} %), training {} / {} ({:.0f} %)\n",
-                     format_quantity(r.peak_rollout_bytes, Dimension::kBytes), format_quantity(cap, Dimension::kBytes),
-                     100 * r.peak_rollout_bytes / cap, format_quantity(r.peak_training_bytes, Dimension::kBytes),
-                     format_quantity(cap, Dimension::kBytes), 100 * r.peak_training_bytes / cap);
+  if (!r.steps.empty())
+    out << fmt::format("  peak memory per device: rollout {} / {} ({:.0f} %), training {} / {} ({:.0f} %)\n",
+                       format_quantity(r.peak_rollout_bytes, Dimension::kBytes), format_quantity(cap, Dimension::kBytes),
+                       100 * r.peak_rollout_bytes / cap, format_quantity(r.peak_training_bytes, Dimension::kBytes),
+                       format_quantity(cap, Dimension::kBytes), 100 * r.peak_training_bytes / cap);
   out << "  bottleneck: " << bottleneck(s, r) << "\n";
   const auto& pf = r.precision_flow;
   if (pf.verdict == "inconsistent") {
     std::string parts;
     for (const auto& [key, count] : pf.groups) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", key, count);
-    out << fmt::format("  precision flow: inconsistent, {} mismatching edges ({}); details: rlsim verify {}\n", pf.mismatches, parts, s.file);
+    out << fmt::format("  precision flow: inconsistent, {} mismatching edges ({}); details: rlsim verify {}\n", pf.mismatches,
+                       parts, s.file);
   } else if (pf.verdict == "consistent") {
-    out << "  precision flow: consistent (the rollout graph embeds in the training forward graph with equal precision on every edge)\n";
+    out << "  precision flow: consistent (the rollout graph embeds in the training forward graph with equal precision on every "
+           "edge)\n";
   }
   for (const auto& w : r.warnings) out << "  warning: " << w << "\n";
 }
@@ -266,13 +277,21 @@ std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const 
   for (const auto& sp : trace.spans) {
     json args = json::object();
     for (const auto& [k, v] : sp.args) args[k] = v;
-    events.push_back({{"ph", "X"}, {"name", sp.name}, {"cat", sp.category}, {"pid", 1}, {"tid", tid_of(sp.track)},
-                      {"ts", static_cast<double>(sp.start) / 1e3}, {"dur", static_cast<double>(sp.duration) / 1e3},
+    events.push_back({{"ph", "X"},
+                      {"name", sp.name},
+                      {"cat", sp.category},
+                      {"pid", 1},
+                      {"tid", tid_of(sp.track)},
+                      {"ts", static_cast<double>(sp.start) / 1e3},
+                      {"dur", static_cast<double>(sp.duration) / 1e3},
                       {"args", args}});
   }
   for (const auto& l : r.ledgers) {
     for (const auto& e : l.events()) {
-      events.push_back({{"ph", "C"}, {"name", "memory " + l.group()}, {"pid", 1}, {"ts", static_cast<double>(e.time) / 1e3},
+      events.push_back({{"ph", "C"},
+                        {"name", "memory " + l.group()},
+                        {"pid", 1},
+                        {"ts", static_cast<double>(e.time) / 1e3},
                         {"args", {{"GB", e.total_bytes / 1e9}}}});
     }
   }
@@ -290,8 +309,9 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
     }
     {
       // SCENARIO.md's columns in their order, then rlsim's step_overhead_s.
-      std::string t = "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,"
-                      "step_overhead_s\n";
+      std::string t =
+          "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,"
+          "step_overhead_s\n";
       auto phase = [](const sim::StepRecord& st, const std::string& p) {
         const auto it = st.phase_s.find(p);
         return it == st.phase_s.end() ? 0.0 : it->second;
@@ -308,8 +328,8 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
     {
       std::string t = "step,phase,role,start_s,end_s,duration_s\n";
       for (const auto& p : r.phases) {
-        t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, p.phase, p.role, sim::to_seconds(p.start), sim::to_seconds(p.end),
-                         p.seconds());
+        t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, p.phase, p.role, sim::to_seconds(p.start),
+                         sim::to_seconds(p.end), p.seconds());
       }
       write_text(tmp / "phases.csv", t);
     }
@@ -317,8 +337,8 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
       std::string t = "time_s,device_group,tag,delta_bytes,total_bytes,capacity_bytes\n";
       for (const auto& l : r.ledgers) {
         for (const auto& e : l.events()) {
-          t += fmt::format("{:.6f},{},{},{:.0f},{:.0f},{:.0f}\n", sim::to_seconds(e.time), csv_field(l.group()), e.tag, e.delta_bytes,
-                           e.total_bytes, l.capacity());
+          t += fmt::format("{:.6f},{},{},{:.0f},{:.0f},{:.0f}\n", sim::to_seconds(e.time), csv_field(l.group()), e.tag,
+                           e.delta_bytes, e.total_bytes, l.capacity());
         }
       }
       write_text(tmp / "memory.csv", t);

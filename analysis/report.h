@@ -3,10 +3,9 @@
 // human-readable summary on stdout. Public header of analysis/.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <ostream>
 #include <string>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "sim/engine/trace.h"
 #include "sim/pipeline/pipeline.h"

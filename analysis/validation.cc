@@ -1,12 +1,12 @@
 #include "analysis/validation.h"
 
-#include <algorithm>
-#include <atomic>
-#include <thread>
-#include <cmath>
-
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
 
 #include "analysis/output_dir.h"
 #include "analysis/plots.h"
@@ -50,7 +50,8 @@ PublishedFigure parse_figure(Map m) {
   const auto& names = figure_names();
   f.figure = m.str("figure", "", true);
   if (std::find(names.begin(), names.end(), f.figure) == names.end()) {
-    m.src().fail(m.get("figure"), m.path("figure"), fmt::format("unknown figure '{}' (expected one of: {})", f.figure, sim::join(names)));
+    m.src().fail(m.get("figure"), m.path("figure"),
+                 fmt::format("unknown figure '{}' (expected one of: {})", f.figure, sim::join(names)));
   }
   f.ratio_to = m.str("ratio_to", "");
   if (const auto dim = figure_dimension(f)) {
@@ -83,7 +84,8 @@ std::vector<std::string> repository_records(const fs::path& scenarios_dir) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;
     for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.path().extension() == ".yaml" && has_validation_block(e.path())) found.emplace_back(e.path().stem().string(), e.path().string());
+      if (e.path().extension() == ".yaml" && has_validation_block(e.path()))
+        found.emplace_back(e.path().stem().string(), e.path().string());
     }
   }
   std::sort(found.begin(), found.end());
@@ -107,7 +109,8 @@ ValidationRecord load_record(const std::string& path, const sim::Calibration& ca
   rec.scenario.output.plots = false;
   const YAML::Node root = sim::load_yaml_file(path, "validation record");
   sim::Source src{path, {}, "--set"};
-  if (!root["validation"]) src.fail(root, "validation", "a validation record needs a 'validation:' block (source, assumptions, figures)");
+  if (!root["validation"])
+    src.fail(root, "validation", "a validation record needs a 'validation:' block (source, assumptions, figures)");
   Map v(src, root["validation"], "validation");
   rec.source = v.str("source", "", true);
   if (v.has("assumptions")) {
@@ -119,8 +122,10 @@ ValidationRecord load_record(const std::string& path, const sim::Calibration& ca
     }
   }
   const YAML::Node figs = v.require("figures");
-  if (!figs.IsSequence() || figs.size() == 0) src.fail(figs, "validation.figures", "'validation.figures' must be a non-empty list");
-  for (std::size_t i = 0; i < figs.size(); ++i) rec.figures.push_back(parse_figure(Map(src, figs[i], fmt::format("validation.figures[{}]", i))));
+  if (!figs.IsSequence() || figs.size() == 0)
+    src.fail(figs, "validation.figures", "'validation.figures' must be a non-empty list");
+  for (std::size_t i = 0; i < figs.size(); ++i)
+    rec.figures.push_back(parse_figure(Map(src, figs[i], fmt::format("validation.figures[{}]", i))));
   v.finish({"source", "assumptions", "figures"});
   return rec;
 }
@@ -162,8 +167,8 @@ void RecordCache::put(std::size_t record, const std::vector<double>& inputs, std
 }
 
 std::vector<std::map<std::string, double>> simulate_records(const std::vector<ValidationRecord>& records,
-                                                            const sim::Calibration* calibration, int jobs, const std::vector<bool>& use,
-                                                            RecordCache* cache) {
+                                                            const sim::Calibration* calibration, int jobs,
+                                                            const std::vector<bool>& use, RecordCache* cache) {
   std::vector<std::map<std::string, double>> out(records.size());
   std::atomic<std::size_t> next{0};
   auto work = [&] {
@@ -191,7 +196,8 @@ std::vector<std::map<std::string, double>> simulate_records(const std::vector<Va
   return out;
 }
 
-std::vector<FigureOutcome> compare(const std::vector<ValidationRecord>& records, const std::vector<std::map<std::string, double>>& sim) {
+std::vector<FigureOutcome> compare(const std::vector<ValidationRecord>& records,
+                                   const std::vector<std::map<std::string, double>>& sim) {
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < records.size(); ++i) index[records[i].name] = i;
   auto value = [&](std::size_t i, const std::string& figure) {
@@ -212,9 +218,10 @@ std::vector<FigureOutcome> compare(const std::vector<ValidationRecord>& records,
       if (!f.ratio_to.empty()) {
         const auto it = index.find(f.ratio_to);
         if (it == index.end()) {
-          throw ScenarioError(fmt::format("{}:{}: figure {} is a ratio to record '{}', which is not among the records validated "
-                                          "(name it too)",
-                                          records[i].file, f.line, f.figure, f.ratio_to));
+          throw ScenarioError(
+              fmt::format("{}:{}: figure {} is a ratio to record '{}', which is not among the records validated "
+                          "(name it too)",
+                          records[i].file, f.line, f.figure, f.ratio_to));
         }
         const double other = value(it->second, f.figure);
         o.predicted = other > 0 ? o.predicted / other : 0.0;
@@ -248,12 +255,13 @@ ValidationStats validation_stats(const std::vector<FigureOutcome>& outcomes) {
   return st;
 }
 
-void write_validation(const fs::path& dir, const std::vector<FigureOutcome>& outcomes, bool plots, std::vector<std::string>* warnings) {
+void write_validation(const fs::path& dir, const std::vector<FigureOutcome>& outcomes, bool plots,
+                      std::vector<std::string>* warnings) {
   write_directory(dir, [&](const fs::path& tmp) {
     std::string t = "record,figure,predicted,published,error,band,in_band,source\n";
     for (const auto& o : outcomes) {
-      t += fmt::format("{},{},{:.6g},{:.6g},{:.4f},{:.4f},{},{}\n", csv_field(o.record), csv_field(o.figure), o.predicted, o.published,
-                       o.error, o.tolerance, o.in_band ? "true" : "false", csv_field(o.source));
+      t += fmt::format("{},{},{:.6g},{:.6g},{:.4f},{:.4f},{},{}\n", csv_field(o.record), csv_field(o.figure), o.predicted,
+                       o.published, o.error, o.tolerance, o.in_band ? "true" : "false", csv_field(o.source));
     }
     write_text(tmp / "validation.csv", t);
     if (!plots) return;
@@ -265,7 +273,8 @@ void write_validation(const fs::path& dir, const std::vector<FigureOutcome>& out
       in.push_back(o.in_band);
     }
     std::string why;
-    if (!plot_parity(tmp / "parity.png", "rlsim validate: predicted vs published times of every record", pts, in, {0.15, 0.30}, &why)) {
+    if (!plot_parity(tmp / "parity.png", "rlsim validate: predicted vs published times of every record", pts, in, {0.15, 0.30},
+                     &why)) {
       if (warnings) warnings->push_back("parity.png not drawn: " + why);
     }
   });
@@ -277,13 +286,15 @@ void print_validation(std::ostream& out, const std::vector<FigureOutcome>& outco
     if (o.figure.starts_with("peak_memory")) return sim::format_quantity(v, Dimension::kBytes);
     return fmt::format("{:.1f} s", v);
   };
-  out << fmt::format("{:<44} {:<34} {:>11} {:>11} {:>8} {:>6}  {}\n", "record", "figure", "predicted", "published", "error", "band", "");
+  out << fmt::format("{:<44} {:<34} {:>11} {:>11} {:>8} {:>6}  {}\n", "record", "figure", "predicted", "published", "error",
+                     "band", "");
   for (const auto& o : outcomes) {
     out << fmt::format("{:<44} {:<34} {:>11} {:>11} {:>+7.1f}% {:>5.0f}%  {}\n", o.record, o.figure, show(o, o.predicted),
                        show(o, o.published), 100 * o.error, 100 * o.tolerance, o.in_band ? "ok" : "OUT OF BAND");
   }
-  out << fmt::format("{} figures, {} out of band; step time |error|: median {:.1f} %, worst {:.1f} %; every time figure: median {:.1f} %\n",
-                     st.figures, st.out_of_band, 100 * st.step_median, 100 * st.step_worst, 100 * st.time_median);
+  out << fmt::format(
+      "{} figures, {} out of band; step time |error|: median {:.1f} %, worst {:.1f} %; every time figure: median {:.1f} %\n",
+      st.figures, st.out_of_band, 100 * st.step_median, 100 * st.step_worst, 100 * st.time_median);
 }
 
 }  // namespace rlsim::analysis

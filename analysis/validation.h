@@ -33,10 +33,10 @@ struct PublishedFigure {
   /// step_time | phase.<rollout|old_logprob|reference|actor_update|weight_sync|offload> |
   /// rollout_share | peak_memory.<rollout|training>
   std::string figure;
-  std::string ratio_to;    // another record's name: the figure is this record's / that one's
-  double published = 0;    // seconds, bytes, or a plain ratio / share
-  double tolerance = 0;    // the band: |predicted / published - 1| <= tolerance
-  int line = 0;            // 1-based line in the record file
+  std::string ratio_to;  // another record's name: the figure is this record's / that one's
+  double published = 0;  // seconds, bytes, or a plain ratio / share
+  double tolerance = 0;  // the band: |predicted / published - 1| <= tolerance
+  int line = 0;          // 1-based line in the record file
   /// Whether the figure is a time (step or phase), the figures the acceptance statistics use.
   bool is_time() const { return figure == "step_time" || figure.starts_with("phase."); }
   /// "step_time", or "step_time / OTHER" for a ratio.
@@ -117,8 +117,8 @@ std::vector<FigureOutcome> compare(const std::vector<ValidationRecord>& records,
 /// Summary statistics of |error| over the time figures (step and phases) and the step figures.
 struct ValidationStats {
   std::size_t figures = 0, out_of_band = 0;
-  double step_median = 0, step_worst = 0;   // |error| of step_time figures (not ratios)
-  double time_median = 0;                   // |error| of every time figure
+  double step_median = 0, step_worst = 0;  // |error| of step_time figures (not ratios)
+  double time_median = 0;                  // |error| of every time figure
 };
 ValidationStats validation_stats(const std::vector<FigureOutcome>& outcomes);
 

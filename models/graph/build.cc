@@ -1,9 +1,9 @@
 #include "models/graph/build.h"
 
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace rlsim::models {
 namespace {
@@ -22,8 +22,8 @@ class Builder {
   void forward() {
     const OpId embed_w = param("embed_tokens");
     const OpId embed = op("embed_tokens", OpKind::kEmbedding, -1);
-    edge(embed_w, embed, "weight", TensorRole::kWeight, TensorPrecision{r_.embedding, QuantMode::kReal, r_.embedding.element,
-                                                                        ComputeType::kFp32, Element::kFp32});
+    edge(embed_w, embed, "weight", TensorRole::kWeight,
+         TensorPrecision{r_.embedding, QuantMode::kReal, r_.embedding.element, ComputeType::kFp32, Element::kFp32});
     OpId h = embed;
     for (int i = 0; i < a_.layers; ++i) h = layer(i, h);
     const OpId nf = norm("norm", -1, h);
@@ -84,9 +84,7 @@ class Builder {
     boost::add_edge(from, to, TensorEdge{std::string(tensor), role, p, std::nullopt}, g_);
   }
 
-  OpId param(const std::string& owner, int layer = -1) {
-    return op(owner + ".weight", OpKind::kParameter, layer);
-  }
+  OpId param(const std::string& owner, int layer = -1) { return op(owner + ".weight", OpKind::kParameter, layer); }
 
   /// Precision of a GEMM operand in format f of linear precision lp.
   TensorPrecision operand(const Format& f, const LinearPrecision& lp) const {

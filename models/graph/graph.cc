@@ -6,9 +6,9 @@ namespace rlsim::models {
 namespace {
 
 constexpr std::array<std::string_view, 20> kKindNames{
-    "parameter", "embedding", "rmsnorm",  "linear",      "expert_linear", "rope",    "attention_scores",
-    "softmax",   "attention_value", "kv_write", "kv_read", "residual_add", "silu_mul", "router",
-    "topk",      "moe_combine", "lm_head", "log_softmax", "dgrad",        "wgrad"};
+    "parameter", "embedding",       "rmsnorm",  "linear",      "expert_linear", "rope",     "attention_scores",
+    "softmax",   "attention_value", "kv_write", "kv_read",     "residual_add",  "silu_mul", "router",
+    "topk",      "moe_combine",     "lm_head",  "log_softmax", "dgrad",         "wgrad"};
 static_assert(kKindNames.size() == static_cast<std::size_t>(OpKind::kWgrad) + 1);
 
 constexpr std::array<std::string_view, 5> kRoleNames{"activation", "weight", "gradient", "kv", "router"};

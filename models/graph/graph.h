@@ -7,13 +7,12 @@
 // verify.h, GraphML / DOT I/O in io.h.
 #pragma once
 
+#include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include <boost/graph/adjacency_list.hpp>
 
 #include "models/precision/format.h"
 #include "models/precision/recipe.h"
@@ -31,8 +30,8 @@ class GraphError : public std::runtime_error {
 /// a weight; kKvWrite / kKvRead exist only in inference graphs (the KV cache between a key/value
 /// producer and attention); kDgrad / kWgrad only in training graphs (backward pass).
 enum class OpKind : std::uint8_t {
-  kParameter,        // a weight tensor (graph input), e.g. "layers.0.mlp.gate_proj.weight"
-  kEmbedding,        // token-embedding look-up
+  kParameter,  // a weight tensor (graph input), e.g. "layers.0.mlp.gate_proj.weight"
+  kEmbedding,  // token-embedding look-up
   kRmsNorm,
   kLinear,           // attention projections, dense FFN and shared-expert linears
   kExpertLinear,     // routed-expert linears (one vertex per expert and projection)
@@ -43,14 +42,14 @@ enum class OpKind : std::uint8_t {
   kKvWrite,          // KV-cache store (inference only)
   kKvRead,           // KV-cache load (inference only)
   kResidualAdd,
-  kSiluMul,          // SwiGLU: silu(gate) * up
-  kRouter,           // MoE gate linear (router logits)
-  kTopK,             // MoE top-k selection and routing weights
-  kMoeCombine,       // weighted sum of expert outputs (+ shared experts)
+  kSiluMul,     // SwiGLU: silu(gate) * up
+  kRouter,      // MoE gate linear (router logits)
+  kTopK,        // MoE top-k selection and routing weights
+  kMoeCombine,  // weighted sum of expert outputs (+ shared experts)
   kLmHead,
-  kLogSoftmax,       // token log-probabilities (trainer loss, rollout logprobs)
-  kDgrad,            // backward: gradient with respect to an operator's input
-  kWgrad,            // backward: gradient with respect to a linear's weight
+  kLogSoftmax,  // token log-probabilities (trainer loss, rollout logprobs)
+  kDgrad,       // backward: gradient with respect to an operator's input
+  kWgrad,       // backward: gradient with respect to a linear's weight
 };
 
 /// What a tensor is.
@@ -90,14 +89,14 @@ struct TensorPrecision {
 struct OpVertex {
   std::string name;  // unique within a graph built by rlsim, e.g. "layers.3.mlp.gate_proj"
   OpKind kind = OpKind::kParameter;
-  int layer = -1;    // decoder layer index, -1 outside the layers (embedding, lm_head)
+  int layer = -1;  // decoder layer index, -1 outside the layers (embedding, lm_head)
 };
 
 /// A KV-cache store a tensor passed through on its way from producer to consumer.
 struct KvStore {
-  Format format;          // what the cache holds
-  bool lossless = true;   // the cache holds exactly the values the producer wrote
-  std::string write;      // names of the kv_write and kv_read operators it replaced
+  Format format;         // what the cache holds
+  bool lossless = true;  // the cache holds exactly the values the producer wrote
+  std::string write;     // names of the kv_write and kv_read operators it replaced
   std::string read;
 };
 
@@ -115,12 +114,11 @@ struct GraphInfo {
   std::string builder;  // "rlsim" for graphs from build_precision_graph (anchors names), else ""
   std::string model;
   std::string recipe;
-  std::string side;     // "training" | "inference" (informative)
+  std::string side;  // "training" | "inference" (informative)
 };
 
 /// Directed multigraph; vecS vertex storage gives the vertex_index VF2 needs.
-using PrecisionGraph =
-    boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, OpVertex, TensorEdge, GraphInfo>;
+using PrecisionGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, OpVertex, TensorEdge, GraphInfo>;
 using OpId = PrecisionGraph::vertex_descriptor;
 using TensorId = PrecisionGraph::edge_descriptor;
 

@@ -8,10 +8,11 @@
 // GCC 12 reports boost::optional inside Boost's adj_list_edge_iterator (used by write_graphml,
 // write_graphviz and edges()) as maybe-uninitialized: a known false positive (GCC bug 80635).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <fmt/format.h>
+
 #include <boost/graph/graphml.hpp>
 #include <boost/graph/graphviz.hpp>
 #include <boost/property_map/dynamic_property_map.hpp>
-#include <fmt/format.h>
 
 namespace rlsim::models {
 namespace {
@@ -74,7 +75,9 @@ PrecisionGraph from_raw(const RawGraph& raw, const std::string& file) {
     TensorEdge te;
     te.tensor = re.tensor;
     const auto role = parse_role(re.role);
-    if (!role) throw GraphError(fmt::format("{}: unknown role '{}' (expected activation, weight, gradient, kv or router)", where, re.role));
+    if (!role)
+      throw GraphError(
+          fmt::format("{}: unknown role '{}' (expected activation, weight, gradient, kv or router)", where, re.role));
     te.role = *role;
     try {
       te.precision.format = parse_format(re.format);
@@ -120,9 +123,9 @@ RawGraph to_raw(const PrecisionGraph& g) {
     const TensorEdge& te = g[e];
     const TensorPrecision& p = te.precision;
     boost::add_edge(boost::source(e, g), boost::target(e, g),
-                    RawEdge{te.tensor, std::string(role_name(te.role)), p.format.str(), p.mode == QuantMode::kFake ? "fake" : "real",
-                            std::string(traits(p.storage).name), std::string(compute_name(p.compute)),
-                            std::string(traits(p.accumulate).name)},
+                    RawEdge{te.tensor, std::string(role_name(te.role)), p.format.str(),
+                            p.mode == QuantMode::kFake ? "fake" : "real", std::string(traits(p.storage).name),
+                            std::string(compute_name(p.compute)), std::string(traits(p.accumulate).name)},
                     raw);
   }
   return raw;
@@ -208,9 +211,10 @@ PrecisionGraph read_graphml(std::istream& in, const std::string& file) {
   try {
     boost::read_graphml(in, raw, dp);
   } catch (const boost::property_not_found& e) {
-    throw GraphError(fmt::format("{}: unknown GraphML attribute '{}' (expected node: name, kind, layer; edge: tensor, role, format, "
-                                 "mode, storage, compute, accumulate; graph: builder, model, recipe, side)",
-                                 file, e.property));
+    throw GraphError(
+        fmt::format("{}: unknown GraphML attribute '{}' (expected node: name, kind, layer; edge: tensor, role, format, "
+                    "mode, storage, compute, accumulate; graph: builder, model, recipe, side)",
+                    file, e.property));
   } catch (const boost::undirected_graph_error&) {  // Boost's name for "undirected file, directed graph"
     throw GraphError(file + ": the graph must be directed (edgedefault=\"directed\")");
   } catch (const std::exception& e) {
@@ -310,7 +314,8 @@ void write_dot(std::ostream& out, const PrecisionGraph& g, const DotMarks& marks
     const std::string label = fmt::format("{}: {}", g[e].tensor, g[e].precision.str());
     const auto key = std::make_tuple(s, t, g[e].tensor);
     auto it = edge_index.find(key);
-    if (it == edge_index.end()) it = edge_index.emplace(key, boost::add_edge(s, t, DotEdge{label, 0, false, false}, d).first).first;
+    if (it == edge_index.end())
+      it = edge_index.emplace(key, boost::add_edge(s, t, DotEdge{label, 0, false, false}, d).first).first;
     DotEdge& de = d[it->second];
     ++de.count;
     de.red = de.red || edge_red(e);

@@ -1,13 +1,13 @@
 #include "models/graph/verify.h"
 
+#include <fmt/format.h>
+
+#include <boost/graph/vf2_sub_graph_iso.hpp>
 #include <chrono>
 #include <map>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
-
-#include <boost/graph/vf2_sub_graph_iso.hpp>
-#include <fmt/format.h>
 
 #include "models/graph/build.h"
 
@@ -31,7 +31,8 @@ std::string format_reason(const Format& a, const Format& b, TensorRole role) {
     return fmt::format("training quantises {} to {}; rollout uses {}", what, a.str(), b.str());
   }
   if (a.element == b.element) {
-    return fmt::format("same element {}, different scaling: training {}, rollout {}", traits(a.element).name, scaling_str(a), scaling_str(b));
+    return fmt::format("same element {}, different scaling: training {}, rollout {}", traits(a.element).name, scaling_str(a),
+                       scaling_str(b));
   }
   return fmt::format("different element: training {}, rollout {}", traits(a.element).name, traits(b.element).name);
 }
@@ -64,8 +65,17 @@ std::vector<std::string> infer_path(const PrecisionGraph& g, TensorId e) {
 
 /// An inference operator with no training counterpart.
 Mismatch absent_operator(const OpVertex& v) {
-  return Mismatch{v.name, v.kind, "", TensorRole::kActivation, "absent", "-",
-                  fmt::format("{} operator absent from the training graph", op_kind_name(v.kind)), v.layer, "", "", {v.name}};
+  return Mismatch{v.name,
+                  v.kind,
+                  "",
+                  TensorRole::kActivation,
+                  "absent",
+                  "-",
+                  fmt::format("{} operator absent from the training graph", op_kind_name(v.kind)),
+                  v.layer,
+                  "",
+                  "",
+                  {v.name}};
 }
 
 /// Mismatches of a (possibly partial) map from inference operators to training operators.
@@ -79,9 +89,16 @@ std::vector<Mismatch> compare(const PrecisionGraph& train, const PrecisionGraph&
     }
     const OpVertex& tv = train[map[v]];
     if (tv.kind != iv.kind) {
-      out.push_back(Mismatch{iv.name, iv.kind, "", TensorRole::kActivation, std::string(op_kind_name(tv.kind)),
+      out.push_back(Mismatch{iv.name,
+                             iv.kind,
+                             "",
+                             TensorRole::kActivation,
+                             std::string(op_kind_name(tv.kind)),
                              std::string(op_kind_name(iv.kind)),
-                             fmt::format("operator kind differs: training '{}' is {}", tv.name, op_kind_name(tv.kind)), iv.layer, "", "",
+                             fmt::format("operator kind differs: training '{}' is {}", tv.name, op_kind_name(tv.kind)),
+                             iv.layer,
+                             "",
+                             "",
                              {iv.name}});
     }
     for (const TensorId e : boost::make_iterator_range(boost::in_edges(v, inf))) {
@@ -152,15 +169,16 @@ struct Capture {
 
 enum class Vf2Outcome { kFound, kNone, kTimeout };
 
-Vf2Outcome run_vf2(const PrecisionGraph& inf, const PrecisionGraph& train, bool precise, double budget_s, std::vector<OpId>* map) {
-  Deadline deadline{std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                            std::chrono::duration<double>(budget_s))};
+Vf2Outcome run_vf2(const PrecisionGraph& inf, const PrecisionGraph& train, bool precise, double budget_s,
+                   std::vector<OpId>* map) {
+  Deadline deadline{std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(budget_s))};
   map->assign(boost::num_vertices(inf), kNone);
   if (boost::num_vertices(inf) == 0) return Vf2Outcome::kFound;
   try {
-    const bool found = boost::vf2_subgraph_mono(inf, train, Capture{map, &inf}, boost::vertex_order_by_mult(inf),
-                                                boost::edges_equivalent(EdgeEq{&inf, &train, precise})
-                                                    .vertices_equivalent(VertexEq{&inf, &train, &deadline}));
+    const bool found = boost::vf2_subgraph_mono(
+        inf, train, Capture{map, &inf}, boost::vertex_order_by_mult(inf),
+        boost::edges_equivalent(EdgeEq{&inf, &train, precise}).vertices_equivalent(VertexEq{&inf, &train, &deadline}));
     return found ? Vf2Outcome::kFound : Vf2Outcome::kNone;
   } catch (const Vf2Timeout&) {
     return Vf2Outcome::kTimeout;
@@ -192,17 +210,32 @@ std::vector<Mismatch> explain_no_embedding(const PrecisionGraph& train, const Pr
     for (OpId v = 0; v < boost::num_vertices(inf); ++v) ++counts[inf[v].kind].second;
     for (const auto& [kind, c] : counts) {
       if (c.second > c.first) {
-        out.push_back(Mismatch{fmt::format("({} operators)", op_kind_name(kind)), kind, "", TensorRole::kActivation,
-                               std::to_string(c.first), std::to_string(c.second),
-                               fmt::format("inference has {} {} operators, training {}", c.second, op_kind_name(kind), c.first), -1, "",
-                               "", {}});
+        out.push_back(Mismatch{fmt::format("({} operators)", op_kind_name(kind)),
+                               kind,
+                               "",
+                               TensorRole::kActivation,
+                               std::to_string(c.first),
+                               std::to_string(c.second),
+                               fmt::format("inference has {} {} operators, training {}", c.second, op_kind_name(kind), c.first),
+                               -1,
+                               "",
+                               "",
+                               {}});
       }
     }
   }
   if (out.empty()) {
-    out.push_back(Mismatch{"(graph)", OpKind::kParameter, "", TensorRole::kActivation, "-", "-",
-                           "no structure-preserving map: some inference edge has no counterpart among the training graph's edges", -1,
-                           "", "", {}});
+    out.push_back(Mismatch{"(graph)",
+                           OpKind::kParameter,
+                           "",
+                           TensorRole::kActivation,
+                           "-",
+                           "-",
+                           "no structure-preserving map: some inference edge has no counterpart among the training graph's edges",
+                           -1,
+                           "",
+                           "",
+                           {}});
   }
   return out;
 }
@@ -226,7 +259,8 @@ PrecisionGraph contract_kv_cache(const PrecisionGraph& in) {
         continue;
       }
       if (in[u].kind != OpKind::kKvRead) {
-        throw GraphError(fmt::format("kv_write '{}' feeds '{}' directly; a kv_write must feed kv_read operators only", in[u].name, in[v].name));
+        throw GraphError(fmt::format("kv_write '{}' feeds '{}' directly; a kv_write must feed kv_read operators only", in[u].name,
+                                     in[v].name));
       }
       const auto reads = boost::in_edges(u, in);
       if (std::distance(reads.first, reads.second) != 1 || in[boost::source(*reads.first, in)].kind != OpKind::kKvWrite) {
@@ -328,11 +362,20 @@ VerifyResult verify(const PrecisionGraph& training_in, const PrecisionGraph& inf
   const Vf2Outcome structural = run_vf2(inf, training, false, options.vf2_budget_s, &map);
   if (structural == Vf2Outcome::kTimeout) {
     r.note = fmt::format("VF2 found no embedding within {:g} s", options.vf2_budget_s);
-    r.mismatches.push_back(Mismatch{"(graph)", OpKind::kParameter, "", TensorRole::kActivation, "-", "-",
-                                    fmt::format("undecided: VF2 search exceeded its {:g} s budget; give operators names shared by both graphs "
-                                                "(name-anchored pass) or layer indices",
-                                                options.vf2_budget_s),
-                                    -1, "", "", {}});
+    r.mismatches.push_back(
+        Mismatch{"(graph)",
+                 OpKind::kParameter,
+                 "",
+                 TensorRole::kActivation,
+                 "-",
+                 "-",
+                 fmt::format("undecided: VF2 search exceeded its {:g} s budget; give operators names shared by both graphs "
+                             "(name-anchored pass) or layer indices",
+                             options.vf2_budget_s),
+                 -1,
+                 "",
+                 "",
+                 {}});
     return r;
   }
   if (structural == Vf2Outcome::kNone) {
@@ -362,8 +405,8 @@ std::vector<MismatchGroup> group_mismatches(const std::vector<Mismatch>& mismatc
   std::vector<MismatchGroup> groups;
   std::map<std::string, std::size_t> index;
   for (const Mismatch& m : mismatches) {
-    const std::string key = fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", op_kind_name(m.kind), m.tensor, role_name(m.role), m.train,
-                                        m.inference, m.reason);
+    const std::string key = fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", op_kind_name(m.kind), m.tensor, role_name(m.role),
+                                        m.train, m.inference, m.reason);
     const auto [it, fresh] = index.emplace(key, groups.size());
     if (fresh) groups.push_back(MismatchGroup{m.kind, m.tensor, m.role, m.train, m.inference, m.reason, 0, m.op});
     ++groups[it->second].count;

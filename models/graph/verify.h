@@ -15,9 +15,9 @@ namespace rlsim::models {
 
 /// One edge (or operator) of the inference graph that breaks the condition.
 struct Mismatch {
-  std::string op;         // the consuming inference operator, e.g. "layers.3.mlp.gate_proj"
+  std::string op;  // the consuming inference operator, e.g. "layers.3.mlp.gate_proj"
   OpKind kind = OpKind::kLinear;
-  std::string tensor;     // its operand slot ("input", "weight", "key" ...); "" for an operator
+  std::string tensor;  // its operand slot ("input", "weight", "key" ...); "" for an operator
   TensorRole role = TensorRole::kActivation;
   std::string train;      // training precision, "absent" when training has no counterpart
   std::string inference;  // inference precision ("-" for an operator)
@@ -38,7 +38,7 @@ struct VerifyResult {
   bool consistent = false;
   std::vector<Mismatch> mismatches;  // inference graph order (operators, then their input edges)
   MatchMethod method = MatchMethod::kNameAnchored;
-  std::string note;                  // why VF2 was used, or why no embedding exists
+  std::string note;  // why VF2 was used, or why no embedding exists
   std::size_t train_vertices = 0, train_edges = 0, infer_vertices = 0, infer_edges = 0;  // as given
 };
 
@@ -59,10 +59,10 @@ PrecisionGraph contract_kv_cache(const PrecisionGraph& inference);
 
 /// Whether an inference tensor carries the same values as the training tensor it maps to:
 /// same element and scaling (block shapes included), same accumulate type, and -- for a KV-cache
-/// edge -- a lossless store, or the same lossy store on both sides (a trainer emulating the cache). Quantisation mode, storage type and compute type do not matter for
-/// values: fake int4/group32 (BF16 storage, BF16 GEMM) equals real int4/group32 (packed, dequantised
-/// to a BF16 GEMM), and FP8 values give exact products on either FP8 or BF16 tensor cores. On a
-/// mismatch, `reason` (when not null) receives a one-line explanation.
+/// edge -- a lossless store, or the same lossy store on both sides (a trainer emulating the cache). Quantisation mode, storage
+/// type and compute type do not matter for values: fake int4/group32 (BF16 storage, BF16 GEMM) equals real int4/group32 (packed,
+/// dequantised to a BF16 GEMM), and FP8 values give exact products on either FP8 or BF16 tensor cores. On a mismatch, `reason`
+/// (when not null) receives a one-line explanation.
 bool value_equivalent(const TensorEdge& train, const TensorEdge& inference, std::string* reason);
 
 /// Decides whether `inference` embeds into `training` with value-equivalent precision and lists

@@ -23,9 +23,9 @@ struct Device {
   double memory_bytes = 0;
   double memory_bandwidth_bytes_per_s = 0;
   std::map<ComputeType, double> flops_per_s;  // dense tensor-core rates by compute type
-  Link intra_node;  // scale-up (NVLink / Ascend UB), per direction
-  Link inter_node;  // scale-out per device (one NIC per device)
-  Link host_link;   // device <-> host memory (PCIe), for offload
+  Link intra_node;                            // scale-up (NVLink / Ascend UB), per direction
+  Link inter_node;                            // scale-out per device (one NIC per device)
+  Link host_link;                             // device <-> host memory (PCIe), for offload
   std::string source;
 
   /// The compute type a GEMM requested as `want` actually runs on: `want` if the device has a

@@ -6,12 +6,9 @@ std::int64_t ModelArch::attention_params_per_layer() const {
   const std::int64_t h = hidden;
   if (mla) {
     const std::int64_t qk_head = mla->qk_nope_head_dim + mla->qk_rope_head_dim;
-    std::int64_t q = mla->q_lora_rank > 0
-                         ? h * mla->q_lora_rank + mla->q_lora_rank * heads * qk_head
-                         : h * heads * qk_head;
+    std::int64_t q = mla->q_lora_rank > 0 ? h * mla->q_lora_rank + mla->q_lora_rank * heads * qk_head : h * heads * qk_head;
     const std::int64_t kv_a = h * (mla->kv_lora_rank + mla->qk_rope_head_dim);
-    const std::int64_t kv_b = static_cast<std::int64_t>(mla->kv_lora_rank) * heads *
-                              (mla->qk_nope_head_dim + mla->v_head_dim);
+    const std::int64_t kv_b = static_cast<std::int64_t>(mla->kv_lora_rank) * heads * (mla->qk_nope_head_dim + mla->v_head_dim);
     const std::int64_t o = static_cast<std::int64_t>(heads) * mla->v_head_dim * h;
     return q + kv_a + kv_b + o;
   }
@@ -22,9 +19,7 @@ std::int64_t ModelArch::attention_params_per_layer() const {
   return q + kv + o + bias;
 }
 
-std::int64_t ModelArch::expert_params() const {
-  return moe ? 3LL * hidden * moe->expert_intermediate : 0;
-}
+std::int64_t ModelArch::expert_params() const { return moe ? 3LL * hidden * moe->expert_intermediate : 0; }
 
 ParamCounts ModelArch::params() const {
   ParamCounts p;
@@ -55,8 +50,8 @@ std::vector<LinearShape> ModelArch::linear_shapes() const {
       v.push_back({"q_proj", LinearKind::kAttention, heads * qk_head, h, L});
     }
     v.push_back({"kv_a_proj_with_mqa", LinearKind::kAttention, mla->kv_lora_rank + mla->qk_rope_head_dim, h, L});
-    v.push_back({"kv_b_proj", LinearKind::kAttention, static_cast<std::int64_t>(heads) * (mla->qk_nope_head_dim + mla->v_head_dim),
-                 mla->kv_lora_rank, L});
+    v.push_back({"kv_b_proj", LinearKind::kAttention,
+                 static_cast<std::int64_t>(heads) * (mla->qk_nope_head_dim + mla->v_head_dim), mla->kv_lora_rank, L});
     v.push_back({"o_proj", LinearKind::kAttention, h, static_cast<std::int64_t>(heads) * mla->v_head_dim, L});
   } else {
     v.push_back({"q_proj", LinearKind::kAttention, static_cast<std::int64_t>(heads) * head_dim, h, L});

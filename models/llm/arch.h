@@ -56,7 +56,7 @@ enum class LinearKind { kAttention, kDenseFfn, kRoutedExpert, kSharedExpert, kRo
 
 /// One weight matrix shape [out, in] (y = W x) and how many such matrices the model holds.
 struct LinearShape {
-  const char* name;   // e.g. "q_proj", "experts.gate_proj"
+  const char* name;  // e.g. "q_proj", "experts.gate_proj"
   LinearKind kind;
   std::int64_t out = 0;
   std::int64_t in = 0;

@@ -7,9 +7,12 @@ unsigned bit(LinearKind k) { return 1u << static_cast<unsigned>(k); }
 
 const LinearPrecision& precision_of(const Recipe& r, LinearKind k) {
   switch (k) {
-    case LinearKind::kRouter: return r.router;
-    case LinearKind::kLmHead: return r.lm_head;
-    default: return r.linear;
+    case LinearKind::kRouter:
+      return r.router;
+    case LinearKind::kLmHead:
+      return r.lm_head;
+    default:
+      return r.linear;
   }
 }
 
@@ -53,8 +56,8 @@ double hidden_bytes_per_token(const ModelArch& arch, const Recipe& recipe) {
 }
 
 ParamWidths param_widths(const Recipe& recipe) {
-  return {element_bytes(recipe.master_weights), bytes_per_value(recipe.gradient, kTypicalRow), bytes_per_value(recipe.sync, kTypicalRow),
-          bytes_per_value(recipe.reference, kTypicalRow)};
+  return {element_bytes(recipe.master_weights), bytes_per_value(recipe.gradient, kTypicalRow),
+          bytes_per_value(recipe.sync, kTypicalRow), bytes_per_value(recipe.reference, kTypicalRow)};
 }
 
 }  // namespace rlsim::models

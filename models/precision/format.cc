@@ -18,15 +18,20 @@ bool parse_int(std::string_view s, int& out) {
 // Number of scale factors of a [rows, cols] tensor under scaling `s`.
 std::int64_t scale_count(const Scaling& s, std::int64_t rows, std::int64_t cols) {
   switch (s.kind) {
-    case ScaleKind::kNone: return 0;
-    case ScaleKind::kTensor: return 1;
+    case ScaleKind::kNone:
+      return 0;
+    case ScaleKind::kTensor:
+      return 1;
     case ScaleKind::kChannel:
-    case ScaleKind::kToken: return rows;
+    case ScaleKind::kToken:
+      return rows;
     case ScaleKind::kGroup1xN:
     case ScaleKind::kGroupN:
     case ScaleKind::kMx32:
-    case ScaleKind::kNv16: return rows * ceil_div(cols, s.cols);
-    case ScaleKind::kBlockMxN: return ceil_div(rows, s.rows) * ceil_div(cols, s.cols);
+    case ScaleKind::kNv16:
+      return rows * ceil_div(cols, s.cols);
+    case ScaleKind::kBlockMxN:
+      return ceil_div(rows, s.rows) * ceil_div(cols, s.cols);
   }
   return 0;
 }
@@ -53,16 +58,24 @@ double Format::bits_per_value(std::int64_t rows, std::int64_t cols) const {
 std::string Format::str() const {
   std::string s(traits(element).name);
   switch (scaling.kind) {
-    case ScaleKind::kNone: return s;
-    case ScaleKind::kTensor: return s + "/tensor";
-    case ScaleKind::kChannel: return s + "/channel";
-    case ScaleKind::kToken: return s + "/token";
-    case ScaleKind::kGroup1xN: return s + "/group1x" + std::to_string(scaling.cols);
+    case ScaleKind::kNone:
+      return s;
+    case ScaleKind::kTensor:
+      return s + "/tensor";
+    case ScaleKind::kChannel:
+      return s + "/channel";
+    case ScaleKind::kToken:
+      return s + "/token";
+    case ScaleKind::kGroup1xN:
+      return s + "/group1x" + std::to_string(scaling.cols);
     case ScaleKind::kBlockMxN:
       return s + "/block" + std::to_string(scaling.rows) + "x" + std::to_string(scaling.cols);
-    case ScaleKind::kGroupN: return s + "/group" + std::to_string(scaling.cols);
-    case ScaleKind::kMx32: return s + "/mx32";
-    case ScaleKind::kNv16: return s + "/nv16";
+    case ScaleKind::kGroupN:
+      return s + "/group" + std::to_string(scaling.cols);
+    case ScaleKind::kMx32:
+      return s + "/mx32";
+    case ScaleKind::kNv16:
+      return s + "/nv16";
   }
   return s;
 }
@@ -97,8 +110,7 @@ Format parse_format(std::string_view text) {
   const std::string_view el = text.substr(0, slash);
   const auto e = parse_element(el);
   if (!e || traits(*e).scale_only) {
-    throw std::invalid_argument("unknown element format '" + std::string(el) +
-                                "' (expected one of: " + element_names() +
+    throw std::invalid_argument("unknown element format '" + std::string(el) + "' (expected one of: " + element_names() +
                                 ", or mxfp8, mxfp4, nvfp4)");
   }
   Format f{*e, {}};
@@ -108,16 +120,23 @@ Format parse_format(std::string_view text) {
                                 "': hif4 carries its own three-level scale per 64 elements (arXiv 2602.11287); write 'hif4'");
   }
   const std::string_view sc = text.substr(slash + 1);
-  const std::string bad = "unknown scaling '" + std::string(sc) +
-                          "' (expected tensor, channel, token, group1xN, blockMxN, groupN, mx32, nv16)";
+  const std::string bad =
+      "unknown scaling '" + std::string(sc) + "' (expected tensor, channel, token, group1xN, blockMxN, groupN, mx32, nv16)";
   int a = 0, b = 0;
-  if (sc == "tensor") f.scaling = {ScaleKind::kTensor, 1, 1};
-  else if (sc == "channel") f.scaling = {ScaleKind::kChannel, 1, 1};
-  else if (sc == "token") f.scaling = {ScaleKind::kToken, 1, 1};
-  else if (sc == "mx32") f.scaling = {ScaleKind::kMx32, 1, 32};
-  else if (sc == "nv16") f.scaling = {ScaleKind::kNv16, 1, 16};
-  else if (sc.starts_with("group1x") && parse_int(sc.substr(7), b)) f.scaling = {ScaleKind::kGroup1xN, 1, b};
-  else if (sc.starts_with("group") && parse_int(sc.substr(5), b)) f.scaling = {ScaleKind::kGroupN, 1, b};
+  if (sc == "tensor")
+    f.scaling = {ScaleKind::kTensor, 1, 1};
+  else if (sc == "channel")
+    f.scaling = {ScaleKind::kChannel, 1, 1};
+  else if (sc == "token")
+    f.scaling = {ScaleKind::kToken, 1, 1};
+  else if (sc == "mx32")
+    f.scaling = {ScaleKind::kMx32, 1, 32};
+  else if (sc == "nv16")
+    f.scaling = {ScaleKind::kNv16, 1, 16};
+  else if (sc.starts_with("group1x") && parse_int(sc.substr(7), b))
+    f.scaling = {ScaleKind::kGroup1xN, 1, b};
+  else if (sc.starts_with("group") && parse_int(sc.substr(5), b))
+    f.scaling = {ScaleKind::kGroupN, 1, b};
   else if (sc.starts_with("block")) {
     const auto x = sc.find('x');
     if (x == std::string_view::npos || !parse_int(sc.substr(5, x - 5), a) || !parse_int(sc.substr(x + 1), b)) {
@@ -132,19 +151,25 @@ Format parse_format(std::string_view text) {
 
 std::string_view compute_name(ComputeType c) {
   switch (c) {
-    case ComputeType::kFp32: return "fp32";
-    case ComputeType::kBf16: return "bf16";
-    case ComputeType::kFp16: return "fp16";
-    case ComputeType::kFp8: return "fp8";
-    case ComputeType::kInt8: return "int8";
-    case ComputeType::kFp4: return "fp4";
+    case ComputeType::kFp32:
+      return "fp32";
+    case ComputeType::kBf16:
+      return "bf16";
+    case ComputeType::kFp16:
+      return "fp16";
+    case ComputeType::kFp8:
+      return "fp8";
+    case ComputeType::kInt8:
+      return "int8";
+    case ComputeType::kFp4:
+      return "fp4";
   }
   return "?";
 }
 
 std::optional<ComputeType> parse_compute(std::string_view name) {
-  for (auto c : {ComputeType::kFp32, ComputeType::kBf16, ComputeType::kFp16, ComputeType::kFp8,
-                 ComputeType::kInt8, ComputeType::kFp4}) {
+  for (auto c :
+       {ComputeType::kFp32, ComputeType::kBf16, ComputeType::kFp16, ComputeType::kFp8, ComputeType::kInt8, ComputeType::kFp4}) {
     if (compute_name(c) == name) return c;
   }
   return std::nullopt;
@@ -154,12 +179,16 @@ namespace {
 // Operand width rank of a compute type: the GEMM runs on the wider operand's type.
 int width_rank(ComputeType c) {
   switch (c) {
-    case ComputeType::kFp4: return 0;
+    case ComputeType::kFp4:
+      return 0;
     case ComputeType::kFp8:
-    case ComputeType::kInt8: return 1;
+    case ComputeType::kInt8:
+      return 1;
     case ComputeType::kBf16:
-    case ComputeType::kFp16: return 2;
-    case ComputeType::kFp32: return 3;
+    case ComputeType::kFp16:
+      return 2;
+    case ComputeType::kFp32:
+      return 3;
   }
   return 3;
 }

@@ -22,21 +22,19 @@ namespace rlsim::models {
 enum class ComputeType : std::uint8_t { kFp32, kBf16, kFp16, kFp8, kInt8, kFp4 };
 
 /// Element (storage) formats. kE8M0 only ever appears as a shared scale (OCP MX).
-enum class Element : std::uint8_t {
-  kFp32, kBf16, kFp16, kFp8E4M3, kFp8E5M2, kInt8, kInt4, kFp4E2M1, kHif8, kHif4, kE8M0
-};
+enum class Element : std::uint8_t { kFp32, kBf16, kFp16, kFp8E4M3, kFp8E5M2, kInt8, kInt4, kFp4E2M1, kHif8, kHif4, kE8M0 };
 
 /// Facts of one element format.
 struct ElementTraits {
   Element element;
-  std::string_view name;     // as written in scenario files
-  int bits;                  // storage bits per element
+  std::string_view name;  // as written in scenario files
+  int bits;               // storage bits per element
   bool is_float;
-  double max_finite;         // largest finite magnitude (int: largest symmetric level)
-  ComputeType compute;       // tensor-core type a GEMM on this element runs on natively
-  int intrinsic_block;       // elements sharing built-in metadata (HiF4: 64), else 1
-  int intrinsic_meta_bits;   // metadata bits per intrinsic block (HiF4: 32), else 0
-  bool scale_only;           // only valid as a scale element (E8M0)
+  double max_finite;        // largest finite magnitude (int: largest symmetric level)
+  ComputeType compute;      // tensor-core type a GEMM on this element runs on natively
+  int intrinsic_block;      // elements sharing built-in metadata (HiF4: 64), else 1
+  int intrinsic_meta_bits;  // metadata bits per intrinsic block (HiF4: 32), else 0
+  bool scale_only;          // only valid as a scale element (E8M0)
 };
 
 inline constexpr std::array<ElementTraits, 11> kElementTraits{{
@@ -75,9 +73,9 @@ enum class ScaleKind : std::uint8_t {
 /// Facts of one scaling kind.
 struct ScalingTraits {
   ScaleKind kind;
-  std::string_view name;     // as written after '/', without its numeric parameters
-  Element scale_element;     // storage type of each scale
-  int tensor_scale_bits;     // extra per-tensor scale bits (NVFP4: 32), else 0
+  std::string_view name;  // as written after '/', without its numeric parameters
+  Element scale_element;  // storage type of each scale
+  int tensor_scale_bits;  // extra per-tensor scale bits (NVFP4: 32), else 0
 };
 
 inline constexpr std::array<ScalingTraits, 9> kScalingTraits{{

@@ -11,7 +11,8 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 void check_size(std::size_t got, std::int64_t want, const char* what) {
   if (static_cast<std::int64_t>(got) != want) {
-    throw std::invalid_argument(std::string(what) + ": " + std::to_string(got) + " entries where the shape needs " + std::to_string(want));
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(got) + " entries where the shape needs " +
+                                std::to_string(want));
   }
 }
 
@@ -80,7 +81,8 @@ std::vector<std::uint32_t> unpack_nibbles(const std::vector<std::uint8_t>& bytes
   std::vector<std::uint32_t> out(static_cast<std::size_t>(rows * cols));
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < cols; ++c) {
-      out[static_cast<std::size_t>(r * cols + c)] = (bytes[static_cast<std::size_t>(r * per_row + c / 2)] >> (4 * (c % 2))) & 0xFu;
+      out[static_cast<std::size_t>(r * cols + c)] =
+          (bytes[static_cast<std::size_t>(r * per_row + c / 2)] >> (4 * (c % 2))) & 0xFu;
     }
   }
   return out;
@@ -130,7 +132,8 @@ QuantizedTensor unpack(const PackedTensor& p) {
   q.block_rows = p.block_rows;
   q.block_cols = p.block_cols;
   q.saturated = p.saturated;
-  if (p.rows <= 0 || p.cols <= 0 || p.block_rows <= 0 || p.block_cols <= 0) throw std::invalid_argument("unpack: shape must be positive");
+  if (p.rows <= 0 || p.cols <= 0 || p.block_rows <= 0 || p.block_cols <= 0)
+    throw std::invalid_argument("unpack: shape must be positive");
   const int bits = traits(p.format.element).bits;
   if (bits == 4) {
     if (p.format.element == Element::kInt4 && p.int4_layout == Int4Layout::kInt32x8) {
@@ -152,7 +155,8 @@ QuantizedTensor unpack(const PackedTensor& p) {
   q.scale_codes.assign(static_cast<std::size_t>(blocks), 0);
   if (sb > 0) {
     check_size(p.scales.size(), blocks * sb, "unpack (scales)");
-    for (std::size_t i = 0; i < q.scale_codes.size(); ++i) q.scale_codes[i] = get_le(p.scales, i * static_cast<std::size_t>(sb), sb);
+    for (std::size_t i = 0; i < q.scale_codes.size(); ++i)
+      q.scale_codes[i] = get_le(p.scales, i * static_cast<std::size_t>(sb), sb);
   } else if (!p.scales.empty()) {
     throw std::invalid_argument("unpack: scales given for the unscaled format " + p.format.str());
   }

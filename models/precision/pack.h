@@ -46,8 +46,8 @@ struct PackedTensor {
   std::int64_t rows = 0, cols = 0;
   std::int64_t block_rows = 1, block_cols = 1;
   Int4Layout int4_layout = Int4Layout::kInt32x8;
-  std::vector<std::uint8_t> data;    // element codes
-  std::vector<std::uint8_t> scales;  // the scale tensor in its storage type (empty when unscaled)
+  std::vector<std::uint8_t> data;                 // element codes
+  std::vector<std::uint8_t> scales;               // the scale tensor in its storage type (empty when unscaled)
   std::uint32_t tensor_scale_bits = 0x3F800000u;  // FP32 bits of the per-tensor scale (NVFP4), else 1.0f
   std::int64_t saturated = 0;
 

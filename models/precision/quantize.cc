@@ -50,7 +50,7 @@ std::uint32_t encode_float(const FloatLayout& l, int bits, double x, bool* satur
     r = std::numeric_limits<double>::infinity();
   } else {
     int e = 0;
-    std::frexp(a, &e);                          // a = f 2^e, f in [0.5, 1)
+    std::frexp(a, &e);                                 // a = f 2^e, f in [0.5, 1)
     const int exponent = std::max(e - 1, 1 - l.bias);  // subnormals share the smallest normal exponent
     const double quantum = std::ldexp(1.0, exponent - l.man_bits);
     r = std::nearbyint(a / quantum) * quantum;  // exact scaling; the default mode rounds ties to even
@@ -191,13 +191,20 @@ double decode_hif8(std::uint32_t code) {
 
 FloatLayout float_layout(Element e) {
   switch (e) {
-    case Element::kBf16: return {8, 7, 127, true, false, true};
-    case Element::kFp16: return {5, 10, 15, true, false, true};
-    case Element::kFp8E4M3: return {4, 3, 7, false, true, true};
-    case Element::kFp8E5M2: return {5, 2, 15, true, false, true};
-    case Element::kFp4E2M1: return {2, 1, 1, false, false, false};
-    case Element::kHif4: return {1, 2, 1, false, false, false};  // S1E1M2 (arXiv 2602.11287, format definition)
-    default: throw std::invalid_argument("float_layout: " + std::string(traits(e).name) + " is not a binary float element");
+    case Element::kBf16:
+      return {8, 7, 127, true, false, true};
+    case Element::kFp16:
+      return {5, 10, 15, true, false, true};
+    case Element::kFp8E4M3:
+      return {4, 3, 7, false, true, true};
+    case Element::kFp8E5M2:
+      return {5, 2, 15, true, false, true};
+    case Element::kFp4E2M1:
+      return {2, 1, 1, false, false, false};
+    case Element::kHif4:
+      return {1, 2, 1, false, false, false};  // S1E1M2 (arXiv 2602.11287, format definition)
+    default:
+      throw std::invalid_argument("float_layout: " + std::string(traits(e).name) + " is not a binary float element");
   }
 }
 
@@ -255,7 +262,8 @@ std::uint32_t encode(Element e, double x, bool* saturated, const CodecOptions& o
 
 double decode(Element e, std::uint32_t code) {
   switch (e) {
-    case Element::kFp32: return static_cast<double>(std::bit_cast<float>(code));
+    case Element::kFp32:
+      return static_cast<double>(std::bit_cast<float>(code));
     case Element::kBf16:
     case Element::kFp16:
     case Element::kFp8E4M3:
@@ -280,9 +288,7 @@ double decode(Element e, std::uint32_t code) {
   throw std::invalid_argument("decode: unknown element");
 }
 
-double round_to(Element e, double x, bool* saturated, const CodecOptions& opt) {
-  return decode(e, encode(e, x, saturated, opt));
-}
+double round_to(Element e, double x, bool* saturated, const CodecOptions& opt) { return decode(e, encode(e, x, saturated, opt)); }
 
 namespace {
 
@@ -295,14 +301,18 @@ BlockShape block_shape(const Format& f, std::int64_t rows, std::int64_t cols) {
   const Scaling& sc = f.scaling;
   switch (sc.kind) {
     case ScaleKind::kNone:
-    case ScaleKind::kTensor: return {rows, cols};
+    case ScaleKind::kTensor:
+      return {rows, cols};
     case ScaleKind::kChannel:
-    case ScaleKind::kToken: return {1, cols};
-    case ScaleKind::kBlockMxN: return {sc.rows, sc.cols};
+    case ScaleKind::kToken:
+      return {1, cols};
+    case ScaleKind::kBlockMxN:
+      return {sc.rows, sc.cols};
     case ScaleKind::kGroup1xN:
     case ScaleKind::kGroupN:
     case ScaleKind::kMx32:
-    case ScaleKind::kNv16: return {1, sc.cols};
+    case ScaleKind::kNv16:
+      return {1, sc.cols};
   }
   return {rows, cols};
 }
@@ -361,8 +371,8 @@ double decode_e6m2(std::uint32_t code) {
 
 // The scale of one block: what quantize() stores and fake_quantize() divides by.
 struct BlockScale {
-  double scale = 1.0;        // decoded level-1 scale (NaN for a NaN block of MX / HiF4)
-  std::uint32_t code = 0;    // the scale in its storage element; HiF4: the 32-bit metadata word
+  double scale = 1.0;      // decoded level-1 scale (NaN for a NaN block of MX / HiF4)
+  std::uint32_t code = 0;  // the scale in its storage element; HiF4: the 32-bit metadata word
 };
 
 // HiF4 metadata word of one 64-block (rlsim's bit order): bits 31..24 the E6M2 level-1 scale,
@@ -407,9 +417,7 @@ struct Plan {
 };
 
 // NVFP4's FP32 tensor scale from the tensor's amax over finite values (1 for an all-zero tensor).
-double nv16_tensor_scale(double amax) {
-  return amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0;
-}
+double nv16_tensor_scale(double amax) { return amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0; }
 
 Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, std::size_t n_values) {
   if (rows <= 0 || cols <= 0) throw std::invalid_argument("quantize: shape must be positive");
@@ -463,7 +471,8 @@ BlockScale block_scale(const Format& f, const Plan& p, std::int64_t cols, const 
   }
   double amax = 0;
   bool nan = false;
-  for (std::int64_t r = r0; r < r1; ++r) amax = std::max(amax, finite_amax(&x[static_cast<std::size_t>(r * cols + c0)], c1 - c0, &nan));
+  for (std::int64_t r = r0; r < r1; ++r)
+    amax = std::max(amax, finite_amax(&x[static_cast<std::size_t>(r * cols + c0)], c1 - c0, &nan));
   return scale_from_amax(f, p, amax, nan);
 }
 
@@ -471,7 +480,8 @@ BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan
   const Element el = f.element;
   BlockScale bs;
   switch (f.scaling.kind) {
-    case ScaleKind::kNone: return bs;
+    case ScaleKind::kNone:
+      return bs;
     case ScaleKind::kMx32: {
       if (nan) return {std::numeric_limits<double>::quiet_NaN(), 0xFFu};
       int shared = -127;
@@ -685,7 +695,7 @@ struct FastHif8Encoder {
     const std::uint32_t sign = (b >> 63) ? 0x80u : 0u;
     const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
     if (a > 0x7FF0000000000000ull) return 0x80u;  // NaN
-    if (a == 0) return 0;                           // one zero
+    if (a == 0) return 0;                         // one zero
     const int e = static_cast<int>(a >> 52) - 1023;
     if (e > 15) {  // 2^16 and beyond (and Inf) round past 32768
       ++saturated;
@@ -751,7 +761,8 @@ struct GenericEncoder {
 
 // Pass 2 of the fast path: encode every element of row segments with its block's divisor.
 template <class Enc>
-void encode_blocks(const Enc& enc, const Plan& p, std::int64_t rows, std::int64_t cols, std::span<const float> x, QuantizedTensor& q) {
+void encode_blocks(const Enc& enc, const Plan& p, std::int64_t rows, std::int64_t cols, std::span<const float> x,
+                   QuantizedTensor& q) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t br = r / p.b.rows;
     for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {

@@ -16,7 +16,7 @@ struct RecipeRow {
   std::string_view head;        // lm_head and router, weights and activations
   std::string_view wide;        // attention operands, KV cache, embedding
   QuantMode mode;
-  std::string_view master;      // master weights the trainer keeps
+  std::string_view master;  // master weights the trainer keeps
   std::string_view source;
 };
 
@@ -68,9 +68,7 @@ ComputeType LinearPrecision::compute(QuantMode mode) const {
   return gemm_compute(weight, activation);
 }
 
-bool Recipe::dynamic_activation_quant() const {
-  return linear.activation.quantised();
-}
+bool Recipe::dynamic_activation_quant() const { return linear.activation.quantised(); }
 
 bool Recipe::stores_weights_as(const Format& f) const {
   return linear.weight == f && lm_head.weight == f && router.weight == f && embedding == f;
@@ -100,8 +98,7 @@ const Recipe& builtin_recipe(std::string_view name) {
   for (const auto& r : builtin_recipes()) {
     if (r.name == name) return r;
   }
-  throw std::invalid_argument("unknown recipe '" + std::string(name) + "' (expected one of: " +
-                              recipe_names() + ")");
+  throw std::invalid_argument("unknown recipe '" + std::string(name) + "' (expected one of: " + recipe_names() + ")");
 }
 
 }  // namespace rlsim::models

@@ -30,9 +30,9 @@ struct LinearPrecision {
 /// A complete precision recipe.
 struct Recipe {
   std::string name;
-  LinearPrecision linear;   // attention projections, dense FFN and expert linears
+  LinearPrecision linear;  // attention projections, dense FFN and expert linears
   LinearPrecision lm_head;
-  LinearPrecision router;   // MoE router (gate) linear
+  LinearPrecision router;              // MoE router (gate) linear
   Element attention = Element::kBf16;  // QK^T and PV operand type
   Element softmax = Element::kFp32;
   Format kv_cache{Element::kBf16, {}};
@@ -43,7 +43,7 @@ struct Recipe {
   Format gradient{Element::kFp32, {}};   // gradients, their reduce-scatter and all-reduce. Default: FP32
   Format sync{Element::kBf16, {}};       // weights as gathered (FSDP) and sent to the rollout engines. Default: BF16
   Format reference{Element::kBf16, {}};  // the reference (KL) model's weights. Default: BF16
-  std::string source;                       // where the recipe comes from (paper / framework)
+  std::string source;                    // where the recipe comes from (paper / framework)
   bool operator==(const Recipe&) const = default;
 
   /// Whether activations of the linears are quantised dynamically at run time (costs a pass).

@@ -1,13 +1,13 @@
 #include "models/runtime/kernels.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
@@ -31,9 +31,7 @@ namespace {
 constexpr float kE4M3Fix = 1.329227995784916e36f;  // 2^120
 
 // The value of an E4M3 code without NaN (0x7F / 0xFF are excluded at construction), exact.
-inline float e4m3_value(std::uint32_t c) {
-  return std::bit_cast<float>(((c & 0x80u) << 24) | ((c & 0x7Fu) << 20)) * kE4M3Fix;
-}
+inline float e4m3_value(std::uint32_t c) { return std::bit_cast<float>(((c & 0x80u) << 24) | ((c & 0x7Fu) << 20)) * kE4M3Fix; }
 
 // The value of an E8M0 code other than 0xFF (NaN, excluded at construction): 2^(c - 127), code 0
 // the FP32 subnormal 2^-127.
@@ -77,12 +75,18 @@ float f16_value(std::uint16_t h) {
 
 std::string_view layout_name(WeightLayout l) {
   switch (l) {
-    case WeightLayout::kF32: return "f32";
-    case WeightLayout::kBf16: return "bf16";
-    case WeightLayout::kF16: return "f16";
-    case WeightLayout::kE4M3: return "e4m3";
-    case WeightLayout::kNibble: return "nibble";
-    case WeightLayout::kE4M3KMajor: return "e4m3-kmajor";
+    case WeightLayout::kF32:
+      return "f32";
+    case WeightLayout::kBf16:
+      return "bf16";
+    case WeightLayout::kF16:
+      return "f16";
+    case WeightLayout::kE4M3:
+      return "e4m3";
+    case WeightLayout::kNibble:
+      return "nibble";
+    case WeightLayout::kE4M3KMajor:
+      return "e4m3-kmajor";
   }
   return "?";
 }
@@ -98,12 +102,17 @@ bool simd_kernels_available() {
 WeightLayout PackedWeight::layout_for(const Format& f) {
   const bool scaled = f.scaling.kind != ScaleKind::kNone;
   switch (f.element) {
-    case Element::kBf16: return scaled ? WeightLayout::kF32 : WeightLayout::kBf16;
-    case Element::kFp16: return scaled ? WeightLayout::kF32 : WeightLayout::kF16;
-    case Element::kFp8E4M3: return f.scaling.kind == ScaleKind::kMx32 ? WeightLayout::kE4M3KMajor : WeightLayout::kE4M3;
+    case Element::kBf16:
+      return scaled ? WeightLayout::kF32 : WeightLayout::kBf16;
+    case Element::kFp16:
+      return scaled ? WeightLayout::kF32 : WeightLayout::kF16;
+    case Element::kFp8E4M3:
+      return f.scaling.kind == ScaleKind::kMx32 ? WeightLayout::kE4M3KMajor : WeightLayout::kE4M3;
     case Element::kInt4:
-    case Element::kFp4E2M1: return WeightLayout::kNibble;
-    default: return WeightLayout::kF32;
+    case Element::kFp4E2M1:
+      return WeightLayout::kNibble;
+    default:
+      return WeightLayout::kF32;
   }
 }
 
@@ -137,9 +146,11 @@ PackedWeight PackedWeight::from_values(const float* v, std::int64_t rows, std::i
   return p;
 }
 
-PackedWeight PackedWeight::reloadable(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols) {
+PackedWeight PackedWeight::reloadable(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows,
+                                      std::int64_t block_cols) {
   if (rows <= 0 || cols <= 0 || block_rows <= 0 || block_cols <= 0) {
-    throw std::invalid_argument(fmt::format("PackedWeight::reloadable: shape [{}, {}] and block {}x{} must be positive", rows, cols, block_rows, block_cols));
+    throw std::invalid_argument(fmt::format("PackedWeight::reloadable: shape [{}, {}] and block {}x{} must be positive", rows,
+                                            cols, block_rows, block_cols));
   }
   PackedWeight p;
   p.configure(f, rows, cols, block_rows, block_cols, layout_for(f));
@@ -147,7 +158,8 @@ PackedWeight PackedWeight::reloadable(const Format& f, std::int64_t rows, std::i
   return p;
 }
 
-void PackedWeight::configure(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols, WeightLayout layout) {
+void PackedWeight::configure(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows,
+                             std::int64_t block_cols, WeightLayout layout) {
   format_ = f;
   element_ = f.element;
   layout_ = layout;
@@ -167,10 +179,18 @@ void PackedWeight::configure(const Format& f, std::int64_t rows, std::int64_t co
     for (std::uint32_t c = 0; c < 16; ++c) lut_[c] = static_cast<float>(decode(element_, c));
   }
   switch (layout_) {
-    case WeightLayout::kE4M3: simd_ok_ = grid_cols_ == 1 || block_cols_ % 16 == 0; break;
-    case WeightLayout::kNibble: simd_ok_ = grid_cols_ == 1 || block_cols_ % 32 == 0 || block_cols_ == 16; break;
-    case WeightLayout::kE4M3KMajor: simd_ok_ = !scaled_ || block_cols_ == 32; break;
-    default: simd_ok_ = true; break;
+    case WeightLayout::kE4M3:
+      simd_ok_ = grid_cols_ == 1 || block_cols_ % 16 == 0;
+      break;
+    case WeightLayout::kNibble:
+      simd_ok_ = grid_cols_ == 1 || block_cols_ % 32 == 0 || block_cols_ == 16;
+      break;
+    case WeightLayout::kE4M3KMajor:
+      simd_ok_ = !scaled_ || block_cols_ == 32;
+      break;
+    default:
+      simd_ok_ = true;
+      break;
   }
 }
 
@@ -193,12 +213,16 @@ std::size_t PackedWeight::kernel_scale_bytes() const {
 std::size_t PackedWeight::loader_code_bytes() const {
   const auto n = static_cast<std::size_t>(rows_ * cols_);
   switch (layout_) {
-    case WeightLayout::kF32: return 4 * n;
+    case WeightLayout::kF32:
+      return 4 * n;
     case WeightLayout::kBf16:
-    case WeightLayout::kF16: return 2 * n;
+    case WeightLayout::kF16:
+      return 2 * n;
     case WeightLayout::kE4M3:
-    case WeightLayout::kE4M3KMajor: return n;
-    case WeightLayout::kNibble: return static_cast<std::size_t>(rows_ * ((cols_ + 1) / 2));
+    case WeightLayout::kE4M3KMajor:
+      return n;
+    case WeightLayout::kNibble:
+      return static_cast<std::size_t>(rows_ * ((cols_ + 1) / 2));
   }
   return 0;
 }
@@ -227,17 +251,22 @@ void PackedWeight::check_fits(const QuantizedTensor& q) const {
     throw std::invalid_argument(fmt::format("weight [{}, {}] in {} cannot be stored into a weight [{}, {}] in {}", q.rows, q.cols,
                                             q.format.str(), rows_, cols_, format_.str()));
   }
-  if (scaled_ && (q.block_rows != block_rows_ || q.block_cols != block_cols_ || q.scale_codes.size() != static_cast<std::size_t>(grid_rows_ * grid_cols_))) {
-    throw std::invalid_argument(fmt::format("weight blocks {}x{} differ from the layout's {}x{}", q.block_rows, q.block_cols, block_rows_, block_cols_));
+  if (scaled_ && (q.block_rows != block_rows_ || q.block_cols != block_cols_ ||
+                  q.scale_codes.size() != static_cast<std::size_t>(grid_rows_ * grid_cols_))) {
+    throw std::invalid_argument(
+        fmt::format("weight blocks {}x{} differ from the layout's {}x{}", q.block_rows, q.block_cols, block_rows_, block_cols_));
   }
   if (layout_ == WeightLayout::kE4M3 || layout_ == WeightLayout::kE4M3KMajor) {
-    if (q.tensor_scale != 1.0) throw std::invalid_argument("fp8-e4m3 weight with a tensor scale other than 1 does not fit the e4m3 kernel layout");
+    if (q.tensor_scale != 1.0)
+      throw std::invalid_argument("fp8-e4m3 weight with a tensor scale other than 1 does not fit the e4m3 kernel layout");
     if (std::any_of(q.codes.begin(), q.codes.end(), [](std::uint32_t c) { return (c & 0x7Fu) == 0x7Fu; })) {
       throw std::invalid_argument("fp8-e4m3 weight holds a NaN code (a NaN in the master weights)");
     }
     if (scaled_) {
       for (double s : q.scales) {
-        if (!std::isfinite(s) || s >= 256.0) throw std::invalid_argument(fmt::format("fp8-e4m3 block scale {} is NaN or >= 2^8 (outside the e4m3 kernel's range)", s));
+        if (!std::isfinite(s) || s >= 256.0)
+          throw std::invalid_argument(
+              fmt::format("fp8-e4m3 block scale {} is NaN or >= 2^8 (outside the e4m3 kernel's range)", s));
       }
     }
   } else if (layout_ == WeightLayout::kNibble) {
@@ -286,7 +315,8 @@ std::size_t PackedWeight::store_loader(const QuantizedTensor& q) {
       for (std::int64_t r = 0; r < rows_; ++r) {
         std::uint8_t* row = d + static_cast<std::size_t>(r) * row_bytes;
         const std::uint32_t* c = q.codes.data() + r * cols_;
-        for (std::int64_t j = 0; j < cols_; ++j) row[j / 2] = static_cast<std::uint8_t>(row[j / 2] | (((c[j] ^ bias) & 0xFu) << (4 * (j & 1))));
+        for (std::int64_t j = 0; j < cols_; ++j)
+          row[j / 2] = static_cast<std::uint8_t>(row[j / 2] | (((c[j] ^ bias) & 0xFu) << (4 * (j & 1))));
       }
       break;
     }
@@ -348,7 +378,8 @@ std::size_t PackedWeight::relayout(bool to_kernel) {
       for (std::int64_t c0 = 0; c0 < cols_; c0 += kTransposeBlock) {
         const std::int64_t r1 = std::min(rows_, r0 + kTransposeBlock), c1 = std::min(cols_, c0 + kTransposeBlock);
         for (std::int64_t r = r0; r < r1; ++r) {
-          for (std::int64_t c = c0; c < c1; ++c) place(static_cast<std::size_t>(r * cols_ + c), static_cast<std::size_t>(c * rows_ + r), 1);
+          for (std::int64_t c = c0; c < c1; ++c)
+            place(static_cast<std::size_t>(r * cols_ + c), static_cast<std::size_t>(c * rows_ + r), 1);
         }
       }
     }
@@ -359,7 +390,9 @@ std::size_t PackedWeight::relayout(bool to_kernel) {
     const auto row_bytes = (cols_ + 1) / 2;
     for (std::int64_t r = 0; r < rows_; ++r) {
       std::uint8_t* lrow = (to_kernel ? src.data() : d) + r * row_bytes;
-      auto get = [&](std::int64_t j) { return j < cols_ ? static_cast<std::uint8_t>(((lrow[j / 2] >> (4 * (j & 1))) ^ bias) & 0xF) : std::uint8_t{0}; };
+      auto get = [&](std::int64_t j) {
+        return j < cols_ ? static_cast<std::uint8_t>(((lrow[j / 2] >> (4 * (j & 1))) ^ bias) & 0xF) : std::uint8_t{0};
+      };
       auto put = [&](std::int64_t j, unsigned code) {
         if (j < cols_) lrow[j / 2] = static_cast<std::uint8_t>(lrow[j / 2] | ((code ^ bias) & 0xFu) << (4 * (j & 1)));
       };
@@ -391,7 +424,8 @@ std::size_t PackedWeight::relayout(bool to_kernel) {
     for (std::int64_t r = 0; r < rows_; ++r) {
       for (std::int64_t b = 0; b < grid_cols_; ++b) {
         const std::size_t loader_at = static_cast<std::size_t>(r * grid_cols_ + b) * sb, kernel_at = block_index(r, b) * sb;
-        std::memcpy(scale_data_.data() + (to_kernel ? kernel_at : loader_at), src.data() + (to_kernel ? loader_at : kernel_at), sb);
+        std::memcpy(scale_data_.data() + (to_kernel ? kernel_at : loader_at), src.data() + (to_kernel ? loader_at : kernel_at),
+                    sb);
       }
     }
     moved += 3 * (to_kernel ? ls : ks) + 2 * (to_kernel ? ks : ls);
@@ -401,10 +435,14 @@ std::size_t PackedWeight::relayout(bool to_kernel) {
 
 inline float PackedWeight::scale_at(std::size_t idx) const {
   switch (scale_element_) {
-    case Element::kFp32: return scale_value<Element::kFp32>(scale_data_.data(), idx);
-    case Element::kBf16: return scale_value<Element::kBf16>(scale_data_.data(), idx);
-    case Element::kE8M0: return scale_value<Element::kE8M0>(scale_data_.data(), idx);
-    default: return scale_value<Element::kFp8E4M3>(scale_data_.data(), idx);
+    case Element::kFp32:
+      return scale_value<Element::kFp32>(scale_data_.data(), idx);
+    case Element::kBf16:
+      return scale_value<Element::kBf16>(scale_data_.data(), idx);
+    case Element::kE8M0:
+      return scale_value<Element::kE8M0>(scale_data_.data(), idx);
+    default:
+      return scale_value<Element::kFp8E4M3>(scale_data_.data(), idx);
   }
 }
 
@@ -431,8 +469,10 @@ inline float PackedWeight::chunk_value(const std::uint8_t* p, std::int64_t k) co
       return f16_value(h);
     }
     case WeightLayout::kE4M3:
-    case WeightLayout::kE4M3KMajor: return e4m3_value(p[k]);
-    case WeightLayout::kNibble: return lut_[k < 16 ? p[k] & 0xFu : p[k % 16] >> 4];
+    case WeightLayout::kE4M3KMajor:
+      return e4m3_value(p[k]);
+    case WeightLayout::kNibble:
+      return lut_[k < 16 ? p[k] & 0xFu : p[k % 16] >> 4];
   }
   return 0.0f;
 }
@@ -509,7 +549,8 @@ inline __m512 load16(const std::uint8_t* q) {
   if constexpr (L == WeightLayout::kF32) {
     return _mm512_loadu_ps(q);
   } else if constexpr (L == WeightLayout::kBf16) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))), 16));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))), 16));
   } else if constexpr (L == WeightLayout::kF16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
   } else {
@@ -549,7 +590,8 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64
     const std::int64_t c1 = std::min(cols_, c0 + seg);
     __m512 s[R];
     if constexpr (L == WeightLayout::kE4M3) {
-      for (int i = 0; i < R; ++i) s[i] = _mm512_set1_ps((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3Fix);
+      for (int i = 0; i < R; ++i)
+        s[i] = _mm512_set1_ps((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3Fix);
     }
     for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
       for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
@@ -581,8 +623,9 @@ inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
 // chunks per scale block otherwise (the whole row when the grid has one column); TS: multiply by
 // the FP32 tensor scale after the block scale.
 template <Element S, bool kPerHalf, bool kTensorScale, int NT>
-void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled, const std::uint8_t* scales,
-                 const std::size_t* sbase, std::size_t sstride, std::int64_t cpb, float tensor_scale, const float* x, std::int64_t ldx, float* y) {
+void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled,
+                 const std::uint8_t* scales, const std::size_t* sbase, std::size_t sstride, std::int64_t cpb, float tensor_scale,
+                 const float* x, std::int64_t ldx, float* y) {
   constexpr int R = 4;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
   __m512 acc[R][NT];
@@ -604,10 +647,14 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
           // Exact products: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 / E8M0
           // scale <= 8 (an FP32 block scale may round here as the dequantised value does).
           lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j) * sstride));
-          lut_hi[i] = 32 * j + 16 < cols ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + (2 * static_cast<std::size_t>(j) + 1) * sstride)) : lut_lo[i];
+          lut_hi[i] =
+              32 * j + 16 < cols
+                  ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + (2 * static_cast<std::size_t>(j) + 1) * sstride))
+                  : lut_lo[i];
         }
       } else if (left-- == 0) {
-        for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
+        for (int i = 0; i < R; ++i)
+          lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
         ++blk;
         left = cpb - 1;
       }
@@ -650,22 +697,35 @@ void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::
   constexpr int R = kTileRows;
   const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
   std::size_t sbase[R];  // scale slot of each row's first block; block b at sbase + b * sstride
-  for (int i = 0; i < R; ++i) sbase[i] = tile_scales_ ? block_index(t * R + i, 0) : block_index(std::min(t * R + i, rows_ - 1), 0);
+  for (int i = 0; i < R; ++i)
+    sbase[i] = tile_scales_ ? block_index(t * R + i, 0) : block_index(std::min(t * R + i, rows_ - 1), 0);
   const std::size_t sstride = tile_scales_ ? kTileRows : 1;
   const bool halves = scaled_ && grid_cols_ > 1 && block_cols_ == 16;
   const std::int64_t cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
   const std::uint8_t* sc = scale_data_.data();
   const bool ts = tensor_scale_ != 1.0f;
-#define RLSIM_NIBBLE(S)                                                                                                       \
-  (halves ? (ts ? nibble_tile<S, true, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y)  \
-              : nibble_tile<S, true, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y))  \
-          : (ts ? nibble_tile<S, false, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y) \
-                : nibble_tile<S, false, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, ldx, y)))
+#define RLSIM_NIBBLE(S)                                                                                                         \
+  (halves ? (ts ? nibble_tile<S, true, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x,   \
+                                                 ldx, y)                                                                        \
+                : nibble_tile<S, true, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x,  \
+                                                  ldx, y))                                                                      \
+          : (ts ? nibble_tile<S, false, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x,  \
+                                                  ldx, y)                                                                       \
+                : nibble_tile<S, false, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, \
+                                                   ldx, y)))
   switch (scale_element_) {
-    case Element::kBf16: RLSIM_NIBBLE(Element::kBf16); break;
-    case Element::kE8M0: RLSIM_NIBBLE(Element::kE8M0); break;
-    case Element::kFp8E4M3: RLSIM_NIBBLE(Element::kFp8E4M3); break;
-    default: RLSIM_NIBBLE(Element::kFp32); break;
+    case Element::kBf16:
+      RLSIM_NIBBLE(Element::kBf16);
+      break;
+    case Element::kE8M0:
+      RLSIM_NIBBLE(Element::kE8M0);
+      break;
+    case Element::kFp8E4M3:
+      RLSIM_NIBBLE(Element::kFp8E4M3);
+      break;
+    default:
+      RLSIM_NIBBLE(Element::kFp32);
+      break;
   }
 #undef RLSIM_NIBBLE
 }
@@ -675,12 +735,23 @@ void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::
 template <int NT>
 void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
   switch (layout_) {
-    case WeightLayout::kF32: simd16<WeightLayout::kF32, NT>(x, cols_, out, t); break;
-    case WeightLayout::kBf16: simd16<WeightLayout::kBf16, NT>(x, cols_, out, t); break;
-    case WeightLayout::kF16: simd16<WeightLayout::kF16, NT>(x, cols_, out, t); break;
-    case WeightLayout::kE4M3: simd16<WeightLayout::kE4M3, NT>(x, cols_, out, t); break;
-    case WeightLayout::kNibble: simd_nibble<NT>(x, cols_, out, t); break;
-    case WeightLayout::kE4M3KMajor: break;  // not tiled: simd_kmajor
+    case WeightLayout::kF32:
+      simd16<WeightLayout::kF32, NT>(x, cols_, out, t);
+      break;
+    case WeightLayout::kBf16:
+      simd16<WeightLayout::kBf16, NT>(x, cols_, out, t);
+      break;
+    case WeightLayout::kF16:
+      simd16<WeightLayout::kF16, NT>(x, cols_, out, t);
+      break;
+    case WeightLayout::kE4M3:
+      simd16<WeightLayout::kE4M3, NT>(x, cols_, out, t);
+      break;
+    case WeightLayout::kNibble:
+      simd_nibble<NT>(x, cols_, out, t);
+      break;
+    case WeightLayout::kE4M3KMajor:
+      break;  // not tiled: simd_kmajor
   }
 }
 
@@ -716,9 +787,11 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
       for (int v = 0; v < V; ++v) m[v] = tail_mask(std::clamp<std::int64_t>(r1 - rb - 16 * v, 0, 16));
       __m512 acc[NT][V], s[V];
       for (int n = 0; n < NT; ++n) {
-        for (int v = 0; v < V; ++v) acc[n][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], y + n * ldy + (rb - r0) + 16 * v);
+        for (int v = 0; v < V; ++v)
+          acc[n][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], y + n * ldy + (rb - r0) + 16 * v);
       }
-      for (int v = 0; v < V; ++v) s[v] = scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, rb + 16 * v, m[v]) : _mm512_set1_ps(kE4M3Fix);
+      for (int v = 0; v < V; ++v)
+        s[v] = scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, rb + 16 * v, m[v]) : _mm512_set1_ps(kE4M3Fix);
       const std::uint8_t* codes = data_.data() + rb;
       for (std::int64_t c = c0; c < c1; ++c) {
         const std::uint8_t* ck = codes + c * rows_;
@@ -741,9 +814,12 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
 }
 #endif
 
-void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const { gemm_rows(x, 1, y, r1 - r0, r0, r1); }
+void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
+  gemm_rows(x, 1, y, r1 - r0, r0, r1);
+}
 
-void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
+void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
+                             std::int64_t r1) const {
   if (layout_ == WeightLayout::kE4M3KMajor) {
 #ifdef RLSIM_AVX512
     if (simd_ok_) {

@@ -28,12 +28,12 @@ namespace rlsim::models {
 
 /// How a PackedWeight stores its elements.
 enum class WeightLayout : std::uint8_t {
-  kF32,     // FP32 values: fp32 weights, and formats without a kernel of their own (decoded values)
-  kBf16,    // bf16 bits, 2 bytes per element
-  kF16,     // IEEE binary16 bits, 2 bytes per element
-  kE4M3,    // fp8-e4m3 codes, 1 byte per element, one scale per block (FP32 / BF16 / E8M0 / E4M3)
-  kNibble,  // 4-bit codes (INT4 two's complement or FP4 E2M1), 2 per byte, one scale per block,
-            // optional FP32 tensor scale (NVFP4); 1 x N blocks: scales tile-permuted (Marlin-style)
+  kF32,         // FP32 values: fp32 weights, and formats without a kernel of their own (decoded values)
+  kBf16,        // bf16 bits, 2 bytes per element
+  kF16,         // IEEE binary16 bits, 2 bytes per element
+  kE4M3,        // fp8-e4m3 codes, 1 byte per element, one scale per block (FP32 / BF16 / E8M0 / E4M3)
+  kNibble,      // 4-bit codes (INT4 two's complement or FP4 E2M1), 2 per byte, one scale per block,
+                // optional FP32 tensor scale (NVFP4); 1 x N blocks: scales tile-permuted (Marlin-style)
   kE4M3KMajor,  // MXFP8 in the Ascend 950 NPU layout: fp8-e4m3 codes transposed to [in, out], E8M0
                 // scales [out, in/32] reshaped to [in/64, out, 2] (vllm-ascend AscendW8A8MXFP8,
                 // process_weights_after_loading; vllm-ascend #7631)
@@ -94,7 +94,8 @@ class PackedWeight {
   /// the loader and kernel layouts, zeroed, allocated here and never again. It holds the loader
   /// layout (all codes 0) until store_loader() and loader_to_kernel(). Throws
   /// std::invalid_argument for non-positive sizes.
-  static PackedWeight reloadable(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols);
+  static PackedWeight reloadable(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows,
+                                 std::int64_t block_cols);
 
   /// Writes `q` in the loader layout into the storage (the weight loader's copy). The layout does
   /// not change: throws std::invalid_argument when q's format, shape or blocks differ from this
@@ -144,20 +145,20 @@ class PackedWeight {
   static constexpr std::int64_t kTileRows = 4;  // rows per tile (one accumulator each)
 
   void configure(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols,
-                 WeightLayout layout);                 // shape, blocks and chunk geometry of a layout
-  void allocate();                                      // zeroed storage for both layouts
+                 WeightLayout layout);  // shape, blocks and chunk geometry of a layout
+  void allocate();                      // zeroed storage for both layouts
   std::size_t kernel_code_bytes() const;
   std::size_t kernel_scale_bytes() const;
   std::size_t loader_code_bytes() const;
   std::size_t loader_scale_bytes() const;
-  int scale_size() const;                               // bytes per stored scale
-  std::size_t block_index(std::int64_t r, std::int64_t b) const;  // kernel scale slot of row r, block column b
-  void check_fits(const QuantizedTensor& q) const;      // throws when q cannot be stored (store_loader)
-  std::size_t relayout(bool to_kernel);                 // loader_to_kernel / kernel_to_loader
-  std::size_t offset(std::int64_t r, std::int64_t c) const;  // byte offset of (r, c)'s chunk row
-  float scale(std::int64_t r, std::int64_t c) const;    // decoded scale of the block holding (r, c)
-  float scale_at(std::size_t block) const;              // decoded scale of a block (grid index)
-  float code_value(std::int64_t r, std::int64_t c) const;  // element value before scaling
+  int scale_size() const;                                                  // bytes per stored scale
+  std::size_t block_index(std::int64_t r, std::int64_t b) const;           // kernel scale slot of row r, block column b
+  void check_fits(const QuantizedTensor& q) const;                         // throws when q cannot be stored (store_loader)
+  std::size_t relayout(bool to_kernel);                                    // loader_to_kernel / kernel_to_loader
+  std::size_t offset(std::int64_t r, std::int64_t c) const;                // byte offset of (r, c)'s chunk row
+  float scale(std::int64_t r, std::int64_t c) const;                       // decoded scale of the block holding (r, c)
+  float scale_at(std::size_t block) const;                                 // decoded scale of a block (grid index)
+  float code_value(std::int64_t r, std::int64_t c) const;                  // element value before scaling
   float chunk_value(const std::uint8_t* chunk_row, std::int64_t k) const;  // element k of a chunk row
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
   // One tile for NT activation rows (row n at x + n * ldx): y[n * 4 + i] for tile row i.
@@ -183,7 +184,7 @@ class PackedWeight {
   std::int64_t grid_rows_ = 1;
   bool scaled_ = false;
   bool tile_scales_ = false;  // kNibble with 1 x N blocks: scales in tile order
-  bool simd_ok_ = false;  // block shape fits the SIMD loops
+  bool simd_ok_ = false;      // block shape fits the SIMD loops
   float tensor_scale_ = 1.0f;
   float lut_[16] = {};  // kNibble: value of each 4-bit code
   std::vector<std::uint8_t> data_;

@@ -1,12 +1,12 @@
+#include <fmt/format.h>
+
 #include <bit>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "models/precision/quantize.h"
 #include "models/runtime/model.h"
@@ -37,8 +37,8 @@ class Reader {
   void floats(float* dst, std::uint64_t count, const std::string& tensor) {
     const std::uint64_t bytes = count * 4;
     if (offset_ + bytes > size_) {
-      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_, tensor,
-                                       bytes, offset_, size_));
+      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_,
+                                       tensor, bytes, offset_, size_));
     }
     in_.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(bytes));
     if (!in_) throw ModelFileError(fmt::format("{}: read error in tensor '{}'", path_, tensor));
@@ -54,8 +54,8 @@ class Reader {
   }
   void skip(std::uint64_t bytes, const std::string& tensor) {
     if (offset_ + bytes > size_) {
-      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_, tensor,
-                                       bytes, offset_, size_));
+      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_,
+                                       tensor, bytes, offset_, size_));
     }
     in_.seekg(static_cast<std::streamoff>(bytes), std::ios::cur);
     offset_ += bytes;
@@ -86,7 +86,8 @@ std::map<std::string, TensorInfo> read_safetensors_header(const fs::path& file) 
   std::uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
   if (n > size - 8) {
-    throw ModelFileError(fmt::format("{}: safetensors header of {} bytes does not fit in the {}-byte file", file.string(), n, size));
+    throw ModelFileError(
+        fmt::format("{}: safetensors header of {} bytes does not fit in the {}-byte file", file.string(), n, size));
   }
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
@@ -105,7 +106,8 @@ std::map<std::string, TensorInfo> read_safetensors_header(const fs::path& file) 
       TensorInfo info{file.string(), t.at("dtype").get<std::string>(), t.at("shape").get<std::vector<std::int64_t>>(), 0, 0};
       const auto offsets = t.at("data_offsets").get<std::vector<std::uint64_t>>();
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > size - data) {
-        throw ModelFileError(fmt::format("{}: tensor '{}': data_offsets outside the file's {} data bytes", file.string(), name, size - data));
+        throw ModelFileError(
+            fmt::format("{}: tensor '{}': data_offsets outside the file's {} data bytes", file.string(), name, size - data));
       }
       info.begin = data + offsets[0];
       info.end = data + offsets[1];
@@ -136,7 +138,8 @@ class SafetensorsModel {
         const std::string s = shard.get<std::string>();
         if (!shards.count(s)) shards[s] = read_safetensors_header(dir / s);
         const auto it = shards[s].find(name);
-        if (it == shards[s].end()) throw ModelFileError(fmt::format("{}: tensor '{}' listed in the index is missing", (dir / s).string(), name));
+        if (it == shards[s].end())
+          throw ModelFileError(fmt::format("{}: tensor '{}' listed in the index is missing", (dir / s).string(), name));
         tensors_[name] = it->second;
       }
     } else if (fs::exists(single)) {
@@ -160,10 +163,11 @@ class SafetensorsModel {
     std::uint64_t count = 1;
     for (auto d : shape) count *= static_cast<std::uint64_t>(d);
     const int width = t.dtype == "F32" ? 4 : (t.dtype == "BF16" || t.dtype == "F16") ? 2 : 0;
-    if (width == 0) throw ModelFileError(fmt::format("{}: tensor '{}' has dtype {} (expected F32, BF16 or F16)", t.file, name, t.dtype));
+    if (width == 0)
+      throw ModelFileError(fmt::format("{}: tensor '{}' has dtype {} (expected F32, BF16 or F16)", t.file, name, t.dtype));
     if (t.end - t.begin != count * static_cast<std::uint64_t>(width)) {
-      throw ModelFileError(fmt::format("{}: tensor '{}' spans {} bytes, its shape and dtype need {}", t.file, name, t.end - t.begin,
-                                       count * static_cast<std::uint64_t>(width)));
+      throw ModelFileError(fmt::format("{}: tensor '{}' spans {} bytes, its shape and dtype need {}", t.file, name,
+                                       t.end - t.begin, count * static_cast<std::uint64_t>(width)));
     }
     std::ifstream in(t.file, std::ios::binary);
     in.seekg(static_cast<std::streamoff>(t.begin));
@@ -196,8 +200,9 @@ class SafetensorsModel {
 std::int64_t ModelWeights::parameters() const {
   std::int64_t n = embedding.size() + final_norm.size() + lm_head.size();
   for (const auto& l : layers) {
-    n += l.attn_norm.size() + l.ffn_norm.size() + l.wq.size() + l.wk.size() + l.wv.size() + l.wo.size() + l.bq.size() + l.bk.size() +
-         l.bv.size() + l.q_norm.size() + l.k_norm.size() + l.w_gate.size() + l.w_up.size() + l.w_down.size() + l.router.size();
+    n += l.attn_norm.size() + l.ffn_norm.size() + l.wq.size() + l.wk.size() + l.wv.size() + l.wo.size() + l.bq.size() +
+         l.bk.size() + l.bv.size() + l.q_norm.size() + l.k_norm.size() + l.w_gate.size() + l.w_up.size() + l.w_down.size() +
+         l.router.size();
     for (const ExpertWeights& e : l.experts) n += e.w_gate.size() + e.w_up.size() + e.w_down.size();
   }
   return n;
@@ -218,9 +223,10 @@ ModelWeights load_llama2c(const std::string& path) {
   c.vocab = h[5] > 0 ? h[5] : -h[5];
   c.max_seq = h[6];
   const auto bad = [&](const std::string& what) {
-    return ModelFileError(fmt::format("{}: corrupt llama2.c header (dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, "
-                                      "vocab_size {}, seq_len {}): {}",
-                                      path, h[0], h[1], h[2], h[3], h[4], h[5], h[6], what));
+    return ModelFileError(
+        fmt::format("{}: corrupt llama2.c header (dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, "
+                    "vocab_size {}, seq_len {}): {}",
+                    path, h[0], h[1], h[2], h[3], h[4], h[5], h[6], what));
   };
   constexpr int kLimit = 1 << 20;
   for (int v : {c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, c.max_seq}) {
@@ -235,8 +241,9 @@ ModelWeights load_llama2c(const std::string& path) {
   c.norm_eps = 1e-5f;
   const Eigen::Index d = c.dim, hd = c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * hd, f = c.hidden_dim, L = c.layers;
   // The exact size the header announces: catches truncation and trailing garbage alike.
-  const std::uint64_t floats = static_cast<std::uint64_t>(c.vocab) * d + L * d * 2 + L * (d * d + 2 * kv * d + d * d) + L * 3 * f * d + d +
-                               static_cast<std::uint64_t>(c.max_seq) * hd + (c.tied_embeddings ? 0 : static_cast<std::uint64_t>(c.vocab) * d);
+  const std::uint64_t floats = static_cast<std::uint64_t>(c.vocab) * d + L * d * 2 + L * (d * d + 2 * kv * d + d * d) +
+                               L * 3 * f * d + d + static_cast<std::uint64_t>(c.max_seq) * hd +
+                               (c.tied_embeddings ? 0 : static_cast<std::uint64_t>(c.vocab) * d);
   const std::uint64_t expected = 28 + 4 * floats;
 
   Reader r(path, size, in);
@@ -257,7 +264,8 @@ ModelWeights load_llama2c(const std::string& path) {
   r.skip(static_cast<std::uint64_t>(c.max_seq) * hd * 4, "freq_cis");
   if (!c.tied_embeddings) r.matrix(w.lm_head, c.vocab, d, "wcls");
   if (size != expected) {
-    throw ModelFileError(fmt::format("{}: {} bytes, the header announces {} ({} trailing bytes)", path, size, expected, size - expected));
+    throw ModelFileError(
+        fmt::format("{}: {} bytes, the header announces {} ({} trailing bytes)", path, size, expected, size - expected));
   }
   return w;
 }
@@ -280,7 +288,8 @@ TransformerConfig read_hf_config(const std::string& path) {
   c.name = fs::absolute(config_path).parent_path().filename().string();
   const std::string type = j.value("model_type", "llama");
   if (type != "llama" && type != "qwen2" && type != "qwen3" && type != "mistral") {
-    throw ModelFileError(fmt::format("{}: model_type '{}' (expected llama, mistral, qwen2 or qwen3)", config_path.string(), type));
+    throw ModelFileError(
+        fmt::format("{}: model_type '{}' (expected llama, mistral, qwen2 or qwen3)", config_path.string(), type));
   }
   try {
     c.dim = need("hidden_size").get<int>();
@@ -305,7 +314,8 @@ TransformerConfig read_hf_config(const std::string& path) {
   for (int v : {c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, c.head_dim}) {
     if (v <= 0) throw ModelFileError(config_path.string() + ": sizes must be positive");
   }
-  if (c.heads % c.kv_heads != 0) throw ModelFileError(config_path.string() + ": num_key_value_heads must divide num_attention_heads");
+  if (c.heads % c.kv_heads != 0)
+    throw ModelFileError(config_path.string() + ": num_key_value_heads must divide num_attention_heads");
 
   return c;
 }
@@ -317,8 +327,8 @@ ModelWeights load_hf(const std::string& dir_name) {
   w.config.name = dir.filename().string();
   const TransformerConfig& c = w.config;
   const SafetensorsModel st(dir);
-  const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim,
-                     ff = c.hidden_dim;
+  const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim,
+                     kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim, ff = c.hidden_dim;
   try {
     st.matrix("model.embed_tokens.weight", w.embedding, c.vocab, d);
     w.layers.resize(static_cast<std::size_t>(c.layers));
@@ -364,14 +374,16 @@ ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, f
   // One generator per tensor (seed, tensor index), so a tensor's values do not depend on the
   // shapes of the tensors before it.
   auto rnd = [&](Eigen::Index rows, Eigen::Index cols) {
-    std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32), static_cast<std::uint32_t>(stream++)};
+    std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                      static_cast<std::uint32_t>(stream++)};
     std::mt19937 gen(seq);
     std::normal_distribution<float> nd(0.0f, stddev);
     MatrixRM m(rows, cols);
     for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = nd(gen);
     return m;
   };
-  const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
+  const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim,
+                     kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
   w.embedding = rnd(c.vocab, d);
   for (int i = 0; i < c.layers; ++i) {
     LayerWeights l;
@@ -397,9 +409,11 @@ ModelWeights synthetic_weights(const TransformerConfig& c, std::uint64_t seed, f
 }
 
 void check_moe_config(const TransformerConfig& c) {
-  if (c.experts < 0 || (c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts || c.expert_hidden_dim <= 0))) {
-    throw std::invalid_argument(fmt::format("{}: an MoE config needs 1 <= experts_per_token <= experts and expert_hidden_dim > 0 (got {}, {}, {})",
-                                            c.name, c.experts_per_token, c.experts, c.expert_hidden_dim));
+  if (c.experts < 0 ||
+      (c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts || c.expert_hidden_dim <= 0))) {
+    throw std::invalid_argument(
+        fmt::format("{}: an MoE config needs 1 <= experts_per_token <= experts and expert_hidden_dim > 0 (got {}, {}, {})",
+                    c.name, c.experts_per_token, c.experts, c.expert_hidden_dim));
   }
 }
 

@@ -32,12 +32,12 @@ using VectorF = Eigen::VectorXf;
 /// Architecture of a Llama-family decoder (llama2.c, Llama, Qwen2, Qwen3).
 struct TransformerConfig {
   std::string name;
-  int dim = 0;            // hidden size
-  int hidden_dim = 0;     // SwiGLU intermediate size
+  int dim = 0;         // hidden size
+  int hidden_dim = 0;  // SwiGLU intermediate size
   int layers = 0;
   int heads = 0;
   int kv_heads = 0;
-  int head_dim = 0;       // dim / heads unless the config says otherwise (Qwen3)
+  int head_dim = 0;  // dim / heads unless the config says otherwise (Qwen3)
   int vocab = 0;
   int max_seq = 0;
   float norm_eps = 1e-5f;
@@ -59,27 +59,27 @@ struct TransformerConfig {
 
 /// One routed expert: a SwiGLU FFN.
 struct ExpertWeights {
-  MatrixRM w_gate, w_up, w_down;          // [expert_hidden, dim], [expert_hidden, dim], [dim, expert_hidden]
+  MatrixRM w_gate, w_up, w_down;  // [expert_hidden, dim], [expert_hidden, dim], [dim, expert_hidden]
 };
 
 /// Weights of one decoder layer.
 struct LayerWeights {
-  VectorF attn_norm, ffn_norm;            // [dim]
-  MatrixRM wq, wk, wv, wo;                // [heads*hd, dim], [kv*hd, dim] x2, [dim, heads*hd]
-  VectorF bq, bk, bv;                     // Qwen2 biases (empty otherwise)
-  VectorF q_norm, k_norm;                 // Qwen3 per-head norms [head_dim] (empty otherwise)
-  MatrixRM w_gate, w_up, w_down;          // [hidden, dim], [hidden, dim], [dim, hidden] (dense FFN)
-  MatrixRM router;                        // MoE: [experts, dim] (empty for a dense FFN)
-  std::vector<ExpertWeights> experts;     // MoE: one per routed expert
+  VectorF attn_norm, ffn_norm;         // [dim]
+  MatrixRM wq, wk, wv, wo;             // [heads*hd, dim], [kv*hd, dim] x2, [dim, heads*hd]
+  VectorF bq, bk, bv;                  // Qwen2 biases (empty otherwise)
+  VectorF q_norm, k_norm;              // Qwen3 per-head norms [head_dim] (empty otherwise)
+  MatrixRM w_gate, w_up, w_down;       // [hidden, dim], [hidden, dim], [dim, hidden] (dense FFN)
+  MatrixRM router;                     // MoE: [experts, dim] (empty for a dense FFN)
+  std::vector<ExpertWeights> experts;  // MoE: one per routed expert
 };
 
 /// A whole model in FP32 (the master weights).
 struct ModelWeights {
   TransformerConfig config;
-  MatrixRM embedding;                     // [vocab, dim]
+  MatrixRM embedding;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  VectorF final_norm;                     // [dim]
-  MatrixRM lm_head;                       // [vocab, dim]; empty when tied to the embedding
+  VectorF final_norm;  // [dim]
+  MatrixRM lm_head;    // [vocab, dim]; empty when tied to the embedding
   const MatrixRM& classifier() const { return config.tied_embeddings ? embedding : lm_head; }
   std::int64_t parameters() const;
 };

@@ -1,13 +1,13 @@
 #include "models/runtime/reload.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace rlsim::models {
 namespace {
@@ -36,7 +36,8 @@ double diff(float a, float b) {
 }  // namespace
 
 void perturb_weights(ModelWeights& m, std::uint64_t seed, std::int64_t step, double relative) {
-  if (!(relative >= 0) || !std::isfinite(relative)) throw std::invalid_argument(fmt::format("perturbation {} must be finite and >= 0", relative));
+  if (!(relative >= 0) || !std::isfinite(relative))
+    throw std::invalid_argument(fmt::format("perturbation {} must be finite and >= 0", relative));
   std::uint64_t index = 0;
   for_each_tensor(m, [&](float* x, Eigen::Index n) {
     const std::uint64_t i = index++;
@@ -69,11 +70,11 @@ double max_abs_logit_diff(Transformer& a, Transformer& b, std::span<const int> t
   return worst;
 }
 
-ReloadReport run_reload(const ModelWeights& initial, const RuntimePrecision& precision, KernelMode kernels, const ReloadOptions& o,
-                        const std::function<void(const ReloadCycle&)>& on_cycle) {
+ReloadReport run_reload(const ModelWeights& initial, const RuntimePrecision& precision, KernelMode kernels,
+                        const ReloadOptions& o, const std::function<void(const ReloadCycle&)>& on_cycle) {
   if (o.cycles < 1 || o.check_every < 0 || o.probe_tokens < 1) {
-    throw std::invalid_argument(fmt::format("reload: cycles ({}) and probe_tokens ({}) must be >= 1 and check_every ({}) >= 0", o.cycles, o.probe_tokens,
-                                            o.check_every));
+    throw std::invalid_argument(fmt::format("reload: cycles ({}) and probe_tokens ({}) must be >= 1 and check_every ({}) >= 0",
+                                            o.cycles, o.probe_tokens, o.check_every));
   }
   ModelWeights master = initial;
   Transformer engine(master, precision, kernels);

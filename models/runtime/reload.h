@@ -41,12 +41,12 @@ struct ReloadOptions {
 
 /// One reload cycle.
 struct ReloadCycle {
-  int cycle = 0;                  // 1-based
-  ReloadStats stats;              // per stage, summed over every tensor
-  double seconds = 0;             // wall time of restore + load + process (the perturbation excluded)
-  bool checked = false;           // compared with a fresh engine after this cycle
-  double logit_diff = 0;          // that comparison's max_abs_logit_diff (when checked)
-  bool addresses_stable = true;   // every kernel buffer at the address it had after the first load
+  int cycle = 0;                 // 1-based
+  ReloadStats stats;             // per stage, summed over every tensor
+  double seconds = 0;            // wall time of restore + load + process (the perturbation excluded)
+  bool checked = false;          // compared with a fresh engine after this cycle
+  double logit_diff = 0;         // that comparison's max_abs_logit_diff (when checked)
+  bool addresses_stable = true;  // every kernel buffer at the address it had after the first load
 };
 
 /// What run_reload() measured.
@@ -54,8 +54,8 @@ struct ReloadReport {
   std::vector<ReloadCycle> cycles;
   double max_abs_logit_diff = 0;  // largest over the checked cycles
   int checks = 0;
-  bool addresses_stable = true;   // over every cycle
-  std::size_t kernel_buffers = 0; // buffers whose addresses were tracked
+  bool addresses_stable = true;    // over every cycle
+  std::size_t kernel_buffers = 0;  // buffers whose addresses were tracked
 };
 
 /// Builds an engine from `initial` in `precision` and `kernels`, then for each cycle perturbs
@@ -65,7 +65,7 @@ struct ReloadReport {
 /// weights and the logits compared (max_abs_logit_diff on `probe_tokens` seeded random tokens).
 /// `on_cycle`, when set, is called after each cycle (progress, per-cycle output). Throws
 /// std::invalid_argument for cycles < 1, check_every < 0 or probe_tokens < 1, and as Transformer.
-ReloadReport run_reload(const ModelWeights& initial, const RuntimePrecision& precision, KernelMode kernels, const ReloadOptions& o,
-                        const std::function<void(const ReloadCycle&)>& on_cycle = {});
+ReloadReport run_reload(const ModelWeights& initial, const RuntimePrecision& precision, KernelMode kernels,
+                        const ReloadOptions& o, const std::function<void(const ReloadCycle&)>& on_cycle = {});
 
 }  // namespace rlsim::models

@@ -1,11 +1,11 @@
 #include "models/runtime/tokenizer.h"
 
+#include <fmt/format.h>
+
 #include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "models/runtime/model.h"
@@ -174,27 +174,31 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size) {
   std::size_t off = 0;
   auto take = [&](void* dst, std::size_t n, int token) {
     if (off + n > data.size()) {
-      throw ModelFileError(fmt::format("{}: truncated at token {} of {} (offset {}, file {} bytes)", path, token, vocab_size, off, data.size()));
+      throw ModelFileError(
+          fmt::format("{}: truncated at token {} of {} (offset {}, file {} bytes)", path, token, vocab_size, off, data.size()));
     }
     std::memcpy(dst, data.data() + off, n);
     off += n;
   };
   std::int32_t max_len = 0;
   take(&max_len, 4, -1);
-  if (max_len <= 0 || max_len > 1 << 16) throw ModelFileError(fmt::format("{}: corrupt header: max_token_length {}", path, max_len));
+  if (max_len <= 0 || max_len > 1 << 16)
+    throw ModelFileError(fmt::format("{}: corrupt header: max_token_length {}", path, max_len));
   pieces_.resize(static_cast<std::size_t>(vocab_size));
   scores_.resize(static_cast<std::size_t>(vocab_size));
   for (int t = 0; t < vocab_size; ++t) {
     std::int32_t len = 0;
     take(&scores_[static_cast<std::size_t>(t)], 4, t);
     take(&len, 4, t);
-    if (len < 0 || len > max_len) throw ModelFileError(fmt::format("{}: token {}: length {} outside 0..{}", path, t, len, max_len));
+    if (len < 0 || len > max_len)
+      throw ModelFileError(fmt::format("{}: token {}: length {} outside 0..{}", path, t, len, max_len));
     std::string& p = pieces_[static_cast<std::size_t>(t)];
     p.resize(static_cast<std::size_t>(len));
     take(p.data(), static_cast<std::size_t>(len), t);
     index_.emplace(p, t);
   }
-  if (off != data.size()) throw ModelFileError(fmt::format("{}: {} trailing bytes after {} tokens", path, data.size() - off, vocab_size));
+  if (off != data.size())
+    throw ModelFileError(fmt::format("{}: {} trailing bytes after {} tokens", path, data.size() - off, vocab_size));
 }
 
 std::vector<int> Llama2cTokenizer::encode(std::string_view text, bool bos) const {
@@ -220,7 +224,8 @@ std::vector<int> Llama2cTokenizer::encode(std::string_view text, bool bos) const
     int best_id = -1;
     std::size_t best_at = 0;
     for (std::size_t i = first; i + 1 < tokens.size(); ++i) {
-      const auto it = index_.find(pieces_[static_cast<std::size_t>(tokens[i])] + pieces_[static_cast<std::size_t>(tokens[i + 1])]);
+      const auto it =
+          index_.find(pieces_[static_cast<std::size_t>(tokens[i])] + pieces_[static_cast<std::size_t>(tokens[i + 1])]);
       if (it != index_.end() && scores_[static_cast<std::size_t>(it->second)] > best) {
         best = scores_[static_cast<std::size_t>(it->second)];
         best_id = it->second;
@@ -254,7 +259,8 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const std::string& path) {
   }
   try {
     const auto& model = j.at("model");
-    if (model.value("type", "") != "BPE") throw ModelFileError(fmt::format("{}: model.type '{}' (expected BPE)", path, model.value("type", "")));
+    if (model.value("type", "") != "BPE")
+      throw ModelFileError(fmt::format("{}: model.type '{}' (expected BPE)", path, model.value("type", "")));
     const auto& pre = j.at("pre_tokenizer");
     // Supported: ByteLevel (GPT-2 pattern), optionally after Digits(individual_digits).
     bool byte_level = false;
@@ -265,8 +271,8 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const std::string& path) {
       } else if (type == "Digits") {
         digits_ = p.value("individual_digits", false);
       } else {
-        throw ModelFileError(fmt::format("{}: pre_tokenizer '{}' is not supported (supported: ByteLevel with the GPT-2 pattern, Digits)", path,
-                                         type));
+        throw ModelFileError(fmt::format(
+            "{}: pre_tokenizer '{}' is not supported (supported: ByteLevel with the GPT-2 pattern, Digits)", path, type));
       }
     };
     if (pre.value("type", "") == "Sequence") {

@@ -60,13 +60,13 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 
  private:
   std::vector<int> bpe(const std::string& word) const;  // word in byte-to-unicode form
-  std::vector<std::string> pieces_;                      // id -> token string (byte-to-unicode form)
+  std::vector<std::string> pieces_;                     // id -> token string (byte-to-unicode form)
   std::unordered_map<std::string, int> index_;
-  std::unordered_map<std::string, int> merge_rank_;      // "a b" -> rank
-  std::vector<std::pair<std::string, int>> specials_;    // added tokens matched verbatim
-  std::vector<bool> special_;                            // id is an added (special) token
+  std::unordered_map<std::string, int> merge_rank_;    // "a b" -> rank
+  std::vector<std::pair<std::string, int>> specials_;  // added tokens matched verbatim
+  std::vector<bool> special_;                          // id is an added (special) token
   int bos_ = -1, eos_ = -1;
-  bool digits_ = false;                                  // Digits(individual_digits) pre-tokenizer
+  bool digits_ = false;  // Digits(individual_digits) pre-tokenizer
 };
 
 /// tokenizer.json (or a directory holding one) -> ByteLevelBpeTokenizer; any other file ->

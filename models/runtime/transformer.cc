@@ -1,13 +1,13 @@
 #include "models/runtime/transformer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "models/precision/quantize.h"
 
@@ -75,9 +75,12 @@ bool row_local(const Format& f, bool static_tensor_scale) {
     case ScaleKind::kToken:
     case ScaleKind::kGroup1xN:
     case ScaleKind::kGroupN:
-    case ScaleKind::kMx32: return true;
-    case ScaleKind::kTensor: return static_tensor_scale;
-    default: return false;
+    case ScaleKind::kMx32:
+      return true;
+    case ScaleKind::kTensor:
+      return static_tensor_scale;
+    default:
+      return false;
   }
 }
 
@@ -121,12 +124,14 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, Kerne
   }
   const Format none{Element::kFp32, {}};
   auto make = [&](std::string name, Eigen::Index rows, Eigen::Index cols, const LinearPrecision* lp) {
-    return Linear{QuantizedLinear(std::move(name), lp ? lp->weight : none, rows, cols, true), VectorF(), lp ? lp->activation : none};
+    return Linear{QuantizedLinear(std::move(name), lp ? lp->weight : none, rows, cols, true), VectorF(),
+                  lp ? lp->activation : none};
   };
   const LinearPrecision* lin = recipe_ ? &recipe_->linear : nullptr;
   const LinearPrecision* head = recipe_ ? &recipe_->lm_head : nullptr;
   const LinearPrecision* router = recipe_ ? &recipe_->router : nullptr;
-  const Eigen::Index d = c.dim, qd = static_cast<Eigen::Index>(c.heads) * c.head_dim, kvd = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
+  const Eigen::Index d = c.dim, qd = static_cast<Eigen::Index>(c.heads) * c.head_dim,
+                     kvd = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;
   for (int i = 0; i < c.layers; ++i) {
     const std::string pre = fmt::format("layers.{}.", i);
     Layer l;
@@ -149,7 +154,8 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, Kerne
   inv_freq_.resize(static_cast<std::size_t>(c.head_dim / 2));
   for (int j = 0; j < c.head_dim / 2; ++j) {
     // llama2.c run.c and HF LlamaRotaryEmbedding alike: 1 / theta^(2j / head_dim) in FP32.
-    inv_freq_[static_cast<std::size_t>(j)] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(c.head_dim));
+    inv_freq_[static_cast<std::size_t>(j)] =
+        1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(c.head_dim));
   }
   k_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
   v_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
@@ -178,7 +184,8 @@ namespace {
 template <typename M>
 void copy_in_place(M& dst, const M& src, const std::string& what) {
   if (dst.size() != 0 && (dst.rows() != src.rows() || dst.cols() != src.cols())) {
-    throw std::invalid_argument(fmt::format("{}: shape [{}, {}] differs from the engine's [{}, {}]", what, src.rows(), src.cols(), dst.rows(), dst.cols()));
+    throw std::invalid_argument(fmt::format("{}: shape [{}, {}] differs from the engine's [{}, {}]", what, src.rows(), src.cols(),
+                                            dst.rows(), dst.cols()));
   }
   if (dst.size() == 0) {
     dst = src;
@@ -196,18 +203,21 @@ void check_shape(const MatrixRM& m, std::int64_t rows, std::int64_t cols, const 
 }  // namespace
 
 ReloadStats Transformer::load_layer(int li, const LayerWeights& w) {
-  if (li < 0 || li >= static_cast<int>(layers_.size())) throw std::invalid_argument(fmt::format("load_layer: layer {} of {}", li, layers_.size()));
+  if (li < 0 || li >= static_cast<int>(layers_.size()))
+    throw std::invalid_argument(fmt::format("load_layer: layer {} of {}", li, layers_.size()));
   Layer& l = layers_[static_cast<std::size_t>(li)];
   const std::string pre = fmt::format("layers.{}.", li);
   // Nothing is written (norms and biases included) while a tensor of the layer is in the kernel layout.
   for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.router}) {
     if (p->weight.state() == WeightState::kTransformed) {
-      throw WeightStateError(fmt::format("{}: load called in state 'transformed': it holds the kernel layout; call restore_weights_for_loading first",
-                                         p->weight.name()));
+      throw WeightStateError(fmt::format(
+          "{}: load called in state 'transformed': it holds the kernel layout; call restore_weights_for_loading first",
+          p->weight.name()));
     }
   }
   if (config_.experts > 0 && l.experts.state() == WeightState::kTransformed) {
-    throw WeightStateError(fmt::format("{}: load called in state 'transformed': call restore_weights_for_loading first", l.experts.name()));
+    throw WeightStateError(
+        fmt::format("{}: load called in state 'transformed': call restore_weights_for_loading first", l.experts.name()));
   }
   ReloadStats st;
   const auto t0 = std::chrono::steady_clock::now();
@@ -259,7 +269,8 @@ ReloadStats Transformer::load_layer(int li, const LayerWeights& w) {
 
 ReloadStats Transformer::load_weights(const ModelWeights& m) {
   const TransformerConfig& c = config_;
-  if (static_cast<int>(m.layers.size()) != c.layers) throw std::invalid_argument(fmt::format("load_weights: {} layers, the engine has {}", m.layers.size(), c.layers));
+  if (static_cast<int>(m.layers.size()) != c.layers)
+    throw std::invalid_argument(fmt::format("load_weights: {} layers, the engine has {}", m.layers.size(), c.layers));
   check_shape(m.embedding, c.vocab, c.dim, "embed_tokens");
   check_shape(m.classifier(), c.vocab, c.dim, "lm_head");
   ReloadStats st;
@@ -312,7 +323,8 @@ std::vector<const void*> Transformer::weight_buffers() const {
 
 void Transformer::check_ready() const {
   if (!ready_) {
-    throw WeightStateError("forward pass on weights that are not all in the kernel layout: call process_weights_after_loading after loading");
+    throw WeightStateError(
+        "forward pass on weights that are not all in the kernel layout: call process_weights_after_loading after loading");
   }
 }
 
@@ -539,7 +551,8 @@ void Transformer::moe(const Layer& l, const MatrixRM& x, MatrixRM& out) const {
     softmax_row(p.data(), E);
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
-      return p[static_cast<std::size_t>(a)] > p[static_cast<std::size_t>(b)] || (p[static_cast<std::size_t>(a)] == p[static_cast<std::size_t>(b)] && a < b);
+      return p[static_cast<std::size_t>(a)] > p[static_cast<std::size_t>(b)] ||
+             (p[static_cast<std::size_t>(a)] == p[static_cast<std::size_t>(b)] && a < b);
     });
     float sum = 0;
     for (int k = 0; k < K; ++k) sum += p[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])];
@@ -598,7 +611,8 @@ void Transformer::moe(const Layer& l, const MatrixRM& x, MatrixRM& out) const {
   }
 }
 
-void Transformer::attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, const MatrixRM& vc, int first_pos, MatrixRM& out) const {
+void Transformer::attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, const MatrixRM& vc, int first_pos,
+                                        MatrixRM& out) const {
   const TransformerConfig& c = config_;
   const Eigen::Index T = q.rows(), hd = c.head_dim;
   const int group = c.heads / c.kv_heads;
@@ -614,7 +628,8 @@ void Transformer::attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, c
       for (int h = 0; h < c.heads; ++h) {
         const Eigen::Index visible = first_pos + t + 1, g = h / group;
         const float* qv = q.row(t).data() + h * hd;
-        for (Eigen::Index j = 0; j < visible; ++j) s[static_cast<std::size_t>(j)] = dot_fixed(qv, kc.row(j).data() + g * hd, hd) * scale;
+        for (Eigen::Index j = 0; j < visible; ++j)
+          s[static_cast<std::size_t>(j)] = dot_fixed(qv, kc.row(j).data() + g * hd, hd) * scale;
         softmax_row(s.data(), visible);
         round_to_format(s.data(), 1, visible, soft_fmt);
         round_to_format(s.data(), 1, visible, attn_fmt);
@@ -647,7 +662,8 @@ MatrixRM Transformer::embed(std::span<const int> tokens) const {
   MatrixRM x(static_cast<Eigen::Index>(tokens.size()), c.dim);
   for (Eigen::Index t = 0; t < x.rows(); ++t) {
     const int tok = tokens[static_cast<std::size_t>(t)];
-    if (tok < 0 || tok >= c.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", tok, c.vocab));
+    if (tok < 0 || tok >= c.vocab)
+      throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", tok, c.vocab));
     x.row(t) = embedding_.row(tok);
   }
   return x;
@@ -692,7 +708,8 @@ int sample_token(std::span<const float> logits, double temperature, double top_p
   std::iota(order.begin(), order.end(), 0);
   std::size_t keep = n;
   if (top_p < 1.0) {
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[static_cast<std::size_t>(a)] > p[static_cast<std::size_t>(b)]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return p[static_cast<std::size_t>(a)] > p[static_cast<std::size_t>(b)]; });
     double cum = 0;
     for (keep = 0; keep < n;) {
       cum += p[static_cast<std::size_t>(order[keep++])] / sum;

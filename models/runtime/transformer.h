@@ -5,10 +5,10 @@
 
 #include <initializer_list>
 #include <optional>
-#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "models/precision/recipe.h"
@@ -126,8 +126,8 @@ class Transformer {
     // [out, in]: packed() the storage format (the GEMV kernels), dense() its values (the Eigen
     // GEMM of a multi-token default-mode pass).
     QuantizedLinear weight;
-    VectorF bias;         // empty when none
-    Format activation;    // applied to the input per call
+    VectorF bias;       // empty when none
+    Format activation;  // applied to the input per call
   };
   struct Layer {
     VectorF attn_norm, ffn_norm, q_norm, k_norm;
@@ -147,15 +147,15 @@ class Transformer {
   /// parallel region for the batch-1 GEMVs.
   void linears(std::initializer_list<std::pair<const Linear*, MatrixRM*>> outs, const MatrixRM& x) const;
   void round_hidden(MatrixRM& x) const;
-  void rmsnorm(MatrixRM& x, const VectorF& w) const;  // in place, per row
+  void rmsnorm(MatrixRM& x, const VectorF& w) const;       // in place, per row
   void rope(MatrixRM& x, int heads, int first_pos) const;  // in place, rows are positions
-  void store_kv(MatrixRM& kv) const;                     // round to the KV-cache format
+  void store_kv(MatrixRM& kv) const;                       // round to the KV-cache format
   /// Logits of every row of x, or of the last row only when `last_only`.
   MatrixRM forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only = false) const;
   /// Batch-invariant attention of queries q [T, heads * head_dim] at positions first_pos.. over
   /// the caches, into out [T, heads * head_dim].
   void attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, const MatrixRM& vc, int first_pos, MatrixRM& out) const;
-  MatrixRM embed(std::span<const int> tokens) const;  // rows of the embedding; checks the ids
+  MatrixRM embed(std::span<const int> tokens) const;          // rows of the embedding; checks the ids
   void round_activation(MatrixRM& x, const Format& f) const;  // per tensor, or per row when batch-invariant
 
   TransformerConfig config_;

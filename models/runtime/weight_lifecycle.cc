@@ -1,11 +1,11 @@
 #include "models/runtime/weight_lifecycle.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace rlsim::models {
 namespace {
@@ -16,9 +16,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // The error of a lifecycle call made in a state that does not allow it, saying what to call instead.
 WeightStateError state_error(const std::string& name, std::string_view call, WeightState state) {
-  const char* why = state == WeightState::kTransformed        ? "it holds the kernel layout; call restore_weights_for_loading first"
-                    : call == "process_weights_after_loading" ? "nothing has been loaded yet"
-                                                              : "its weights are not in the kernel layout; call process_weights_after_loading first";
+  const char* why = state == WeightState::kTransformed ? "it holds the kernel layout; call restore_weights_for_loading first"
+                    : call == "process_weights_after_loading"
+                        ? "nothing has been loaded yet"
+                        : "its weights are not in the kernel layout; call process_weights_after_loading first";
   return WeightStateError(fmt::format("{}: {} called in state '{}': {}", name, call, weight_state_name(state), why));
 }
 
@@ -26,9 +27,12 @@ WeightStateError state_error(const std::string& name, std::string_view call, Wei
 
 std::string_view weight_state_name(WeightState s) {
   switch (s) {
-    case WeightState::kRestored: return "restored";
-    case WeightState::kLoaded: return "loaded";
-    case WeightState::kTransformed: return "transformed";
+    case WeightState::kRestored:
+      return "restored";
+    case WeightState::kLoaded:
+      return "loaded";
+    case WeightState::kTransformed:
+      return "transformed";
   }
   return "?";
 }
@@ -45,7 +49,8 @@ ReloadStats& ReloadStats::operator+=(const ReloadStats& o) {
 
 ReloadableTensor::ReloadableTensor(const Format& format, std::int64_t rows, std::int64_t cols, bool with_dense)
     : format_(format), rows_(rows), cols_(cols), with_dense_(with_dense) {
-  if (rows <= 0 || cols <= 0) throw std::invalid_argument(fmt::format("reloadable tensor: shape [{}, {}] must be positive", rows, cols));
+  if (rows <= 0 || cols <= 0)
+    throw std::invalid_argument(fmt::format("reloadable tensor: shape [{}, {}] must be positive", rows, cols));
 }
 
 void ReloadableTensor::stage(std::int64_t row0, std::span<const float> values, ReloadStats& stats) {
@@ -92,8 +97,9 @@ void ReloadableTensor::quantize(ReloadStats& stats) {
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < staging_.size(); ++i) {
     if (!std::isfinite(staging_[i])) {
-      throw std::invalid_argument(fmt::format("loaded weight ({}, {}) is {}: refused before quantisation", static_cast<std::int64_t>(i) / cols_,
-                                              static_cast<std::int64_t>(i) % cols_, staging_[i]));
+      throw std::invalid_argument(fmt::format("loaded weight ({}, {}) is {}: refused before quantisation",
+                                              static_cast<std::int64_t>(i) / cols_, static_cast<std::int64_t>(i) % cols_,
+                                              staging_[i]));
     }
   }
   QuantizedTensor q = models::quantize(format_, rows_, cols_, std::span<const float>(staging_));
@@ -115,7 +121,8 @@ void ReloadableTensor::transform(ReloadStats& stats) {
     t0 = std::chrono::steady_clock::now();
     if (dense_.size() == 0) dense_.resize(rows_, cols_);  // the only allocation; later copies are in place
     if (format_.element == Element::kFp32 && format_.scaling.kind == ScaleKind::kNone) {
-      for (Eigen::Index i = 0; i < dense_.size(); ++i) std::memcpy(dense_.data() + i, &pending_->codes[static_cast<std::size_t>(i)], sizeof(float));
+      for (Eigen::Index i = 0; i < dense_.size(); ++i)
+        std::memcpy(dense_.data() + i, &pending_->codes[static_cast<std::size_t>(i)], sizeof(float));
     } else {
       const std::vector<double> v = dequantize(*pending_);
       for (Eigen::Index i = 0; i < dense_.size(); ++i) dense_.data()[i] = static_cast<float>(v[static_cast<std::size_t>(i)]);
@@ -151,7 +158,8 @@ void QuantizedLinear::require(bool ok, std::string_view call) const {
 void QuantizedLinear::load_weight(std::span<const float> values, ReloadStats& stats) {
   require(state_ != WeightState::kTransformed, "load_weight");
   if (static_cast<std::int64_t>(values.size()) != rows() * cols()) {
-    throw std::invalid_argument(fmt::format("{}: load_weight of {} values, expected [{}, {}]", name_, values.size(), rows(), cols()));
+    throw std::invalid_argument(
+        fmt::format("{}: load_weight of {} values, expected [{}, {}]", name_, values.size(), rows(), cols()));
   }
   t_.stage(0, values, stats);
   state_ = WeightState::kLoaded;
@@ -168,7 +176,8 @@ void QuantizedLinear::load_quantized(const QuantizedTensor& q, ReloadStats& stat
 }
 
 void QuantizedLinear::process_weights_after_loading(ReloadStats& stats) {
-  require(state_ == WeightState::kLoaded || (state_ == WeightState::kRestored && ever_transformed_), "process_weights_after_loading");
+  require(state_ == WeightState::kLoaded || (state_ == WeightState::kRestored && ever_transformed_),
+          "process_weights_after_loading");
   if (t_.staged_rows() > 0) {
     try {
       t_.quantize(stats);
@@ -200,7 +209,8 @@ const MatrixRM& QuantizedLinear::dense() const {
 // ---------------------------------------------------------------------------------------------
 // QuantizedExpertGroup
 
-QuantizedExpertGroup::QuantizedExpertGroup(std::string name, const Format& weight, int experts, std::int64_t dim, std::int64_t expert_hidden)
+QuantizedExpertGroup::QuantizedExpertGroup(std::string name, const Format& weight, int experts, std::int64_t dim,
+                                           std::int64_t expert_hidden)
     : name_(std::move(name)), dim_(dim), hidden_(expert_hidden) {
   if (experts <= 0) throw std::invalid_argument(fmt::format("{}: {} experts (expected at least 1)", name_, experts));
   for (int e = 0; e < experts; ++e) {
@@ -215,29 +225,39 @@ void QuantizedExpertGroup::require(bool ok, std::string_view call) const {
 
 void QuantizedExpertGroup::load_expert(int expert, ExpertShard shard, std::span<const float> values, ReloadStats& stats) {
   require(state_ != WeightState::kTransformed, "load_expert");
-  if (expert < 0 || expert >= experts()) throw std::invalid_argument(fmt::format("{}: expert {} out of range [0, {})", name_, expert, experts()));
+  if (expert < 0 || expert >= experts())
+    throw std::invalid_argument(fmt::format("{}: expert {} out of range [0, {})", name_, expert, experts()));
   const std::int64_t expected = dim_ * hidden_;
   if (static_cast<std::int64_t>(values.size()) != expected) {
-    throw std::invalid_argument(fmt::format("{}: expert {} shard of {} values, expected {}", name_, expert, values.size(), expected));
+    throw std::invalid_argument(
+        fmt::format("{}: expert {} shard of {} values, expected {}", name_, expert, values.size(), expected));
   }
   const auto e = static_cast<std::size_t>(expert);
   switch (shard) {
-    case ExpertShard::kW1: w13_[e].stage(0, values, stats); break;
-    case ExpertShard::kW3: w13_[e].stage(hidden_, values, stats); break;
-    case ExpertShard::kW2: w2_[e].stage(0, values, stats); break;
+    case ExpertShard::kW1:
+      w13_[e].stage(0, values, stats);
+      break;
+    case ExpertShard::kW3:
+      w13_[e].stage(hidden_, values, stats);
+      break;
+    case ExpertShard::kW2:
+      w2_[e].stage(0, values, stats);
+      break;
   }
   state_ = WeightState::kLoaded;
 }
 
 void QuantizedExpertGroup::process_weights_after_loading(ReloadStats& stats) {
-  require(state_ == WeightState::kLoaded || (state_ == WeightState::kRestored && ever_transformed_), "process_weights_after_loading");
+  require(state_ == WeightState::kLoaded || (state_ == WeightState::kRestored && ever_transformed_),
+          "process_weights_after_loading");
   // Every expert is loaded whole or not at all (a first load: all of them), checked before anything changes.
   for (std::size_t e = 0; e < w13_.size(); ++e) {
     const std::int64_t a = w13_[e].loaded_rows(), b = w2_[e].loaded_rows();
     const bool none = a == 0 && b == 0, whole = a == w13_[e].rows() && b == w2_[e].rows();
     if ((!none && !whole) || (none && !w13_[e].allocated())) {
       const char* missing = a == 0 ? "w1 and w3" : a < w13_[e].rows() ? "one half of w13 (w1 or w3)" : "w2";
-      throw WeightStateError(fmt::format("{}: process_weights_after_loading with expert {} loaded in part: {} not loaded", name_, e, missing));
+      throw WeightStateError(
+          fmt::format("{}: process_weights_after_loading with expert {} loaded in part: {} not loaded", name_, e, missing));
     }
   }
   // Quantise every expert first (it may throw on a NaN: the group stays loaded, every tensor in the

@@ -102,11 +102,11 @@ class ReloadableTensor {
   Format format_{Element::kFp32, {}};
   std::int64_t rows_ = 0, cols_ = 0;
   bool with_dense_ = false;
-  std::vector<float> staging_;               // [rows, cols] while rows are being loaded
-  std::vector<std::uint8_t> staged_;         // per row: loaded since the last quantize()
+  std::vector<float> staging_;        // [rows, cols] while rows are being loaded
+  std::vector<std::uint8_t> staged_;  // per row: loaded since the last quantize()
   std::int64_t staged_rows_ = 0;
-  bool stored_ = false;                      // quantised or stored since the last transform()
-  std::optional<QuantizedTensor> pending_;   // the last stored tensor, for the dense copy
+  bool stored_ = false;                     // quantised or stored since the last transform()
+  std::optional<QuantizedTensor> pending_;  // the last stored tensor, for the dense copy
   PackedWeight packed_;
   MatrixRM dense_;
 };

@@ -1,11 +1,11 @@
 #include "sim/cli/drift_cmds.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <filesystem>
 #include <fstream>
 #include <ostream>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "analysis/drift.h"
 #include "models/runtime/tokenizer.h"
@@ -29,7 +29,8 @@ T get(const YAML::Node& n, const std::string& file, const std::string& key, cons
 
 template <typename T>
 std::vector<T> get_list(const YAML::Node& n, const std::string& file, const std::string& key, const char* expected) {
-  if (!n.IsSequence()) throw sim::ScenarioError(fmt::format("{}:{}: '{}' must be a list of {}", file, n.Mark().line + 1, key, expected));
+  if (!n.IsSequence())
+    throw sim::ScenarioError(fmt::format("{}:{}: '{}' must be a list of {}", file, n.Mark().line + 1, key, expected));
   std::vector<T> v;
   for (const auto& e : n) v.push_back(get<T>(e, file, key, expected));
   return v;
@@ -45,7 +46,9 @@ void merge_file(DriftCliOptions& o) {
   } catch (const YAML::Exception& e) {
     throw sim::ScenarioError(fmt::format("{}:{}: not valid YAML: {}", o.file, e.mark.line + 1, e.msg));
   }
-  if (!root.IsMap()) throw sim::ScenarioError(fmt::format("{}: expected a mapping of drift keys ({})", o.file, fmt::join(drift_file_keys(), ", ")));
+  if (!root.IsMap())
+    throw sim::ScenarioError(
+        fmt::format("{}: expected a mapping of drift keys ({})", o.file, fmt::join(drift_file_keys(), ", ")));
   const fs::path base = fs::path(o.file).parent_path();
   auto relative = [&](const std::string& p) { return fs::path(p).is_absolute() ? p : (base / p).lexically_normal().string(); };
   for (const auto& kv : root) {
@@ -90,7 +93,8 @@ void merge_file(DriftCliOptions& o) {
     } else if (key == "out") {
       if (!o.out) o.out = get<std::string>(v, f, key, "a directory");
     } else {
-      throw sim::ScenarioError(fmt::format("{}:{}: unknown key '{}' (expected one of: {})", f, kv.first.Mark().line + 1, key, fmt::join(drift_file_keys(), ", ")));
+      throw sim::ScenarioError(fmt::format("{}:{}: unknown key '{}' (expected one of: {})", f, kv.first.Mark().line + 1, key,
+                                           fmt::join(drift_file_keys(), ", ")));
     }
   }
 }
@@ -110,8 +114,9 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
 }  // namespace
 
 const std::vector<std::string>& drift_file_keys() {
-  static const std::vector<std::string> keys = {"name", "model", "tokenizer", "prompt_file", "pairs", "lengths", "prompts", "samples",
-                                                "temperature", "seed", "batch_invariant", "tis_cap", "bootstrap", "out"};
+  static const std::vector<std::string> keys = {
+      "name",    "model",       "tokenizer", "prompt_file",     "pairs",   "lengths",   "prompts",
+      "samples", "temperature", "seed",      "batch_invariant", "tis_cap", "bootstrap", "out"};
   return keys;
 }
 
@@ -119,7 +124,8 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
   DriftCliOptions o = cli;
   if (!o.file.empty()) merge_file(o);
   if (!o.model) throw sim::ScenarioError("rlsim drift: no model (give --model or model: in the drift file)");
-  if (o.pairs.empty()) throw sim::ScenarioError("rlsim drift: no pairs (give --pairs TRAIN:ROLLOUT,... or pairs: in the drift file)");
+  if (o.pairs.empty())
+    throw sim::ScenarioError("rlsim drift: no pairs (give --pairs TRAIN:ROLLOUT,... or pairs: in the drift file)");
   analysis::DriftOptions d;
   for (const std::string& p : o.pairs) {
     try {
@@ -140,7 +146,8 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
   if (d.bootstrap < 0) throw sim::ScenarioError("rlsim drift: bootstrap must be >= 0");
 
   const models::ModelWeights weights = models::load_model(*o.model);
-  const auto tokenizer = models::load_tokenizer(o.tokenizer ? *o.tokenizer : default_tokenizer(*o.model, "rlsim drift"), weights.config.vocab);
+  const auto tokenizer =
+      models::load_tokenizer(o.tokenizer ? *o.tokenizer : default_tokenizer(*o.model, "rlsim drift"), weights.config.vocab);
   const std::vector<std::string> texts = o.prompt_file ? read_prompt_file(*o.prompt_file) : analysis::default_drift_prompts();
   const int bos = weights.config.bos >= 0 ? weights.config.bos : tokenizer->bos();
   for (int i = 0; i < n_prompts; ++i) {
@@ -150,8 +157,10 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
   }
   const std::string dir = o.out ? *o.out : o.file.empty() ? "out/drift" : "out/" + fs::path(o.file).stem().string();
   if (!o.quiet) {
-    err << fmt::format("rlsim drift: {} pairs x {} prompts x {} samples, lengths up to {}, temperature {}, {} kernels\n", d.pairs.size(), n_prompts,
-                       d.samples, d.lengths.back(), d.temperature, models::kernel_mode_name(d.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault));
+    err << fmt::format(
+        "rlsim drift: {} pairs x {} prompts x {} samples, lengths up to {}, temperature {}, {} kernels\n", d.pairs.size(),
+        n_prompts, d.samples, d.lengths.back(), d.temperature,
+        models::kernel_mode_name(d.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault));
   }
   std::vector<analysis::DriftPairResult> results;
   try {
@@ -159,11 +168,12 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
   } catch (const std::invalid_argument& e) {
     throw sim::ScenarioError(std::string("rlsim drift: ") + e.what());
   }
-  for (const std::string& w : analysis::write_drift_outputs(dir, results, !o.no_plots)) err << "rlsim drift: warning: " << w << "\n";
+  for (const std::string& w : analysis::write_drift_outputs(dir, results, !o.no_plots))
+    err << "rlsim drift: warning: " << w << "\n";
   if (!o.quiet) {
     analysis::print_drift_summary(out, results, d.batch_invariant);
-    out << "Outputs in " << dir << "/ (drift.csv, per_token.csv" << (o.no_plots ? "" : ", drift_vs_length.png, drift_vs_position.png, delta_histogram.png")
-        << ")\n";
+    out << "Outputs in " << dir << "/ (drift.csv, per_token.csv"
+        << (o.no_plots ? "" : ", drift_vs_length.png, drift_vs_position.png, delta_histogram.png") << ")\n";
   }
   return 0;
 }

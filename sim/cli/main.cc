@@ -1,24 +1,23 @@
 // The `rlsim` executable. Exit status (SCENARIO.md): 0 success; 1 a check the command exists to
 // make failed; 2 bad input (file:line:column where there is one); 3 internal error (a bug).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
-#include <unistd.h>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
 #include "analysis/report.h"
-#include "models/precision/recipe.h"
 #include "models/graph/graph.h"
+#include "models/precision/recipe.h"
 #include "models/runtime/model.h"
-#include "sim/cli/precision_cmds.h"
 #include "sim/cli/drift_cmds.h"
 #include "sim/cli/plan_cmds.h"
-#include "sim/cli/validate_cmds.h"
+#include "sim/cli/precision_cmds.h"
 #include "sim/cli/runtime_cmds.h"
+#include "sim/cli/validate_cmds.h"
 #include "sim/cli/verify_cmds.h"
 #include "sim/pipeline/pipeline.h"
 #include "sim/scenario/calibration.h"
@@ -82,34 +81,37 @@ int cmd_run(const RunOptions& o) {
 
 int cmd_catalog(const std::string& what) {
   if (what == "devices") {
-    std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {}\n", "device", "memory", "HBM", "bf16", "fp8", "fp4", "scale-up / scale-out");
+    std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {}\n", "device", "memory", "HBM", "bf16", "fp8", "fp4",
+                             "scale-up / scale-out");
     for (const auto& name : sim::catalog_device_names()) {
       const auto d = sim::catalog_device(name);
       auto rate = [&](models::ComputeType c) {
         const auto it = d.flops_per_s.find(c);
         return it == d.flops_per_s.end() ? std::string("-") : fmt::format("{:g}T", it->second / 1e12);
       };
-      std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {} / {}\n", name, sim::format_quantity(d.memory_bytes, sim::Dimension::kBytes),
-                               sim::format_quantity(d.memory_bandwidth_bytes_per_s, sim::Dimension::kBandwidth), rate(models::ComputeType::kBf16),
-                               rate(models::ComputeType::kFp8), rate(models::ComputeType::kFp4),
+      std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {} / {}\n", name,
+                               sim::format_quantity(d.memory_bytes, sim::Dimension::kBytes),
+                               sim::format_quantity(d.memory_bandwidth_bytes_per_s, sim::Dimension::kBandwidth),
+                               rate(models::ComputeType::kBf16), rate(models::ComputeType::kFp8), rate(models::ComputeType::kFp4),
                                sim::format_quantity(d.intra_node.bandwidth_bytes_per_s, sim::Dimension::kBandwidth),
                                sim::format_quantity(d.inter_node.bandwidth_bytes_per_s, sim::Dimension::kBandwidth));
     }
   } else if (what == "models") {
-    std::cout << fmt::format("{:<18} {:>7} {:>7} {:>6} {:>6} {:>5} {:>12} {:>12} {:>14}\n", "model", "layers", "hidden", "heads", "kv", "moe",
-                             "params (B)", "active (B)", "KV B/token");
+    std::cout << fmt::format("{:<18} {:>7} {:>7} {:>6} {:>6} {:>5} {:>12} {:>12} {:>14}\n", "model", "layers", "hidden", "heads",
+                             "kv", "moe", "params (B)", "active (B)", "KV B/token");
     for (const auto& name : sim::catalog_model_names()) {
       const auto m = sim::catalog_model(name);
-      std::cout << fmt::format("{:<18} {:>7} {:>7} {:>6} {:>6} {:>5} {:>12.2f} {:>12.2f} {:>14}\n", name, m.layers, m.hidden, m.heads, m.kv_heads,
-                               m.moe ? fmt::format("{}/{}", m.moe->active, m.moe->experts) : "-",
+      std::cout << fmt::format("{:<18} {:>7} {:>7} {:>6} {:>6} {:>5} {:>12.2f} {:>12.2f} {:>14}\n", name, m.layers, m.hidden,
+                               m.heads, m.kv_heads, m.moe ? fmt::format("{}/{}", m.moe->active, m.moe->experts) : "-",
                                static_cast<double>(m.params().total()) / 1e9, static_cast<double>(m.active_params()) / 1e9,
                                m.kv_elements_per_token() * 2);
     }
   } else if (what == "recipes") {
-    std::cout << fmt::format("{:<17} {:<24} {:<22} {:<8} {:<5}  {}\n", "recipe", "linear weight", "linear activation", "kv", "mode", "source");
+    std::cout << fmt::format("{:<17} {:<24} {:<22} {:<8} {:<5}  {}\n", "recipe", "linear weight", "linear activation", "kv",
+                             "mode", "source");
     for (const auto& r : models::builtin_recipes()) {
-      std::cout << fmt::format("{:<17} {:<24} {:<22} {:<8} {:<5}  {}\n", r.name, r.linear.weight.str(), r.linear.activation.str(), r.kv_cache.str(),
-                               r.mode == models::QuantMode::kReal ? "real" : "fake", r.source);
+      std::cout << fmt::format("{:<17} {:<24} {:<22} {:<8} {:<5}  {}\n", r.name, r.linear.weight.str(), r.linear.activation.str(),
+                               r.kv_cache.str(), r.mode == models::QuantMode::kReal ? "real" : "fake", r.source);
     }
   } else if (what == "formats") {
     cli::print_formats(std::cout);
@@ -150,7 +152,9 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
     return cli::bench_runtime(bo, std::cout, std::cerr);
   }
   if (what == "verify") return cli::bench_verify(repeat, std::cout);
-  if (what != "sim") throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what + "' (available: sim, quantize, verify, runtime, reload, plan)");
+  if (what != "sim")
+    throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what +
+                             "' (available: sim, quantize, verify, runtime, reload, plan)");
   namespace fs = std::filesystem;
   const fs::path p = fs::temp_directory_path() / fmt::format("rlsim_bench_sim_{}.yaml", ::getpid());
   {
@@ -167,8 +171,8 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
   fs::remove(p);
   std::cout << fmt::format("rlsim bench sim: {}\n", s.name);
   std::cout << fmt::format("  {} devices ({} rollout engines, {} training), {} steps of {} x {} sequences, max response {}\n",
-                           s.cluster.devices(), s.placement.rollout_devices / s.rollout.tensor_parallel, s.placement.train_devices,
-                           s.steps, s.workload.prompts_per_step, s.workload.samples_per_prompt,
+                           s.cluster.devices(), s.placement.rollout_devices / s.rollout.tensor_parallel,
+                           s.placement.train_devices, s.steps, s.workload.prompts_per_step, s.workload.samples_per_prompt,
                            s.workload.response_tokens.upper_bound());
   double best = 1e300;
   for (int i = 0; i < repeat; ++i) {
@@ -179,10 +183,11 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
     best = std::min(best, wall);
     double step = 0;
     for (const auto& st : r.steps) step += st.step_s();
-    std::cout << fmt::format("  run {}: wall {:.3f} s, {} events, {:.0f} events/s; simulated {:.1f} s ({:.1f} s per step), "
-                             "{} tokens generated\n",
-                             i + 1, wall, r.events, static_cast<double>(r.events) / wall, r.wall_s,
-                             step / static_cast<double>(r.steps.size()), r.tokens_generated);
+    std::cout << fmt::format(
+        "  run {}: wall {:.3f} s, {} events, {:.0f} events/s; simulated {:.1f} s ({:.1f} s per step), "
+        "{} tokens generated\n",
+        i + 1, wall, r.events, static_cast<double>(r.events) / wall, r.wall_s, step / static_cast<double>(r.steps.size()),
+        r.tokens_generated);
   }
   std::cout << fmt::format("  best wall {:.3f} s (target: under 2 s on one core)\n", best);
   return 0;
@@ -210,7 +215,8 @@ CLI::App* add_run(CLI::App& app, RunOptions& ro) {
   run->add_flag("--no-plots", ro.no_plots, "Do not draw timeline.png and memory.png");
   run->add_flag("--no-trace", ro.no_trace, "Do not write trace.json");
   run->add_flag("--quiet,-q", ro.quiet, "Print nothing on success");
-  run->add_option("--calibration", ro.calibration, "Cost-model parameters from FILE (rlsim calibrate's calibration.yaml) instead of the built-in fit");
+  run->add_option("--calibration", ro.calibration,
+                  "Cost-model parameters from FILE (rlsim calibrate's calibration.yaml) instead of the built-in fit");
   return run;
 }
 
@@ -225,45 +231,67 @@ CLI::App* add_catalog(CLI::App& app, std::string& catalog_what) {
 
 // `rlsim bench`: the built-in benchmarks.
 CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
-  auto* bench = app.add_subcommand("bench", "Run a built-in benchmark and print measured figures (sim, quantize, verify: one core; runtime: --threads)");
-  bench->add_option("what", a.what,
-                    "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
-                    "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
-                    "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
-                    "precision on synthetic weights; reload: the quantised weight reload lifecycle (restore, load, quantise, "
-                    "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load; plan: a "
-                    "1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on --jobs threads")
+  auto* bench = app.add_subcommand(
+      "bench", "Run a built-in benchmark and print measured figures (sim, quantize, verify: one core; runtime: --threads)");
+  bench
+      ->add_option(
+          "what", a.what,
+          "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
+          "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
+          "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
+          "precision on synthetic weights; reload: the quantised weight reload lifecycle (restore, load, quantise, "
+          "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load; plan: a "
+          "1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on --jobs threads")
       ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload", "plan"}))
       ->capture_default_str();
-  bench->add_option("--shape", a.runtime.shape, "runtime, reload: Hugging Face config.json whose shapes to use with synthetic weights (runtime default: SmolLM2-135M)");
-  a.precision = bench->add_option("--precision", a.runtime.precisions, "runtime, reload: fp32 or recipes to measure (reload default: fp8-block)")
-                              ->delimiter(',')
-                              ->capture_default_str();
-  bench->add_option("--model", a.reload.model, "reload: llama2.c checkpoint, Hugging Face directory, or synthetic-moe (a small MoE with synthetic weights)");
+  bench->add_option(
+      "--shape", a.runtime.shape,
+      "runtime, reload: Hugging Face config.json whose shapes to use with synthetic weights (runtime default: SmolLM2-135M)");
+  a.precision = bench
+                    ->add_option("--precision", a.runtime.precisions,
+                                 "runtime, reload: fp32 or recipes to measure (reload default: fp8-block)")
+                    ->delimiter(',')
+                    ->capture_default_str();
+  bench->add_option("--model", a.reload.model,
+                    "reload: llama2.c checkpoint, Hugging Face directory, or synthetic-moe (a small MoE with synthetic weights)");
   bench->add_option("--cycles", a.reload.cycles, "reload: reload cycles")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  bench->add_option("--check-every", a.reload.check_every, "reload: also compare with a fresh engine every K cycles (0: after the last only)")
+  bench
+      ->add_option("--check-every", a.reload.check_every,
+                   "reload: also compare with a fresh engine every K cycles (0: after the last only)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  bench->add_option("--perturbation", a.reload.perturbation, "reload: relative size of the seeded weight update per cycle (rms of the update / rms of the tensor)")
+  bench
+      ->add_option("--perturbation", a.reload.perturbation,
+                   "reload: relative size of the seeded weight update per cycle (rms of the update / rms of the tensor)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   bench->add_option("--seed", a.reload.seed, "reload: seed of the weight updates and probe tokens")->capture_default_str();
   bench->add_option("--threads", a.runtime.threads, "runtime: OpenMP threads")->check(CLI::Range(1, 1024))->capture_default_str();
-  bench->add_option("--decode-tokens", a.runtime.decode_tokens, "runtime: decode steps timed per run")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  bench->add_option("--prefill-tokens", a.runtime.prefill_tokens, "runtime: prompt length of the prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  bench->add_flag("--batch-invariant", a.runtime.batch_invariant, "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
+  bench->add_option("--decode-tokens", a.runtime.decode_tokens, "runtime: decode steps timed per run")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  bench->add_option("--prefill-tokens", a.runtime.prefill_tokens, "runtime: prompt length of the prefill")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  bench->add_flag("--batch-invariant", a.runtime.batch_invariant,
+                  "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
   bench->add_option("--jobs,-j", a.jobs, "plan: parallel jobs (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
-  bench->add_option("--repeat", a.repeat, "Runs to time (the best is reported)")->check(CLI::Range(1, 100))->capture_default_str();
+  bench->add_option("--repeat", a.repeat, "Runs to time (the best is reported)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   return bench;
 }
 
 // `rlsim quantize`: numbers through a format.
 CLI::App* add_quantize(CLI::App& app, cli::QuantizeOptions& qo) {
-  auto* quant = app.add_subcommand("quantize",
-                                   "Quantise numbers read from stdin to a format; print the dequantised values, then saturated count and SQNR");
-  quant->add_option("--format,-f", qo.format, "Format: <element>[/<scaling>] or mxfp8 | mxfp4 | nvfp4 (elements: " + models::element_names() + ", e8m0)")
+  auto* quant = app.add_subcommand(
+      "quantize", "Quantise numbers read from stdin to a format; print the dequantised values, then saturated count and SQNR");
+  quant
+      ->add_option("--format,-f", qo.format,
+                   "Format: <element>[/<scaling>] or mxfp8 | mxfp4 | nvfp4 (elements: " + models::element_names() + ", e8m0)")
       ->required();
-  quant->add_option("--scaling", qo.scaling, "Scaling for a bare element: tensor, channel, token, group1xN, blockMxN, groupN, mx32, nv16");
+  quant->add_option("--scaling", qo.scaling,
+                    "Scaling for a bare element: tensor, channel, token, group1xN, blockMxN, groupN, mx32, nv16");
   quant->add_option("--shape", qo.shape, "Tensor shape R,C (C = the reduction dimension blocks run along); default 1,N");
   quant->add_flag("--codes", qo.codes, "Print each element's code in hex after its value");
   quant->footer("Example: echo '1 1000 -0.3 nan' | rlsim quantize --format fp8-e4m3 --codes");
@@ -289,23 +317,31 @@ CLI::App* add_verify(CLI::App& app, cli::VerifyOptions& vo) {
       ->capture_default_str();
   verify->add_flag("--quiet,-q", vo.quiet, "Print only the verdict line");
   verify->footer(
-      "Examples:\n  rlsim verify scenarios/verify-qwen3-8b-bf16-train-fp8-block-rollout.yaml --json mismatches.json --dot graphs/\n"
+      "Examples:\n  rlsim verify scenarios/verify-qwen3-8b-bf16-train-fp8-block-rollout.yaml --json mismatches.json --dot "
+      "graphs/\n"
       "  rlsim verify --train training.graphml --infer inference.graphml");
   return verify;
 }
 
 // `rlsim generate`: text from a real small model.
 CLI::App* add_generate(CLI::App& app, cli::GenerateOptions& go) {
-  auto* gen = app.add_subcommand("generate", "Generate text with a real small model (llama2.c checkpoint or Hugging Face directory) in any precision");
+  auto* gen = app.add_subcommand(
+      "generate", "Generate text with a real small model (llama2.c checkpoint or Hugging Face directory) in any precision");
   gen->add_option("--model,-m", go.model, "llama2.c checkpoint file or Hugging Face model directory")->required();
-  gen->add_option("--tokenizer,-z", go.tokenizer, "Tokenizer: llama2.c tok*.bin or tokenizer.json (default: found beside the model)");
-  gen->add_option("--precision,-p", go.precision, "fp32 (reference) or a recipe: " + models::recipe_names())->capture_default_str();
+  gen->add_option("--tokenizer,-z", go.tokenizer,
+                  "Tokenizer: llama2.c tok*.bin or tokenizer.json (default: found beside the model)");
+  gen->add_option("--precision,-p", go.precision, "fp32 (reference) or a recipe: " + models::recipe_names())
+      ->capture_default_str();
   gen->add_option("--prompt,-i", go.prompt, "Prompt text (BOS is prepended)");
-  gen->add_option("--temperature,-t", go.temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--temperature,-t", go.temperature, "Sampling temperature; 0 is greedy")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   gen->add_option("--top-p", go.top_p, "Nucleus sampling: keep the most likely tokens up to this probability")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  gen->add_option("--steps,-n", go.steps, "Positions to fill, prompt included (llama2.c -n)")->check(CLI::PositiveNumber)->capture_default_str();
+  gen->add_option("--steps,-n", go.steps, "Positions to fill, prompt included (llama2.c -n)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   gen->add_option("--seed", go.seed, "Sampling seed")->capture_default_str();
   gen->add_flag("--quiet,-q", go.quiet, "No tokens/s line on stderr");
   gen->footer("Example: rlsim generate --model ../shared/models/stories260K/stories260K.bin --temperature 0 --steps 200");
@@ -323,28 +359,36 @@ CLI::App* add_drift(CLI::App& app, cli::DriftCliOptions& dro) {
                                 fmt::join(cli::drift_file_keys(), ", ")));
   drift->add_option("--model,-m", dro.model, "llama2.c checkpoint file or Hugging Face model directory");
   drift->add_option("--tokenizer,-z", dro.tokenizer, "Tokenizer (default: found beside the model)");
-  drift->add_option("--pairs", dro.pairs,
-                    "TRAIN:ROLLOUT pairs, comma-separated; each side fp32 or a recipe (" + models::recipe_names() +
-                        "), optionally +kv=FORMAT for its KV cache (e.g. fp8-block:fp8-block+kv=fp8-e4m3)")
+  drift
+      ->add_option("--pairs", dro.pairs,
+                   "TRAIN:ROLLOUT pairs, comma-separated; each side fp32 or a recipe (" + models::recipe_names() +
+                       "), optionally +kv=FORMAT for its KV cache (e.g. fp8-block:fp8-block+kv=fp8-e4m3)")
       ->delimiter(',');
-  drift->add_option("--lengths", dro.lengths, "Response lengths to report, ascending (default 16,32,64,128); all samples run to the longest")
+  drift
+      ->add_option("--lengths", dro.lengths,
+                   "Response lengths to report, ascending (default 16,32,64,128); all samples run to the longest")
       ->delimiter(',');
   drift->add_option("--prompts", dro.prompts, "Prompts (default 8; built-in story openings, cycled, or --prompt-file lines)");
   drift->add_option("--prompt-file", dro.prompt_file, "Prompts, one per line (BOS is prepended)");
   drift->add_option("--samples", dro.samples, "Continuations sampled per prompt (default 4)");
-  drift->add_option("--temperature,-t", dro.temperature, "Sampling temperature > 0; log-probabilities are of logits / T (default 1)");
+  drift->add_option("--temperature,-t", dro.temperature,
+                    "Sampling temperature > 0; log-probabilities are of logits / T (default 1)");
   drift->add_option("--seed", dro.seed, "Sampling and bootstrap seed (default 1)");
   drift->add_flag("--batch-invariant", dro.batch_invariant,
-                  "Batch-invariant kernels on both sides: same reduction order in prefill and decode (identical recipes then give delta = 0)");
+                  "Batch-invariant kernels on both sides: same reduction order in prefill and decode (identical recipes then "
+                  "give delta = 0)");
   drift->add_option("--tis-cap", dro.tis_cap, "Cap C of token-level truncated importance sampling (default 2)");
-  drift->add_option("--bootstrap", dro.bootstrap, "Bootstrap resamples of sequences for the 95 % intervals (default 1000; 0: none)");
+  drift->add_option("--bootstrap", dro.bootstrap,
+                    "Bootstrap resamples of sequences for the 95 % intervals (default 1000; 0: none)");
   drift->add_option("--out,-o", dro.out, "Output directory (default: the file's out:, else out/<file stem>, else out/drift)");
   drift->add_flag("--no-plots", dro.no_plots, "Write the CSVs only");
   drift->add_flag("--quiet,-q", dro.quiet, "Print nothing on success");
   drift->footer(
-      "Outputs: drift.csv (train,rollout,length,metric,value,ci_low,ci_high), per_token.csv, drift_vs_length.png, drift_vs_position.png, "
+      "Outputs: drift.csv (train,rollout,length,metric,value,ci_low,ci_high), per_token.csv, drift_vs_length.png, "
+      "drift_vs_position.png, "
       "delta_histogram.png.\nExamples:\n  rlsim drift scenarios/drift-stories260k.yaml\n"
-      "  rlsim drift --model ../shared/models/stories260K/stories260K.bin --pairs bf16:bf16,bf16:fp8-block --lengths 32,64,128 --prompts 4 --samples 4\n");
+      "  rlsim drift --model ../shared/models/stories260K/stories260K.bin --pairs bf16:bf16,bf16:fp8-block --lengths 32,64,128 "
+      "--prompts 4 --samples 4\n");
   return drift;
 }
 
@@ -355,19 +399,23 @@ CLI::App* add_plan(CLI::App& app, cli::PlanOptions& po) {
       "Capacity planning: simulate every point of a study (the cartesian product of swept scenario keys over a base scenario), "
       "rank them by the objective under the constraints and recommend one; results.csv, plan.json, step-time heatmap, memory-fit "
       "map, Pareto front. Under mpirun (MPI build) the points are split across the ranks");
-  plan->add_option("study", po.study, "Study YAML file: base, sweep, objective, constraints (SCENARIO.md, Study files)")->required();
+  plan->add_option("study", po.study, "Study YAML file: base, sweep, objective, constraints (SCENARIO.md, Study files)")
+      ->required();
   plan->add_option("--out,-o", po.out, "Output directory (default: output.dir of the study, else out/<study file stem>)");
   plan->add_option("--jobs,-j", po.jobs, "Parallel jobs (0: all cores; under MPI: the cores of the node / its ranks)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
-  plan->add_option("--set,-s", po.set, "Override a key of every point's scenario: dotted.key=value (YAML value), repeatable; e.g. --set steps=1")
+  plan->add_option("--set,-s", po.set,
+                   "Override a key of every point's scenario: dotted.key=value (YAML value), repeatable; e.g. --set steps=1")
       ->take_all();
-  plan->add_option("--heatmap", po.heatmap, "The heatmap's x and y sweep keys (default: plots.heatmap of the study, else the first two swept)")
+  plan->add_option("--heatmap", po.heatmap,
+                   "The heatmap's x and y sweep keys (default: plots.heatmap of the study, else the first two swept)")
       ->delimiter(',');
   plan->add_option("--top", po.top, "Ranked rows to print (0: all)")->capture_default_str();
   plan->add_flag("--no-plots", po.no_plots, "Write results.csv and plan.json only");
   plan->add_flag("--quiet,-q", po.quiet, "Print only the recommended line");
-  plan->add_option("--calibration", po.calibration, "Cost-model parameters from FILE (rlsim calibrate's calibration.yaml) instead of the built-in fit");
+  plan->add_option("--calibration", po.calibration,
+                   "Cost-model parameters from FILE (rlsim calibrate's calibration.yaml) instead of the built-in fit");
   plan->footer(
       "Exit status: 0 (also when no point meets the constraints: 'recommended: none'), 2 bad study or base scenario.\n"
       "Examples:\n  rlsim plan scenarios/study-kimi-k2-rollout-h200.yaml\n"
@@ -383,15 +431,19 @@ CLI::App* add_validate(CLI::App& app, cli::ValidateOptions& vao) {
       "Simulate validation records (scenarios that mirror published RL runs, with the figures they published) and compare: "
       "predicted vs published with the relative error and whether it is within the record's band; validation.csv and a "
       "parity plot. Exit 1 when a figure is out of band");
-  validate->add_option("records", vao.records, "Record files (default: every record in the repository's scenarios/ and scenarios/validation/)");
+  validate->add_option("records", vao.records,
+                       "Record files (default: every record in the repository's scenarios/ and scenarios/validation/)");
   validate->add_option("--out,-o", vao.out, "Output directory")->capture_default_str();
   validate->add_option("--calibration", vao.calibration, "Cost-model parameters from FILE instead of the built-in fit");
-  validate->add_option("--jobs,-j", vao.jobs, "Records simulated in parallel (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  validate->add_option("--jobs,-j", vao.jobs, "Records simulated in parallel (0: all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   validate->add_flag("--no-plots", vao.no_plots, "Write validation.csv only");
   validate->add_flag("--quiet,-q", vao.quiet, "Print only the statistics line");
   validate->footer(
       "A record is a scenario file with a validation: block (source, assumptions, figures); see README.md, 'Validation and "
-      "calibration'.\nExamples:\n  rlsim validate\n  rlsim validate scenarios/validation/nemo-rl-llama3.1-8b-h100-16.yaml --out out/v\n");
+      "calibration'.\nExamples:\n  rlsim validate\n  rlsim validate scenarios/validation/nemo-rl-llama3.1-8b-h100-16.yaml --out "
+      "out/v\n");
   return validate;
 }
 
@@ -404,7 +456,8 @@ CLI::App* add_calibrate(CLI::App& app, cli::CalibrateOptions& cao) {
       "log error (Eigen's Levenberg-Marquardt), with a leave-one-out check; writes calibration.yaml");
   calibrate->add_option("records", cao.records, "Record files (default: every record in the repository)");
   calibrate->add_option("--out,-o", cao.out, "Output directory (calibration.yaml, calibration.csv)")->capture_default_str();
-  calibrate->add_option("--start", cao.start, "Calibration to start from (default: every fitted parameter at its prior, the rest built-in)");
+  calibrate->add_option("--start", cao.start,
+                        "Calibration to start from (default: every fitted parameter at its prior, the rest built-in)");
   calibrate->add_option("--jobs,-j", cao.jobs, "Threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   calibrate->add_flag("--no-loo", cao.no_loo, "Skip the leave-one-out refits");
   calibrate->add_flag("--quiet,-q", cao.quiet, "Print only the summary lines");
@@ -414,10 +467,13 @@ CLI::App* add_calibrate(CLI::App& app, cli::CalibrateOptions& cao) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"rlsim: discrete-event simulator of LLM reinforcement-learning pipelines with numeric precision as a first-class input"};
+  CLI::App app{
+      "rlsim: discrete-event simulator of LLM reinforcement-learning pipelines with numeric precision as a first-class input"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "rlsim 0.1.0");
-  app.footer("Exit status: 0 success, 1 a check failed, 2 bad input, 3 internal error.\nScenario format: see README.md and SCENARIO.md.");
+  app.footer(
+      "Exit status: 0 success, 1 a check failed, 2 bad input, 3 internal error.\nScenario format: see README.md and "
+      "SCENARIO.md.");
 
   RunOptions ro;
   std::string catalog_what = "devices";

@@ -1,18 +1,17 @@
 #include "sim/cli/plan_cmds.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <ostream>
 #include <thread>
-
-#include <unistd.h>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #ifdef RLSIM_HAVE_MPI
 #include <mpi.h>
@@ -45,9 +44,10 @@ class MpiWorld {
     }
 #else
     if (launched && size && std::atoi(size) > 1) {
-      throw sim::ScenarioError(fmt::format("rlsim plan: launched as one of {} MPI ranks, but this rlsim was built without MPI "
-                                           "(install libopenmpi-dev and rebuild); every rank would run the whole study",
-                                           size));
+      throw sim::ScenarioError(
+          fmt::format("rlsim plan: launched as one of {} MPI ranks, but this rlsim was built without MPI "
+                      "(install libopenmpi-dev and rebuild); every rank would run the whole study",
+                      size));
     }
 #endif
   }
@@ -75,7 +75,8 @@ class MpiWorld {
     MPI_Gatherv(payload.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
     if (rank_ != 0) return {};
     std::vector<std::string> out;
-    for (std::size_t r = 0; r < lens.size(); ++r) out.push_back(all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r])));
+    for (std::size_t r = 0; r < lens.size(); ++r)
+      out.push_back(all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r])));
     return out;
 #else
     return {payload};
@@ -125,9 +126,11 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
     if (!o.out.empty()) st.out_dir = o.out;
     if (o.no_plots) st.plots = false;
     if (!o.heatmap.empty()) {
-      if (o.heatmap.size() > 2) throw sim::ScenarioError("--heatmap: give one or two sweep keys, e.g. --heatmap cluster.nodes,rollout.precision");
+      if (o.heatmap.size() > 2)
+        throw sim::ScenarioError("--heatmap: give one or two sweep keys, e.g. --heatmap cluster.nodes,rollout.precision");
       for (const auto& h : o.heatmap) {
-        if (st.axis_index(h) < 0) throw sim::ScenarioError(fmt::format("--heatmap: '{}' is not a sweep key or group of {}", h, o.study));
+        if (st.axis_index(h) < 0)
+          throw sim::ScenarioError(fmt::format("--heatmap: '{}' is not a sweep key or group of {}", h, o.study));
       }
       st.heatmap = {o.heatmap.front(), o.heatmap.back()};
     }
@@ -140,7 +143,8 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
     }
     // This rank's points: every size-th, so neighbouring (similar-cost) points spread over ranks.
     std::vector<std::size_t> mine;
-    for (std::size_t i = static_cast<std::size_t>(world.rank()); i < st.points(); i += static_cast<std::size_t>(world.size())) mine.push_back(i);
+    for (std::size_t i = static_cast<std::size_t>(world.rank()); i < st.points(); i += static_cast<std::size_t>(world.size()))
+      mine.push_back(i);
     std::string failure;
     std::vector<PointResult> part;
     try {
@@ -169,7 +173,8 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
           results[p.index] = std::move(p);
         }
       }
-      if (failure.empty() && std::count(seen.begin(), seen.end(), false) > 0) throw std::logic_error("rlsim plan: a point was not gathered");
+      if (failure.empty() && std::count(seen.begin(), seen.end(), false) > 0)
+        throw std::logic_error("rlsim plan: a point was not gathered");
       status = failure.empty() ? 0 : 2;
     }
     status = world.broadcast(status);
@@ -273,10 +278,11 @@ int bench_plan(int jobs, int repeat, std::ostream& out) {
       meet += p.meets;
     }
     const PointResult* r = analysis::recommended(results);
-    out << fmt::format("  run {}: wall {:.2f} s, {:.1f} points/s ({} simulated, {} invalid skipped, {} fit, {} meet the constraints); "
-                       "recommended {}\n",
-                       i + 1, wall, static_cast<double>(results.size()) / wall, valid, results.size() - valid, fit, meet,
-                       r ? analysis::point_settings(st, r->index) : "none");
+    out << fmt::format(
+        "  run {}: wall {:.2f} s, {:.1f} points/s ({} simulated, {} invalid skipped, {} fit, {} meet the constraints); "
+        "recommended {}\n",
+        i + 1, wall, static_cast<double>(results.size()) / wall, valid, results.size() - valid, fit, meet,
+        r ? analysis::point_settings(st, r->index) : "none");
   }
   out << fmt::format("  best wall {:.2f} s, {:.1f} points/s (target: 1,000 points in under 60 s on 2 cores)\n", best,
                      static_cast<double>(st.points()) / best);

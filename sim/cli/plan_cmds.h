@@ -10,15 +10,15 @@ namespace rlsim::cli {
 
 /// Options of `rlsim plan`.
 struct PlanOptions {
-  std::string study;              // study file (SCENARIO.md, "Study files")
-  std::string out;                // output folder; default: the study's output.dir, else out/<study stem>
-  int jobs = 0;                   // worker threads per process; 0: all cores (under MPI: cores / ranks on the node)
-  std::vector<std::string> set;   // "dotted.key=value" applied to every point (e.g. steps=1)
+  std::string study;                 // study file (SCENARIO.md, "Study files")
+  std::string out;                   // output folder; default: the study's output.dir, else out/<study stem>
+  int jobs = 0;                      // worker threads per process; 0: all cores (under MPI: cores / ranks on the node)
+  std::vector<std::string> set;      // "dotted.key=value" applied to every point (e.g. steps=1)
   std::vector<std::string> heatmap;  // one or two sweep keys for the heatmap axes
-  std::size_t top = 20;           // ranked rows printed (0: all)
+  std::size_t top = 20;              // ranked rows printed (0: all)
   bool no_plots = false;
-  bool quiet = false;             // print only the recommended line
-  std::string calibration;        // calibration file (rlsim calibrate's output); empty: built-in
+  bool quiet = false;       // print only the recommended line
+  std::string calibration;  // calibration file (rlsim calibrate's output); empty: built-in
 };
 
 /// `rlsim plan`: loads the study, simulates its points on `jobs` threads (and, when launched by

@@ -1,8 +1,10 @@
 #include "sim/cli/precision_cmds.h"
 
+#include <fmt/format.h>
+#include <malloc.h>
+
 #include <bit>
 #include <charconv>
-#include <malloc.h>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -10,8 +12,6 @@
 #include <limits>
 #include <span>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "models/precision/pack.h"
 #include "sim/engine/random.h"
@@ -65,8 +65,8 @@ std::vector<double> read_numbers(const std::string& text) {
     double x = 0;
     const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), x);
     if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size()) {
-      throw sim::ScenarioError(fmt::format("stdin:{}:{}: expected a number (decimal, nan or inf), got '{}'", line,
-                                           i - line_start + 1, tok));
+      throw sim::ScenarioError(
+          fmt::format("stdin:{}:{}: expected a number (decimal, nan or inf), got '{}'", line, i - line_start + 1, tok));
     }
     v.push_back(x);
     i = j;
@@ -98,7 +98,8 @@ int cmd_quantize(const QuantizeOptions& o, std::istream& in, std::ostream& out) 
       throw sim::ScenarioError("rlsim quantize: --shape '" + o.shape + "': expected R,C with positive integers");
     }
     if (rows * cols != static_cast<std::int64_t>(x.size())) {
-      throw sim::ScenarioError(fmt::format("rlsim quantize: --shape {}x{} needs {} values, stdin has {}", rows, cols, rows * cols, x.size()));
+      throw sim::ScenarioError(
+          fmt::format("rlsim quantize: --shape {}x{} needs {} values, stdin has {}", rows, cols, rows * cols, x.size()));
     }
   }
   models::QuantizedTensor q;
@@ -137,16 +138,16 @@ void print_formats(std::ostream& out) {
     const double smallest = t.element == Element::kFp32 ? static_cast<double>(std::numeric_limits<float>::denorm_min())
                             : t.is_float                ? models::decode(t.element, t.element == Element::kE8M0 ? 0u : 1u)
                                                         : 1.0;
-    out << fmt::format("{:<12} {:>4}  {:<16g} {:<16g} {}{}\n", t.name, t.bits, t.max_finite, smallest, models::compute_name(t.compute),
-                       t.scale_only ? " (scale element only)" : "");
+    out << fmt::format("{:<12} {:>4}  {:<16g} {:<16g} {}{}\n", t.name, t.bits, t.max_finite, smallest,
+                       models::compute_name(t.compute), t.scale_only ? " (scale element only)" : "");
   }
   struct Col {
     const char* head;
     const char* scaling;  // appended after '/'; nullptr: unscaled
   };
-  const Col cols[] = {{"none", nullptr},         {"tensor", "tensor"},   {"channel", "channel"}, {"1x128", "group1x128"},
-                      {"128x128", "block128x128"}, {"g32", "group32"},   {"g128", "group128"},   {"mx32", "mx32"},
-                      {"nv16", "nv16"}};
+  const Col cols[] = {
+      {"none", nullptr},  {"tensor", "tensor"}, {"channel", "channel"}, {"1x128", "group1x128"}, {"128x128", "block128x128"},
+      {"g32", "group32"}, {"g128", "group128"}, {"mx32", "mx32"},       {"nv16", "nv16"}};
   out << "\nbits per value of a 4096 x 4096 tensor, scale storage included (scale type: tensor/channel/1x128/128x128 FP32,\n"
          "gN BF16, mx32 E8M0, nv16 E4M3 + FP32 per tensor; hif4 carries 32 bits of metadata per 64 elements)\n";
   out << fmt::format("{:<12}", "element");
@@ -182,15 +183,16 @@ int bench_quantize(int repeat, std::ostream& out) {
   out << fmt::format("rlsim bench quantize: {} x {} BF16 matrix ({:.1f} MiB) -> packed storage, one core, best of {}\n", n, n,
                      in_bytes / (1 << 20), repeat);
   out << fmt::format("  {:<24} {:>9} {:>9} {:>10}\n", "format", "GB/s", "seconds", "SQNR dB");
-  for (const char* name : {"fp8-e4m3/tensor", "fp8-e4m3/channel", "fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8", "int8/channel",
-                           "int4/group32", "int4/group128", "mxfp4", "nvfp4", "hif8/tensor", "hif4"}) {
+  for (const char* name : {"fp8-e4m3/tensor", "fp8-e4m3/channel", "fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8",
+                           "int8/channel", "int4/group32", "int4/group128", "mxfp4", "nvfp4", "hif8/tensor", "hif4"}) {
     const Format f = models::parse_format(name);
     double best = std::numeric_limits<double>::infinity();
     double db = 0;
     for (int r = 0; r < repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<float> x(bf16.size());
-      for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bf16[i]) << 16);  // BF16 -> FP32, exact
+      for (std::size_t i = 0; i < x.size(); ++i)
+        x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bf16[i]) << 16);  // BF16 -> FP32, exact
       const models::QuantizedTensor q = models::quantize(f, n, n, std::span<const float>(x));
       const models::PackedTensor p = models::pack(q);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

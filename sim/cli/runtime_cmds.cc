@@ -1,16 +1,15 @@
 #include "sim/cli/runtime_cmds.h"
 
+#include <fmt/format.h>
 #include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <ostream>
-
-#include <fmt/format.h>
 
 #include "models/runtime/kernels.h"
 #include "models/runtime/reload.h"
@@ -72,9 +71,11 @@ int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err)
     throw sim::ScenarioError(std::string("rlsim generate: ") + e.what());
   }
   const models::ModelWeights weights = models::load_model(o.model);
-  const auto tokenizer = models::load_tokenizer(o.tokenizer.empty() ? default_tokenizer(o.model, "rlsim generate") : o.tokenizer, weights.config.vocab);
+  const auto tokenizer = models::load_tokenizer(o.tokenizer.empty() ? default_tokenizer(o.model, "rlsim generate") : o.tokenizer,
+                                                weights.config.vocab);
   if (tokenizer->vocab_size() > weights.config.vocab) {
-    throw sim::ScenarioError(fmt::format("rlsim generate: the tokenizer has {} tokens, the model {}", tokenizer->vocab_size(), weights.config.vocab));
+    throw sim::ScenarioError(
+        fmt::format("rlsim generate: the tokenizer has {} tokens, the model {}", tokenizer->vocab_size(), weights.config.vocab));
   }
   models::Transformer model(weights, precision);
   const int bos = weights.config.bos >= 0 ? weights.config.bos : tokenizer->bos();
@@ -106,8 +107,8 @@ int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err)
   out << "\n";
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.quiet) {
-    err << fmt::format("rlsim generate: {} ({}), {} prompt tokens, {} generated, {:.1f} tok/s\n", weights.config.name, precision.name,
-                       prompt.size(), generated, model.position() / std::max(s, 1e-9));
+    err << fmt::format("rlsim generate: {} ({}), {} prompt tokens, {} generated, {:.1f} tok/s\n", weights.config.name,
+                       precision.name, prompt.size(), generated, model.position() / std::max(s, 1e-9));
   }
   return 0;
 }
@@ -167,10 +168,11 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
 #ifdef _OPENMP
   omp_set_num_threads(o.threads);
 #endif
-  err << fmt::format("rlsim bench runtime: {} shapes (dim {}, ffn {}, {} layers, {} heads / {} kv, vocab {}), synthetic weights, {} threads, "
-                     "{} kernels, best of {}\n",
-                     c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads,
-                     models::simd_kernels_available() ? "AVX-512" : "scalar", o.repeat);
+  err << fmt::format(
+      "rlsim bench runtime: {} shapes (dim {}, ffn {}, {} layers, {} heads / {} kv, vocab {}), synthetic weights, {} threads, "
+      "{} kernels, best of {}\n",
+      c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads,
+      models::simd_kernels_available() ? "AVX-512" : "scalar", o.repeat);
   err.flush();
   const double gbps = measure_read_bandwidth(std::size_t{1} << 30, o.repeat);
   out << fmt::format("bandwidth {:.1f} GB/s\n", gbps);
@@ -231,11 +233,13 @@ namespace rlsim::cli {
 int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& err) {
   if (o.model.empty() == o.shape.empty()) {
     throw sim::ScenarioError(
-        "rlsim bench reload: --model is required (a llama2.c checkpoint, a Hugging Face directory or synthetic-moe), or --shape CONFIG.json for "
+        "rlsim bench reload: --model is required (a llama2.c checkpoint, a Hugging Face directory or synthetic-moe), or --shape "
+        "CONFIG.json for "
         "synthetic weights at a model's shapes, not both");
   }
   if (o.cycles < 1 || o.check_every < 0) {
-    throw sim::ScenarioError(fmt::format("rlsim bench reload: --cycles {} must be >= 1 and --check-every {} >= 0", o.cycles, o.check_every));
+    throw sim::ScenarioError(
+        fmt::format("rlsim bench reload: --cycles {} must be >= 1 and --check-every {} >= 0", o.cycles, o.check_every));
   }
   if (!(o.perturbation >= 0) || !std::isfinite(o.perturbation)) {
     throw sim::ScenarioError(fmt::format("rlsim bench reload: --perturbation {} must be finite and >= 0", o.perturbation));
@@ -248,7 +252,8 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
     c.max_seq = std::min(c.max_seq, 64);  // the probe's KV cache
     w = models::synthetic_weights(c, o.seed);
   } else {
-    w = o.model == "synthetic-moe" ? models::synthetic_weights(models::synthetic_moe_config(), o.seed) : models::load_model(o.model);
+    w = o.model == "synthetic-moe" ? models::synthetic_weights(models::synthetic_moe_config(), o.seed)
+                                   : models::load_model(o.model);
   }
 #ifdef _OPENMP
   omp_set_num_threads(o.threads);
@@ -260,36 +265,40 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
   bool stable = true;
   for (const models::RuntimePrecision& p : precisions) {
     const models::Transformer probe(w, p, kernels);
-    out << fmt::format("reload {} {}: {} parameters{}, {} kernel buffers, {} MB in kernel layouts per decode token, {} cycles, perturbation {}, seed {}, {} "
-                       "kernels, {} threads\n",
-                       w.config.name.empty() ? (o.model.empty() ? o.shape : o.model) : w.config.name, p.name, w.parameters(),
-                       w.config.experts > 0 ? fmt::format(" (MoE: {} experts, top {})", w.config.experts, w.config.experts_per_token) : "",
-                       probe.weight_buffers().size(), probe.decode_weight_bytes() / 1e6, o.cycles, o.perturbation, o.seed,
-                       models::kernel_mode_name(kernels), o.threads);
+    out << fmt::format(
+        "reload {} {}: {} parameters{}, {} kernel buffers, {} MB in kernel layouts per decode token, {} cycles, perturbation {}, "
+        "seed {}, {} "
+        "kernels, {} threads\n",
+        w.config.name.empty() ? (o.model.empty() ? o.shape : o.model) : w.config.name, p.name, w.parameters(),
+        w.config.experts > 0 ? fmt::format(" (MoE: {} experts, top {})", w.config.experts, w.config.experts_per_token) : "",
+        probe.weight_buffers().size(), probe.decode_weight_bytes() / 1e6, o.cycles, o.perturbation, o.seed,
+        models::kernel_mode_name(kernels), o.threads);
     out.flush();
     const models::ReloadReport r = models::run_reload(w, p, kernels, ro, [&](const models::ReloadCycle& c) {
       const models::ReloadStats& s = c.stats;
-      out << fmt::format("cycle {} restore_ms {:.4f} load_ms {:.4f} quantize_ms {:.4f} transform_ms {:.4f} dense_ms {:.4f} total_ms {:.4f} restore_bytes {} "
-                         "load_bytes {} quantize_bytes {} transform_bytes {} dense_bytes {}{}\n",
-                         c.cycle, 1e3 * s.restore_s, 1e3 * s.load_s, 1e3 * s.quantize_s, 1e3 * s.transform_s, 1e3 * s.dense_s, 1e3 * c.seconds,
-                         s.restore_bytes, s.load_bytes, s.quantize_bytes, s.transform_bytes, s.dense_bytes,
-                         c.checked ? fmt::format(" logit_diff {}", c.logit_diff) : "");
+      out << fmt::format(
+          "cycle {} restore_ms {:.4f} load_ms {:.4f} quantize_ms {:.4f} transform_ms {:.4f} dense_ms {:.4f} total_ms {:.4f} "
+          "restore_bytes {} "
+          "load_bytes {} quantize_bytes {} transform_bytes {} dense_bytes {}{}\n",
+          c.cycle, 1e3 * s.restore_s, 1e3 * s.load_s, 1e3 * s.quantize_s, 1e3 * s.transform_s, 1e3 * s.dense_s, 1e3 * c.seconds,
+          s.restore_bytes, s.load_bytes, s.quantize_bytes, s.transform_bytes, s.dense_bytes,
+          c.checked ? fmt::format(" logit_diff {}", c.logit_diff) : "");
     });
     models::ReloadStats sum;
     for (const models::ReloadCycle& c : r.cycles) sum += c.stats;
     const double n = static_cast<double>(r.cycles.size());
     auto stage = [&](const char* name, double sec, std::size_t bytes) {
       const double b = static_cast<double>(bytes);
-      out << fmt::format("stage {} ms_per_cycle {:.4f} MB_per_cycle {:.4f} GB/s {:.3f} ns_per_byte {:.4f}\n", name, 1e3 * sec / n, b / n / 1e6,
-                         sec > 0 ? b / sec / 1e9 : 0.0, b > 0 ? 1e9 * sec / b : 0.0);
+      out << fmt::format("stage {} ms_per_cycle {:.4f} MB_per_cycle {:.4f} GB/s {:.3f} ns_per_byte {:.4f}\n", name, 1e3 * sec / n,
+                         b / n / 1e6, sec > 0 ? b / sec / 1e9 : 0.0, b > 0 ? 1e9 * sec / b : 0.0);
     };
     stage("restore", sum.restore_s, sum.restore_bytes);
     stage("load", sum.load_s, sum.load_bytes);
     stage("quantize", sum.quantize_s, sum.quantize_bytes);
     stage("transform", sum.transform_s, sum.transform_bytes);
     stage("dense", sum.dense_s, sum.dense_bytes);
-    err << fmt::format("{}: {} checks against a fresh load, max |logit diff| {}, addresses {}\n", p.name, r.checks, r.max_abs_logit_diff,
-                       r.addresses_stable ? "stable" : "MOVED");
+    err << fmt::format("{}: {} checks against a fresh load, max |logit diff| {}, addresses {}\n", p.name, r.checks,
+                       r.max_abs_logit_diff, r.addresses_stable ? "stable" : "MOVED");
     worst = std::max(worst, r.max_abs_logit_diff);
     stable = stable && r.addresses_stable;
   }

@@ -17,15 +17,15 @@ std::string default_tokenizer(const std::string& model, std::string_view command
 
 /// Options of `rlsim generate`.
 struct GenerateOptions {
-  std::string model;             // llama2.c checkpoint file or Hugging Face directory
-  std::string tokenizer;         // default: tokenizer.json of the directory, or the checkpoint's sibling tok*.bin / tokenizer.bin
+  std::string model;      // llama2.c checkpoint file or Hugging Face directory
+  std::string tokenizer;  // default: tokenizer.json of the directory, or the checkpoint's sibling tok*.bin / tokenizer.bin
   std::string precision = "fp32";
   std::string prompt;
   double temperature = 1.0;
   double top_p = 0.9;
-  int steps = 256;               // positions, prompt included (llama2.c's -n)
+  int steps = 256;  // positions, prompt included (llama2.c's -n)
   std::uint64_t seed = 1;
-  bool quiet = false;            // no statistics line on stderr
+  bool quiet = false;  // no statistics line on stderr
 };
 
 /// `rlsim generate`: encodes the prompt (BOS first), feeds it through the decode path, then samples
@@ -37,13 +37,14 @@ int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err)
 
 /// Options of `rlsim bench runtime`.
 struct BenchRuntimeOptions {
-  std::string shape;                 // Hugging Face config.json; empty: SmolLM2-135M's shapes
-  std::vector<std::string> precisions{"fp32", "bf16", "fp8-tensor", "fp8-block", "mxfp8", "int4-w4a16-g32", "int4-w4a16-g128", "nvfp4"};
+  std::string shape;  // Hugging Face config.json; empty: SmolLM2-135M's shapes
+  std::vector<std::string> precisions{"fp32",  "bf16",           "fp8-tensor",      "fp8-block",
+                                      "mxfp8", "int4-w4a16-g32", "int4-w4a16-g128", "nvfp4"};
   int threads = 2;
-  int decode_tokens = 64;            // timed decode steps from position 0, batch 1
+  int decode_tokens = 64;  // timed decode steps from position 0, batch 1
   int prefill_tokens = 512;
-  int repeat = 3;                    // the best run is reported
-  bool batch_invariant = false;      // also time models::KernelMode::kBatchInvariant
+  int repeat = 3;                // the best run is reported
+  bool batch_invariant = false;  // also time models::KernelMode::kBatchInvariant
 };
 
 /// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
@@ -62,15 +63,15 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
 
 /// Options of `rlsim bench reload`.
 struct BenchReloadOptions {
-  std::string model;                                // llama2.c checkpoint, Hugging Face directory, or "synthetic-moe"
-  std::string shape;                                // instead of model: synthetic weights at a Hugging Face config.json's shapes
+  std::string model;                                 // llama2.c checkpoint, Hugging Face directory, or "synthetic-moe"
+  std::string shape;                                 // instead of model: synthetic weights at a Hugging Face config.json's shapes
   std::vector<std::string> precisions{"fp8-block"};  // recipes (or fp32), each measured in turn
   int cycles = 100;
-  int check_every = 0;                              // also compare with a fresh engine every K cycles (0: after the last only)
-  double perturbation = 1e-3;                       // models::perturb_weights' relative step
+  int check_every = 0;         // also compare with a fresh engine every K cycles (0: after the last only)
+  double perturbation = 1e-3;  // models::perturb_weights' relative step
   std::uint64_t seed = 1;
   int threads = 2;
-  bool batch_invariant = false;                     // engines with models::KernelMode::kBatchInvariant
+  bool batch_invariant = false;  // engines with models::KernelMode::kBatchInvariant
 };
 
 /// `rlsim bench reload`: models::run_reload() per precision. Prints to `out`, per precision, a

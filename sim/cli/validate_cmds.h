@@ -11,8 +11,8 @@ namespace rlsim::cli {
 struct ValidateOptions {
   std::vector<std::string> records;  // record files; empty: every record of the repository
   std::string out = "out/validate";
-  std::string calibration;           // calibration file; empty: built-in
-  int jobs = 0;                      // records simulated in parallel; 0: all cores
+  std::string calibration;  // calibration file; empty: built-in
+  int jobs = 0;             // records simulated in parallel; 0: all cores
   bool no_plots = false;
   bool quiet = false;
 };
@@ -25,7 +25,7 @@ int cmd_validate(const ValidateOptions& o, std::ostream& out, std::ostream& err)
 struct CalibrateOptions {
   std::vector<std::string> records;  // empty: every record of the repository
   std::string out = "out/calibrate";
-  std::string start;                 // calibration to start from; empty: built-in
+  std::string start;  // calibration to start from; empty: built-in
   int jobs = 0;
   bool no_loo = false;
   bool quiet = false;

@@ -1,16 +1,15 @@
 #include "sim/cli/verify_cmds.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
-
-#include <unistd.h>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "analysis/report.h"
 #include "models/graph/build.h"
@@ -52,9 +51,7 @@ std::string graph_line(const models::PrecisionGraph& g) {
   return fmt::format("{} operators, {} tensors", boost::num_vertices(g), boost::num_edges(g));
 }
 
-std::string truncate(const std::string& s, std::size_t width) {
-  return s.size() <= width ? s : s.substr(0, width - 3) + "...";
-}
+std::string truncate(const std::string& s, std::size_t width) { return s.size() <= width ? s : s.substr(0, width - 3) + "..."; }
 
 }  // namespace
 
@@ -71,16 +68,18 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
     infer = models::read_graphml_file(o.infer_graphml);
     title = fmt::format("{} vs {}", o.train_graphml, o.infer_graphml);
     if (!o.quiet) {
-      out << fmt::format("rlsim verify: training {} ({}); inference {} ({})\n", o.train_graphml, graph_line(train), o.infer_graphml,
-                         graph_line(infer));
+      out << fmt::format("rlsim verify: training {} ({}); inference {} ({})\n", o.train_graphml, graph_line(train),
+                         o.infer_graphml, graph_line(infer));
     }
   } else {
-    if (o.scenario.empty()) throw sim::ScenarioError("rlsim verify: give a scenario file, or --train A.graphml --infer B.graphml");
+    if (o.scenario.empty())
+      throw sim::ScenarioError("rlsim verify: give a scenario file, or --train A.graphml --infer B.graphml");
     const sim::Scenario s = sim::load_scenario(o.scenario, o.set);
     const models::Recipe rollout = analysis::rollout_recipe(s);
     train = models::build_precision_graph(s.model, s.training.precision, models::GraphSide::kTraining);
     infer = models::build_precision_graph(s.model, rollout, models::GraphSide::kInference);
-    title = fmt::format("{}: training {} / rollout {} (KV {})", s.model.name, s.training.precision.name, rollout.name, rollout.kv_cache.str());
+    title = fmt::format("{}: training {} / rollout {} (KV {})", s.model.name, s.training.precision.name, rollout.name,
+                        rollout.kv_cache.str());
     if (!o.quiet) {
       out << fmt::format("rlsim verify: {} ({})\n", s.name, o.scenario);
       out << fmt::format("  model {}; training {}: forward + backward, {}; rollout {} with KV cache {}: {}\n", s.model.name,
@@ -95,24 +94,25 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
   const models::VerifyResult r = models::verify(train, infer, vo);
   const double verify_s = since(t_verify);
   if (!o.quiet) {
-    out << fmt::format("  matched {} in {:.3f} s (graphs built or read in {:.3f} s){}\n",
-                       r.method == models::MatchMethod::kNameAnchored ? "by operator name (linear pass)" : "by VF2 subgraph monomorphism",
-                       verify_s, build_s, r.note.empty() ? "" : "; " + r.note);
+    out << fmt::format(
+        "  matched {} in {:.3f} s (graphs built or read in {:.3f} s){}\n",
+        r.method == models::MatchMethod::kNameAnchored ? "by operator name (linear pass)" : "by VF2 subgraph monomorphism",
+        verify_s, build_s, r.note.empty() ? "" : "; " + r.note);
   }
 
   const auto groups = models::group_mismatches(r.mismatches);
   if (r.consistent) {
     out << "consistent: the inference graph embeds in the training forward graph with value-equivalent precision on every edge\n";
   } else {
-    out << fmt::format("inconsistent: {} mismatching {} in {} {}\n", r.mismatches.size(), r.mismatches.size() == 1 ? "edge" : "edges",
-                       groups.size(), groups.size() == 1 ? "group" : "groups");
+    out << fmt::format("inconsistent: {} mismatching {} in {} {}\n", r.mismatches.size(),
+                       r.mismatches.size() == 1 ? "edge" : "edges", groups.size(), groups.size() == 1 ? "group" : "groups");
     if (!o.quiet) {
-      out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {}\n", "operator kind", "tensor", "role", "count", "training",
-                         "inference", "reason (first operator)");
+      out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {}\n", "operator kind", "tensor", "role", "count",
+                         "training", "inference", "reason (first operator)");
       for (const auto& g : groups) {
         out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {} ({})\n", models::op_kind_name(g.kind),
-                           g.tensor.empty() ? "-" : g.tensor, g.tensor.empty() ? "-" : std::string(models::role_name(g.role)), g.count,
-                           truncate(g.train, 26), truncate(g.inference, 26), g.reason, g.example);
+                           g.tensor.empty() ? "-" : g.tensor, g.tensor.empty() ? "-" : std::string(models::role_name(g.role)),
+                           g.count, truncate(g.train, 26), truncate(g.inference, 26), g.reason, g.example);
       }
     }
   }
@@ -165,7 +165,8 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
 }
 
 int bench_verify(int repeat, std::ostream& out) {
-  out << "rlsim bench verify: build both precision-flow graphs and verify (name-anchored pass), one core, best of " << repeat << "\n";
+  out << "rlsim bench verify: build both precision-flow graphs and verify (name-anchored pass), one core, best of " << repeat
+      << "\n";
   struct Pair {
     const char* train;
     const char* rollout;
@@ -190,9 +191,10 @@ int bench_verify(int repeat, std::ostream& out) {
         best_total = std::min(best_total, build + verify);
         tv = r.train_vertices, te = r.train_edges, iv = r.infer_vertices, ie = r.infer_edges, mismatches = r.mismatches.size();
       }
-      out << fmt::format("  {:<12} train {:<9} rollout {:<9}: training {} vertices, {} edges; inference {} vertices, {} edges; "
-                         "{} mismatches; build {:.3f} s, verify {:.3f} s, total {:.3f} s (target: under 1 s)\n",
-                         model, p.train, p.rollout, tv, te, iv, ie, mismatches, best_build, best_verify, best_total);
+      out << fmt::format(
+          "  {:<12} train {:<9} rollout {:<9}: training {} vertices, {} edges; inference {} vertices, {} edges; "
+          "{} mismatches; build {:.3f} s, verify {:.3f} s, total {:.3f} s (target: under 1 s)\n",
+          model, p.train, p.rollout, tv, te, iv, ie, mismatches, best_build, best_verify, best_total);
     }
   }
   return 0;

@@ -10,16 +10,16 @@ namespace rlsim::cli {
 
 /// Options of `rlsim verify`.
 struct VerifyOptions {
-  std::string scenario;           // scenario file; empty when --train / --infer are given
-  std::vector<std::string> set;   // --set overrides of the scenario
-  std::string train_graphml;      // --train A.graphml
-  std::string infer_graphml;      // --infer B.graphml
-  std::string json;               // --json FILE
-  std::string dot_dir;            // --dot DIR: training.dot, inference.dot
-  std::string graphml_dir;        // --graphml DIR: training.graphml, inference.graphml
-  bool full = false;              // --full: DOT without collapsing repeated layers / experts
-  bool quiet = false;             // print only the verdict line
-  double vf2_budget_s = 10.0;     // --vf2-budget
+  std::string scenario;          // scenario file; empty when --train / --infer are given
+  std::vector<std::string> set;  // --set overrides of the scenario
+  std::string train_graphml;     // --train A.graphml
+  std::string infer_graphml;     // --infer B.graphml
+  std::string json;              // --json FILE
+  std::string dot_dir;           // --dot DIR: training.dot, inference.dot
+  std::string graphml_dir;       // --graphml DIR: training.graphml, inference.graphml
+  bool full = false;             // --full: DOT without collapsing repeated layers / experts
+  bool quiet = false;            // print only the verdict line
+  double vf2_budget_s = 10.0;    // --vf2-budget
 };
 
 /// Builds (from the scenario's model and recipes) or reads (GraphML) the training and inference

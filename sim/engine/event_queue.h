@@ -59,9 +59,7 @@ class EventQueue {
     EventId id;
   };
   // std::push_heap builds a max-heap; "later" compares greater so the earliest is on top.
-  static bool later(const Entry& a, const Entry& b) {
-    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-  }
+  static bool later(const Entry& a, const Entry& b) { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
   bool pop_live(Entry& out);
 
   std::vector<Entry> heap_;

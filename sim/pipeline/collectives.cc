@@ -11,9 +11,7 @@ double all_gather_s(double bytes, int n, const models::Link& link, double eff) {
   return (n - 1) * (bytes / n) / (link.bandwidth_bytes_per_s * eff) + (n - 1) * link.latency_s;
 }
 
-double reduce_scatter_s(double bytes, int n, const models::Link& link, double eff) {
-  return all_gather_s(bytes, n, link, eff);
-}
+double reduce_scatter_s(double bytes, int n, const models::Link& link, double eff) { return all_gather_s(bytes, n, link, eff); }
 
 double all_reduce_s(double bytes, int n, const models::Link& link, double eff) {
   return reduce_scatter_s(bytes, n, link, eff) + all_gather_s(bytes, n, link, eff);

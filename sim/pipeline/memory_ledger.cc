@@ -5,8 +5,7 @@
 
 namespace rlsim::sim {
 
-MemoryLedger::MemoryLedger(std::string group, double capacity_bytes)
-    : group_(std::move(group)), capacity_(capacity_bytes) {
+MemoryLedger::MemoryLedger(std::string group, double capacity_bytes) : group_(std::move(group)), capacity_(capacity_bytes) {
   if (!(capacity_bytes > 0)) throw std::invalid_argument("MemoryLedger: capacity must be positive");
 }
 

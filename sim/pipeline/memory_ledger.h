@@ -22,14 +22,14 @@ class MemoryLedger {
   struct Event {
     TimeNs time;
     std::string tag;
-    double delta_bytes;   // + allocate, - free
-    double total_bytes;   // in use after the event
+    double delta_bytes;  // + allocate, - free
+    double total_bytes;  // in use after the event
   };
 
   struct Oom {
     TimeNs time = 0;
-    std::string phase;                    // phase label active when it happened
-    std::string tag;                      // the allocation that did not fit
+    std::string phase;  // phase label active when it happened
+    std::string tag;    // the allocation that did not fit
     double requested_bytes = 0;
     double capacity_bytes = 0;
     std::map<std::string, double> breakdown;  // live bytes by tag, including the request

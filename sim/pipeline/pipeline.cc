@@ -1,11 +1,11 @@
 #include "sim/pipeline/pipeline.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "sim/engine/event_queue.h"
 #include "sim/engine/random.h"
@@ -66,13 +66,12 @@ class Simulation {
   // Allocates the actor (and reference) parameters on the training ledger now.
   void allocate_params() {
     params_ = train_ledger().allocate(queue_.now(), "train_params", r_.train_memory.params);
-    if (r_.train_memory.reference > 0) reference_ = train_ledger().allocate(queue_.now(), "reference_params", r_.train_memory.reference);
+    if (r_.train_memory.reference > 0)
+      reference_ = train_ledger().allocate(queue_.now(), "reference_params", r_.train_memory.reference);
   }
   TrainBatch batch_of(const std::vector<Request*>& reqs) const;
   // Attributes subsequent peaks of the role's device group to the role (colocated: one group).
-  void set_phase(const std::string& role) {
-    (role == "rollout" ? rollout_ledger() : train_ledger()).set_phase(role);
-  }
+  void set_phase(const std::string& role) { (role == "rollout" ? rollout_ledger() : train_ledger()).set_phase(role); }
   void record_phase(int step, const std::string& phase, const std::string& role, TimeNs start, TimeNs end);
   bool check_fit();
 
@@ -86,12 +85,12 @@ class Simulation {
   std::vector<std::vector<Request>> step_requests_;
   std::vector<std::unique_ptr<RolloutEngine>> engines_;
   std::vector<TrainBatch> batches_;
-  double kv_pool_bytes_ = 0;          // per device
-  int version_ = 0;                   // weight updates delivered to the rollout engines
+  double kv_pool_bytes_ = 0;  // per device
+  int version_ = 0;           // weight updates delivered to the rollout engines
   // live allocation ids
   MemoryLedger::AllocId rollout_w_ = 0, kv_ = 0, buffers_ = 0, optimizer_ = 0, params_ = 0, reference_ = 0;
   bool rollout_w_live_ = false;
-  bool rollout_w_on_host_ = false;    // colocated, sleep level 1: weights parked in host memory
+  bool rollout_w_on_host_ = false;  // colocated, sleep level 1: weights parked in host memory
   // async schedule: every request ever dispatched (stable addresses)
   std::deque<Request> stream_;
   std::vector<std::vector<Request*>> consumed_;
@@ -146,7 +145,13 @@ void Simulation::record_phase(int step, const std::string& phase, const std::str
   r_.phases.push_back(PhaseSpan{step, phase, role, start, end});
   auto& rec = r_.steps[static_cast<std::size_t>(step)];
   rec.phase_s[phase] += to_seconds(end - start);
-  sink_.span(Span{role == "rollout" ? "rollout" : role == "sync" ? "weight sync" : "trainer", phase, role, start, end - start,
+  sink_.span(Span{role == "rollout" ? "rollout"
+                  : role == "sync"  ? "weight sync"
+                                    : "trainer",
+                  phase,
+                  role,
+                  start,
+                  end - start,
                   {{"step", static_cast<double>(step)}}});
 }
 
@@ -244,9 +249,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   const auto& host = s_.cluster.host_link;
   if (s_.training.param_offload) {
     // Parameters (actor and reference) come back from host memory for the training phases.
-    out.push_back(Stage{"offload", "training", copy_s(m.params + m.reference, host),
-                        [this] { allocate_params(); },
-                        nullptr});
+    out.push_back(Stage{"offload", "training", copy_s(m.params + m.reference, host), [this] { allocate_params(); }, nullptr});
   }
   const bool cpu_opt = trainer_.cpu_optimizer();
   const bool offload = s_.training.optimizer.offload;
@@ -254,7 +257,8 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
   {
     auto [a, f] = transient("activations", fwd_act);
-    out.push_back(Stage{"old_logprob", "training", t.old_logprob, t.old_logprob > 0 ? a : nullptr, t.old_logprob > 0 ? f : nullptr});
+    out.push_back(
+        Stage{"old_logprob", "training", t.old_logprob, t.old_logprob > 0 ? a : nullptr, t.old_logprob > 0 ? f : nullptr});
   }
   {
     auto [a, f] = transient("activations", fwd_act);
@@ -292,8 +296,7 @@ std::vector<Simulation::Stage> Simulation::sync_stages(int) {
     // Wake-up of the weights (sleep level 1 copies them back from host memory; level 2 only
     // re-allocates, the sync below fills them).
     out.push_back(Stage{"offload", "sync", rollout_w_on_host_ ? copy_s(w, s_.cluster.host_link) : 0.0,
-                        [this] { ensure_rollout_weights(); },
-                        [this] { rollout_w_on_host_ = false; }});
+                        [this] { ensure_rollout_weights(); }, [this] { rollout_w_on_host_ = false; }});
   }
   // verl (FSDP and Megatron) and slime stream the weights (the training recipe's sync format) in
   // buckets of weight_sync.bucket: one bucket is gathered, handed over and freed before the next
@@ -301,12 +304,13 @@ std::vector<Simulation::Stage> Simulation::sync_stages(int) {
   const double full_model = static_cast<double>(s_.model.params().total()) * models::param_widths(s_.training.precision).sync;
   const double gather_bytes = std::min(full_model, 2.0 * s_.weight_sync.bucket_bytes);
   auto gather_id = std::make_shared<MemoryLedger::AllocId>();
-  out.push_back(Stage{"weight_sync", "sync", r_.sync.total(),
-                      [this, &tl, gather_bytes, gather_id] { *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes); },
-                      [this, &tl, gather_id] {
-                        tl.free(queue_.now(), *gather_id);
-                        ++version_;
-                      }});
+  out.push_back(
+      Stage{"weight_sync", "sync", r_.sync.total(),
+            [this, &tl, gather_bytes, gather_id] { *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes); },
+            [this, &tl, gather_id] {
+              tl.free(queue_.now(), *gather_id);
+              ++version_;
+            }});
   if (s_.training.param_offload) {
     const TrainMemory& m = r_.train_memory;
     out.push_back(Stage{"offload", "sync", copy_s(m.params + m.reference, s_.cluster.host_link), nullptr, [this, &tl, m] {
@@ -323,26 +327,32 @@ bool Simulation::check_fit() {
   const double kv_bytes = budget - r_.rollout_cost.weight_bytes_per_device - s_.rollout.activation_buffer_bytes;
   const auto& rc = r_.rollout_cost;
   if (kv_bytes <= 0) {
-    r_.oom = OomReport{"rollout", rollout_ledger().group(),
-                       fmt::format("rollout weights ({} per device, engine of {} devices) and buffers ({}) exceed the engine's "
-                                   "budget of {} (memory_utilization {:g} x {}): no room for a KV cache; spread the engine "
-                                   "over more devices (rollout.tensor_parallel, possibly across nodes) or use a narrower format",
-                                   gb(rc.weight_bytes_per_device), s_.rollout.tensor_parallel, gb(s_.rollout.activation_buffer_bytes),
-                                   gb(budget), s_.rollout.memory_utilization, gb(dev.memory_bytes)),
-                       budget, rc.weight_bytes_per_device + s_.rollout.activation_buffer_bytes,
-                       {{"rollout_weights", rc.weight_bytes_per_device}, {"rollout_buffers", s_.rollout.activation_buffer_bytes}}};
+    r_.oom =
+        OomReport{"rollout",
+                  rollout_ledger().group(),
+                  fmt::format("rollout weights ({} per device, engine of {} devices) and buffers ({}) exceed the engine's "
+                              "budget of {} (memory_utilization {:g} x {}): no room for a KV cache; spread the engine "
+                              "over more devices (rollout.tensor_parallel, possibly across nodes) or use a narrower format",
+                              gb(rc.weight_bytes_per_device), s_.rollout.tensor_parallel, gb(s_.rollout.activation_buffer_bytes),
+                              gb(budget), s_.rollout.memory_utilization, gb(dev.memory_bytes)),
+                  budget,
+                  rc.weight_bytes_per_device + s_.rollout.activation_buffer_bytes,
+                  {{"rollout_weights", rc.weight_bytes_per_device}, {"rollout_buffers", s_.rollout.activation_buffer_bytes}}};
     return false;
   }
   kv_pool_bytes_ = kv_bytes;
   r_.kv_capacity_tokens = std::floor(kv_bytes / rc.kv_bytes_per_token_device);
   const double longest = static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
   if (longest > r_.kv_capacity_tokens) {
-    r_.oom = OomReport{"rollout", rollout_ledger().group(),
+    r_.oom = OomReport{"rollout",
+                       rollout_ledger().group(),
                        fmt::format("KV cache holds {:.0f} tokens per engine, less than one sequence of up to {:.0f} tokens "
                                    "(the engine refuses to start: max_model_len exceeds KV capacity)",
                                    r_.kv_capacity_tokens, longest),
-                       kv_bytes, longest * rc.kv_bytes_per_token_device,
-                       {{"rollout_weights", rc.weight_bytes_per_device}, {"kv_cache", kv_bytes},
+                       kv_bytes,
+                       longest * rc.kv_bytes_per_token_device,
+                       {{"rollout_weights", rc.weight_bytes_per_device},
+                        {"kv_cache", kv_bytes},
                         {"rollout_buffers", s_.rollout.activation_buffer_bytes}}};
     return false;
   }
@@ -605,14 +615,14 @@ class Simulation::AsyncSchedule {
   }
 
   Simulation& sim_;
-  const int n_;                      // samples per prompt (a group)
-  const int batch_;                  // groups per step (B)
-  const bool partial_;               // partial rollout across weight updates
-  const std::int64_t window_;        // groups a window may start: (1 + staleness) B
+  const int n_;                // samples per prompt (a group)
+  const int batch_;            // groups per step (B)
+  const bool partial_;         // partial rollout across weight updates
+  const std::int64_t window_;  // groups a window may start: (1 + staleness) B
   std::vector<Group> groups_;
-  std::deque<std::int64_t> ready_;   // finished groups, FIFO
+  std::deque<std::int64_t> ready_;  // finished groups, FIFO
   std::int64_t quota_ = 0, started_ = 0, in_flight_ = 0;
-  bool draining_ = false;            // a sync is due: start no group
+  bool draining_ = false;  // a sync is due: start no group
   bool finished_all_ = false;
   int step_ = 0;
   bool trainer_busy_ = false;
@@ -652,7 +662,8 @@ SimResult Simulation::run() {
   }
   if (async) {
     // Batches are formed as groups finish: size the activation peak for the longest possible sequence.
-    largest.max_sequence = static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
+    largest.max_sequence =
+        static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
   }
   r_.train_memory = trainer_.memory(largest);
 
@@ -672,7 +683,8 @@ SimResult Simulation::run() {
   auto& tl = train_ledger();
   tl.set_phase("training");
   if (!s_.training.param_offload) allocate_params();
-  if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer()) optimizer_ = tl.allocate(0, "optimizer", r_.train_memory.optimizer);
+  if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer())
+    optimizer_ = tl.allocate(0, "optimizer", r_.train_memory.optimizer);
   if (!colocated()) {
     rollout_ledger().set_phase("rollout");
     ensure_rollout_weights();
@@ -681,9 +693,15 @@ SimResult Simulation::run() {
   }
 
   switch (s_.schedule.mode) {
-    case ScheduleMode::kSync: run_sync_schedule(); break;
-    case ScheduleMode::kOneStepOff: run_one_step_off(); break;
-    case ScheduleMode::kAsync: run_async(); break;
+    case ScheduleMode::kSync:
+      run_sync_schedule();
+      break;
+    case ScheduleMode::kOneStepOff:
+      run_one_step_off();
+      break;
+    case ScheduleMode::kAsync:
+      run_async();
+      break;
   }
   r_.events = queue_.events_run();
   r_.wall_s = r_.steps.empty() ? 0.0 : to_seconds(r_.steps.back().end);
@@ -710,10 +728,13 @@ SimResult Simulation::run() {
       double total = 0;
       for (const auto& [_, b] : o.breakdown) total += b;
       const bool rollout_role = colocated() ? o.phase == "rollout" : &l == &ledgers_.front();
-      r_.oom = OomReport{rollout_role ? "rollout" : "training", l.group(),
+      r_.oom = OomReport{rollout_role ? "rollout" : "training",
+                         l.group(),
                          fmt::format("{} needs {} on a {} device during {} (allocating {} of '{}')", l.group(), gb(total),
                                      gb(o.capacity_bytes), o.phase, gb(o.requested_bytes), o.tag),
-                         o.capacity_bytes, total, o.breakdown};
+                         o.capacity_bytes,
+                         total,
+                         o.breakdown};
     }
   }
   if (colocated()) {

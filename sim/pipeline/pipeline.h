@@ -19,8 +19,8 @@ namespace rlsim::sim {
 /// Phase names, in the order of SCENARIO.md's phases_s and steps.csv; `step_overhead` (the
 /// calibrated fixed time per step outside the other phases: reward, advantages, data movement)
 /// is rlsim's addition, last.
-inline const std::vector<std::string> kPhases{"rollout", "old_logprob", "reference", "actor_update", "weight_sync", "offload",
-                                              "step_overhead"};
+inline const std::vector<std::string> kPhases{"rollout",     "old_logprob", "reference",    "actor_update",
+                                              "weight_sync", "offload",     "step_overhead"};
 
 /// One phase occurrence.
 struct PhaseSpan {
@@ -51,7 +51,7 @@ struct StepRecord {
 
 /// Out-of-memory result: which role, in which phase, and what was live.
 struct OomReport {
-  std::string role;     // "rollout" | "training"
+  std::string role;  // "rollout" | "training"
   std::string device_group;
   std::string reason;
   double capacity_bytes = 0;
@@ -62,31 +62,31 @@ struct OomReport {
 struct SimResult {
   std::vector<StepRecord> steps;
   std::vector<PhaseSpan> phases;
-  std::vector<Request> requests;        // all steps, in (step, index) order
-  std::vector<MemoryLedger> ledgers;    // one per device group
+  std::vector<Request> requests;      // all steps, in (step, index) order
+  std::vector<MemoryLedger> ledgers;  // one per device group
   std::optional<OomReport> oom;
   std::vector<std::string> warnings;
   RolloutCostModel rollout_cost;
   TrainMemory train_memory;
-  double kv_capacity_tokens = 0;        // per engine
+  double kv_capacity_tokens = 0;  // per engine
   int engines = 0;
-  int max_running = 0;                  // largest concurrent batch of any engine
+  int max_running = 0;  // largest concurrent batch of any engine
   bool kv_limited = false;
   double decode_memory_bound_s = 0, decode_compute_bound_s = 0;
   SyncTimes sync;
   std::uint64_t events = 0;
   // Utilisation (verl fully_async_policy reports trainer/idle_ratio and rollouter/idle_ratio).
-  double wall_s = 0;                      // end of the last step
-  std::vector<double> engine_busy_s;      // per engine: iterations in flight, plus sleep/wake copies
-  double trainer_busy_s = 0;              // training phases, offload copies and weight syncs
-  double rollout_idle_ratio() const;      // 1 - sum(engine busy) / (engines x wall)
-  double trainer_idle_ratio() const;      // 1 - trainer busy / wall
-  std::int64_t tokens_generated = 0;      // decoded by all engines (including sequences left in flight)
-  std::int64_t tokens_recomputed = 0;     // prefill of contexts after preemption or a partial-rollout pause
-  std::int64_t left_in_flight = 0;        // async: sequences dispatched but not consumed at the end
-  std::int64_t left_in_flight_tokens = 0; // tokens those sequences had generated
-  double peak_rollout_bytes = 0;        // per device, during rollout
-  double peak_training_bytes = 0;       // per device, during training and weight sync
+  double wall_s = 0;                       // end of the last step
+  std::vector<double> engine_busy_s;       // per engine: iterations in flight, plus sleep/wake copies
+  double trainer_busy_s = 0;               // training phases, offload copies and weight syncs
+  double rollout_idle_ratio() const;       // 1 - sum(engine busy) / (engines x wall)
+  double trainer_idle_ratio() const;       // 1 - trainer busy / wall
+  std::int64_t tokens_generated = 0;       // decoded by all engines (including sequences left in flight)
+  std::int64_t tokens_recomputed = 0;      // prefill of contexts after preemption or a partial-rollout pause
+  std::int64_t left_in_flight = 0;         // async: sequences dispatched but not consumed at the end
+  std::int64_t left_in_flight_tokens = 0;  // tokens those sequences had generated
+  double peak_rollout_bytes = 0;           // per device, during rollout
+  double peak_training_bytes = 0;          // per device, during training and weight sync
   /// Unified-precision verdict of the scenario's recipes (analysis::check_precision_flow fills it).
   struct PrecisionFlow {
     std::string verdict = "not-checked";  // consistent | inconsistent | not-checked

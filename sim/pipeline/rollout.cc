@@ -1,10 +1,10 @@
 #include "sim/pipeline/rollout.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "sim/pipeline/collectives.h"
 
@@ -75,7 +75,8 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   // Dynamic activation quantisation launches one quantisation kernel per quantised linear input
   // (q/k/v share one, gate/up share one: 4 per layer), ~2 us each under CUDA graphs (assumption).
   const double act_quant = recipe.dynamic_activation_quant() ? 4.0 * arch.layers * 2e-6 : 0.0;
-  c.overhead_s = r.iteration_overhead_s + arch.layers * r.layer_overhead_s + arch.moe_layers() * r.moe_layer_overhead_s + act_quant;
+  c.overhead_s =
+      r.iteration_overhead_s + arch.layers * r.layer_overhead_s + arch.moe_layers() * r.moe_layer_overhead_s + act_quant;
   c.sequence_overhead_s = r.sequence_overhead_s;
   const double hidden_bytes = models::hidden_bytes_per_token(arch, recipe);
   c.allreduce_bytes_per_token = hidden_bytes;
@@ -85,8 +86,9 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   if (arch.moe) {
     // DeepEP-style dispatch in the activation format with its scales (FP8 group1x128 when the
     // recipe quantises activations), combine in the hidden element.
-    const double act_bytes = recipe.dynamic_activation_quant() ? arch.hidden * models::bytes_per_value(recipe.linear.activation, arch.hidden)
-                                                               : hidden_bytes;
+    const double act_bytes = recipe.dynamic_activation_quant()
+                                 ? arch.hidden * models::bytes_per_value(recipe.linear.activation, arch.hidden)
+                                 : hidden_bytes;
     c.dispatch_bytes_per_token = static_cast<double>(arch.moe->active) * act_bytes;
     c.combine_bytes_per_token = static_cast<double>(arch.moe->active) * hidden_bytes;
   }
@@ -109,7 +111,8 @@ double RolloutCostModel::weights_read_s(double tokens) const {
 
 double RolloutCostModel::comm_s(double tokens) const {
   if (tp <= 1) return 0.0;
-  const double ar = hierarchical_all_reduce_s(tokens * allreduce_bytes_per_token, tp, devices_per_node, intra_link, inter_link, comm_eff);
+  const double ar =
+      hierarchical_all_reduce_s(tokens * allreduce_bytes_per_token, tp, devices_per_node, intra_link, inter_link, comm_eff);
   if (ep <= 1) return 2.0 * layers * ar;
   const double per_rank = tokens / ep;
   const double a2a = all_to_all_s(per_rank * dispatch_bytes_per_token, ep, tp_link, comm_eff) +
@@ -151,8 +154,10 @@ double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) co
   } else if (d1 > 0) {
     if (d0 <= 0) lo = std::floor(-d0 / d1) + 1;
   } else {
-    if (d0 <= 0) hi = -1;
-    else hi = std::min(hi, std::ceil(-d0 / d1) - 1);
+    if (d0 <= 0)
+      hi = -1;
+    else
+      hi = std::min(hi, std::ceil(-d0 / d1) - 1);
   }
   if (hi >= lo) {
     const double count = hi - lo + 1;
@@ -165,7 +170,8 @@ double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int n
   const double tokens = new_tokens + b_decode;
   const double memory = weights_read_s(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device / kv_mem_bw;
   const double compute =
-      (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate + expert_compute_s(tokens);
+      (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate +
+      expert_compute_s(tokens);
   return std::max(memory, compute) + comm_s(tokens) + step_overhead_s(new_sequences + b_decode);
 }
 
@@ -287,8 +293,10 @@ void RolloutEngine::pause() {
       std::int64_t lo = 0, hi = pending_tokens_;  // largest k with stretch(k) <= elapsed
       while (lo < hi) {
         const std::int64_t mid = lo + (hi - lo + 1) / 2;
-        if (to_seconds(to_ns(cost_.decode_stretch_s(b, kv_used_, mid))) <= elapsed) lo = mid;
-        else hi = mid - 1;
+        if (to_seconds(to_ns(cost_.decode_stretch_s(b, kv_used_, mid))) <= elapsed)
+          lo = mid;
+        else
+          hi = mid - 1;
       }
       if (lo > 0) finish_tokens(lo);
     }
@@ -377,7 +385,8 @@ void RolloutEngine::advance() {
   const TimeNs end = now + to_ns(dur);
   stats_.iterations += n;
   const double mid_ctx = kv_used_ + b * (static_cast<double>(n) - 1) / 2;
-  (cost_.decode_memory_s(b, mid_ctx) >= cost_.decode_compute_s(b, mid_ctx) ? stats_.memory_bound_s : stats_.compute_bound_s) += dur;
+  (cost_.decode_memory_s(b, mid_ctx) >= cost_.decode_compute_s(b, mid_ctx) ? stats_.memory_bound_s : stats_.compute_bound_s) +=
+      dur;
   if (trace_) {
     pending_label_ = fmt::format("decode b={}", b);
     pending_args_ = {{"batch", static_cast<double>(b)}, {"iterations", static_cast<double>(n)}, {"kv_tokens", kv_used_}};

@@ -9,13 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "models/precision/footprint.h"
 #include "sim/engine/event_queue.h"
 #include "sim/engine/trace.h"
-#include "models/precision/footprint.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::sim {
-
 
 /// Expected number of distinct experts a batch of `tokens` tokens routes to in one MoE layer,
 /// each token choosing `active` of `experts` uniformly: E (1 - (1 - k/E)^b) (DESIGN.md).
@@ -55,17 +54,17 @@ struct RolloutCostModel {
   double expert_mem_bw = 0;                  // effective bytes/s of the fused-MoE expert weight stream (MoE only)
   double compute_rate = 0;                   // effective FLOP/s
   models::ComputeType compute_type = models::ComputeType::kBf16;
-  double overhead_s = 0;                     // per engine step, whatever the batch
-  double sequence_overhead_s = 0;            // per running sequence per engine step
+  double overhead_s = 0;           // per engine step, whatever the batch
+  double sequence_overhead_s = 0;  // per running sequence per engine step
   int layers = 0;
   double allreduce_bytes_per_token = 0;  // one token's hidden state (models::hidden_bytes_per_token)
   int tp = 1;
   int ep = 1;
   int dense_ffn_layers = 0, moe_layers = 0;
-  double dispatch_bytes_per_token = 0;   // top-k x hidden x activation bytes (EP dispatch)
-  double combine_bytes_per_token = 0;    // top-k x one token's hidden state (combine)
-  models::Link tp_link;                  // the link of EP all-to-alls (slowest hop of the group)
-  models::Link intra_link, inter_link;   // TP all-reduces run hierarchically across nodes
+  double dispatch_bytes_per_token = 0;  // top-k x hidden x activation bytes (EP dispatch)
+  double combine_bytes_per_token = 0;   // top-k x one token's hidden state (combine)
+  models::Link tp_link;                 // the link of EP all-to-alls (slowest hop of the group)
+  models::Link intra_link, inter_link;  // TP all-reduces run hierarchically across nodes
   int devices_per_node = 1;
   double comm_eff = 1;
 
@@ -102,18 +101,18 @@ struct RolloutCostModel {
 
 /// One rollout sequence.
 struct Request {
-  int step = -1;              // the RL step that consumes it (-1: not consumed yet)
+  int step = -1;  // the RL step that consumes it (-1: not consumed yet)
   int engine = 0;
-  int index = 0;              // index within the step (prompt-major: prompt * n + sample)
-  std::int64_t group = 0;     // prompt group (the n samples of one prompt) in dispatch order
+  int index = 0;           // index within the step (prompt-major: prompt * n + sample)
+  std::int64_t group = 0;  // prompt group (the n samples of one prompt) in dispatch order
   std::int64_t prompt_tokens = 0;
   std::int64_t response_tokens = 0;
   std::int64_t generated = 0;
   std::int64_t admit_order = 0;
-  int preemptions = 0;        // KV-full preemptions (recomputed later, vLLM's recompute policy)
-  int interruptions = 0;      // partial-rollout pauses across a weight update
-  int version = 0;            // policy version (weight updates so far) when generation started
-  TimeNs admit_ns = -1;        // first admission
+  int preemptions = 0;    // KV-full preemptions (recomputed later, vLLM's recompute policy)
+  int interruptions = 0;  // partial-rollout pauses across a weight update
+  int version = 0;        // policy version (weight updates so far) when generation started
+  TimeNs admit_ns = -1;   // first admission
   TimeNs first_token_ns = -1;
   TimeNs finish_ns = -1;
   std::int64_t context() const { return prompt_tokens + generated; }
@@ -124,13 +123,13 @@ struct EngineStats {
   std::int64_t iterations = 0;
   std::int64_t prefill_iterations = 0;
   std::int64_t preemptions = 0;
-  std::int64_t tokens_generated = 0;  // decoded tokens (recomputed context is not generation)
-  std::int64_t tokens_recomputed = 0; // prefill of contexts that had been generated before (preemption, pause)
+  std::int64_t tokens_generated = 0;   // decoded tokens (recomputed context is not generation)
+  std::int64_t tokens_recomputed = 0;  // prefill of contexts that had been generated before (preemption, pause)
   int max_running = 0;
-  bool kv_limited = false;     // admission was refused for KV while sequence slots were free
-  double memory_bound_s = 0;   // decode time where memory > compute
+  bool kv_limited = false;    // admission was refused for KV while sequence slots were free
+  double memory_bound_s = 0;  // decode time where memory > compute
   double compute_bound_s = 0;
-  double busy_s = 0;           // time with an iteration in flight
+  double busy_s = 0;  // time with an iteration in flight
   double kv_peak_tokens = 0;
 };
 
@@ -147,8 +146,8 @@ struct EngineStats {
 class RolloutEngine {
  public:
   /// `kv_capacity_tokens` > 0 (std::invalid_argument otherwise). Requests must outlive the run.
-  RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, TraceSink& sink, int index,
-                double kv_capacity_tokens, int max_num_seqs, bool trace_iterations);
+  RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, TraceSink& sink, int index, double kv_capacity_tokens,
+                int max_num_seqs, bool trace_iterations);
 
   /// Starts generating `requests` now; `on_done` runs (as an event) when all have finished.
   void start(std::vector<Request*> requests, std::function<void()> on_done);
@@ -195,7 +194,7 @@ class RolloutEngine {
   std::function<void()> on_done_;
   std::function<void(Request*)> on_finish_;
   std::function<void()> on_idle_;
-  bool active_ = false;   // an advance() or iteration event is pending
+  bool active_ = false;  // an advance() or iteration event is pending
   bool paused_ = false;
   // The iteration in flight (for pause()).
   EventId pending_ = 0;

@@ -74,12 +74,11 @@ double TrainerCostModel::compute_s(const TrainBatch& b, double flop_factor) cons
   const bool update = flop_factor > 1.5;
   const double imbalance = update ? b.update_imbalance : b.forward_imbalance;
   const double forward = update ? 1.0 : s_.training.efficiency.forward;
-  return imbalance / forward * flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) / devices_;
+  return imbalance / forward * flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) /
+         devices_;
 }
 
-double TrainerCostModel::forward_flops(const TrainBatch& b) const {
-  return 2.0 * matmul_params_ * b.tokens + b.attention_flops;
-}
+double TrainerCostModel::forward_flops(const TrainBatch& b) const { return 2.0 * matmul_params_ * b.tokens + b.attention_flops; }
 
 double TrainerCostModel::micro_batches_per_device(const TrainBatch& b, bool update) const {
   const auto& t = s_.training;
@@ -106,8 +105,8 @@ double TrainerCostModel::micro_batch_tokens(const TrainBatch& b, bool update) co
   return (update ? t.micro_batch_sequences : t.logprob_micro_batch_sequences) * b.max_sequence;
 }
 
-double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double ag_passes, double rs_passes,
-                                double* compute, double* comm) const {
+double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double ag_passes, double rs_passes, double* compute,
+                                double* comm) const {
   const auto& t = s_.training;
   double c = compute_s(b, flop_factor);
   // QAT fake quantisation: a quantise-dequantise pass over the weights per forward (memory bound,
@@ -171,8 +170,8 @@ TrainTimes TrainerCostModel::phase_times(const TrainBatch& b) const {
   const double state = element_bytes(t.optimizer.state);
   const double master = element_bytes(t.precision.master_weights);
   const double bytes_per_param = 2 * master + widths_.gradient + 4 * state + 2 * master_copy_bytes(t);
-  const double adam = params_ / devices_ * bytes_per_param /
-                      (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
+  const double adam =
+      params_ / devices_ * bytes_per_param / (s_.cluster.device.memory_bandwidth_bytes_per_s * t.efficiency.memory);
   if (!cpu_optimizer()) update += adam * t.mini_batches * t.ppo_epochs;  // else on the host (cpu_optimizer_s)
   out.actor_update = update;
   return out;
@@ -238,10 +237,11 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
   // host-side loop: name mapping, gather launch, bucket packing.
   double matrices = 0;
   for (const auto& l : s.model.linear_shapes()) matrices += static_cast<double>(l.count);
-  out.gather = all_gather_s(sync_bytes, devices_, dp_link_, eff) + buckets * dp_link_.latency_s + matrices * s.weight_sync.per_matrix_s;
+  out.gather =
+      all_gather_s(sync_bytes, devices_, dp_link_, eff) + buckets * dp_link_.latency_s + matrices * s.weight_sync.per_matrix_s;
   const bool colocated = s.placement.mode == PlacementMode::kColocated;
-  const bool ipc = s.weight_sync.method == WeightSyncMethod::kCudaIpc ||
-                   (s.weight_sync.method == WeightSyncMethod::kAuto && colocated);
+  const bool ipc =
+      s.weight_sync.method == WeightSyncMethod::kCudaIpc || (s.weight_sync.method == WeightSyncMethod::kAuto && colocated);
   const double hbm = s.cluster.device.memory_bandwidth_bytes_per_s * s.rollout.efficiency.memory;
   const double per_rank_sync = sync_bytes / rollout_tp;
   if (ipc) {

@@ -12,10 +12,10 @@ namespace rlsim::sim {
 
 /// Token counts of one step's batch, as the trainer sees it.
 struct TrainBatch {
-  double tokens = 0;          // sum of prompt + response tokens
-  double sequences = 0;       // sequences in the batch
-  double attention_flops = 0; // sum over sequences of causal_attention_flops(length), full model
-  double max_sequence = 0;    // longest sequence (tokens), sizes the activation peak
+  double tokens = 0;           // sum of prompt + response tokens
+  double sequences = 0;        // sequences in the batch
+  double attention_flops = 0;  // sum over sequences of causal_attention_flops(length), full model
+  double max_sequence = 0;     // longest sequence (tokens), sizes the activation peak
   /// Data-parallel load imbalance (>= 1): the slowest DP rank's work times the DP size over the
   /// total work, for the actor update (per mini-batch) and for forward-only passes (whole batch).
   /// Whole sequences go to ranks (dp_imbalance); 1 when the batch was not split.
@@ -51,13 +51,13 @@ struct SyncTimes {
 
 /// Per-device memory of the training role (bytes).
 struct TrainMemory {
-  double params = 0;        // sharded parameters (master_weights dtype)
-  double grads = 0;         // sharded gradients (fp32 reduce dtype under FSDP mixed precision)
-  double optimizer = 0;     // sharded optimizer states (+ FP32 master copy when params are BF16)
-  double reference = 0;     // sharded reference-model parameters
-  double activations = 0;   // peak activations of one micro-batch (backward, with checkpointing)
-  double logits = 0;        // FP32 logits + log-softmax of one micro-batch
-  double gather_buffer = 0; // unsharded parameters during compute (FSDP: one layer; sync: all)
+  double params = 0;         // sharded parameters (master_weights dtype)
+  double grads = 0;          // sharded gradients (fp32 reduce dtype under FSDP mixed precision)
+  double optimizer = 0;      // sharded optimizer states (+ FP32 master copy when params are BF16)
+  double reference = 0;      // sharded reference-model parameters
+  double activations = 0;    // peak activations of one micro-batch (backward, with checkpointing)
+  double logits = 0;         // FP32 logits + log-softmax of one micro-batch
+  double gather_buffer = 0;  // unsharded parameters during compute (FSDP: one layer; sync: all)
 };
 
 /// Host-CPU Adam throughput of one node (parameters per second): PyTorch's CPU Adam takes 1.39 s
@@ -117,19 +117,19 @@ class TrainerCostModel {
   double compute_s(const TrainBatch& batch, double flop_factor) const;
 
  private:
-  double pass_s(const TrainBatch& batch, double flop_factor, double comm_passes_ag, double comm_passes_rs,
-                double* compute, double* comm) const;
+  double pass_s(const TrainBatch& batch, double flop_factor, double comm_passes_ag, double comm_passes_rs, double* compute,
+                double* comm) const;
   const Scenario& s_;
   int devices_;
   double params_ = 0;
   double matmul_params_ = 0;
-  double rate_ = 0;             // FLOP/s of dense GEMMs and attention per device
-  double moe_rate_ = 0;         // FLOP/s of routed-expert GEMMs per device
+  double rate_ = 0;                  // FLOP/s of dense GEMMs and attention per device
+  double moe_rate_ = 0;              // FLOP/s of routed-expert GEMMs per device
   double active_expert_params_ = 0;  // routed-expert matmul parameters one token passes through
   models::Link dp_link_;
   models::Link tp_link_;
   models::Link ep_link_;
-  double expert_params_ = 0;  // routed-expert parameters (all MoE layers)
+  double expert_params_ = 0;    // routed-expert parameters (all MoE layers)
   models::ParamWidths widths_;  // bytes per parameter of the training recipe's tensor classes
   double hidden_bytes_ = 0;     // bytes of one token's hidden state (TP all-reduce, EP all-to-all)
   double logit_bytes_ = 0;      // bytes of one logit (the recipe's softmax element)

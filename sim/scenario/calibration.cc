@@ -1,12 +1,12 @@
 #include "sim/scenario/calibration.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "sim/scenario/catalog_data.h"
 #include "sim/scenario/units.h"
@@ -74,7 +74,9 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
     throw ScenarioError(fmt::format("{}:{}:{}: YAML syntax error: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   Source src{file, {}, "--set"};
-  if (!root.IsMap()) throw ScenarioError(file + ":1:1: a calibration file must be a YAML mapping (devices, training, rollout, moe, step_overhead)");
+  if (!root.IsMap())
+    throw ScenarioError(file +
+                        ":1:1: a calibration file must be a YAML mapping (devices, training, rollout, moe, step_overhead)");
   Map top(src, root, "");
   Calibration c;
   c.source = file;
@@ -152,10 +154,11 @@ std::string calibration_yaml(const Calibration& c, const std::vector<std::string
   out += "rollout:\n";
   for (const auto& [name, e] : {std::pair<const char*, const EngineCalibration&>{"vllm", c.vllm}, {"sglang", c.sglang}}) {
     out += fmt::format(
-        "  {}: {{compute: {}, attention: {}, iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}, per_sequence: {}, sync_per_matrix: {}, "
+        "  {}: {{compute: {}, attention: {}, iteration: {}, per_layer: {}, per_layer_eager: {}, moe_layer: {}, per_sequence: {}, "
+        "sync_per_matrix: {}, "
         "sync_quantize_per_matrix: {}}}\n",
-        name, frac(e.compute), frac(e.attention), seconds(e.iteration_s), seconds(e.per_layer_s), seconds(e.per_layer_eager_s), seconds(e.moe_layer_s),
-        seconds(e.per_sequence_s), seconds(e.sync_per_matrix_s), seconds(e.sync_quantize_per_matrix_s));
+        name, frac(e.compute), frac(e.attention), seconds(e.iteration_s), seconds(e.per_layer_s), seconds(e.per_layer_eager_s),
+        seconds(e.moe_layer_s), seconds(e.per_sequence_s), seconds(e.sync_per_matrix_s), seconds(e.sync_quantize_per_matrix_s));
   }
   out += fmt::format("moe: {{grouped_gemm_half_tokens: {}, grouped_gemm_half_width: {}}}\n", frac(c.moe_half_tokens),
                      frac(c.moe_half_width));
@@ -167,9 +170,22 @@ std::vector<double> calibration_inputs(const Calibration& c, const Scenario& s) 
   const DeviceCalibration& d = c.device(s.cluster.device.name);
   const EngineCalibration& e = c.engine(s.rollout.engine);
   const BackendCalibration& b = c.backend(s.training.backend);
-  return {d.memory,       d.compute,       e.compute,        e.attention,        e.iteration_s,         e.per_layer_s,
-          e.per_layer_eager_s, e.moe_layer_s, e.per_sequence_s, e.sync_per_matrix_s, e.sync_quantize_per_matrix_s,
-          b.dense,        b.moe,           b.forward,        c.moe_half_tokens,     c.moe_half_width,
+  return {d.memory,
+          d.compute,
+          e.compute,
+          e.attention,
+          e.iteration_s,
+          e.per_layer_s,
+          e.per_layer_eager_s,
+          e.moe_layer_s,
+          e.per_sequence_s,
+          e.sync_per_matrix_s,
+          e.sync_quantize_per_matrix_s,
+          b.dense,
+          b.moe,
+          b.forward,
+          c.moe_half_tokens,
+          c.moe_half_width,
           c.step_overhead_s};
 }
 

@@ -45,11 +45,11 @@ struct EngineCalibration {
   /// KV cache: blocks of 16 tokens (vLLM) scattered over the pool, a KV head group per program
   /// (0-1]. Prior 0.8 (assumption).
   double attention = 0.8;
-  double iteration_s = 2e-3;         // scheduler + sampler + CUDA-graph replay per engine step
-  double per_layer_s = 20e-6;        // non-GEMM kernels per layer per step under CUDA graphs
-  double per_layer_eager_s = 200e-6; // the same with eager launches (enforce_eager)
-  double moe_layer_s = 30e-6;        // extra kernels of an MoE layer (router, top-k, permute, combine)
-  double per_sequence_s = 2e-6;      // per running sequence per step: scheduler bookkeeping, sampler
+  double iteration_s = 2e-3;          // scheduler + sampler + CUDA-graph replay per engine step
+  double per_layer_s = 20e-6;         // non-GEMM kernels per layer per step under CUDA graphs
+  double per_layer_eager_s = 200e-6;  // the same with eager launches (enforce_eager)
+  double moe_layer_s = 30e-6;         // extra kernels of an MoE layer (router, top-k, permute, combine)
+  double per_sequence_s = 2e-6;       // per running sequence per step: scheduler bookkeeping, sampler
   /// Weight sync into the engine: host-side time per weight matrix (the engine's load_weights
   /// runs a weight loader per named tensor; an MoE model has one per expert projection), and per
   /// matrix quantised on the fly to the rollout format (block amax, scale, cast: several kernel

@@ -1,11 +1,11 @@
 #include "sim/scenario/distribution.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace rlsim::sim {
 
@@ -38,8 +38,10 @@ double lognormal_median_for_mean(double mean, double sigma, std::int64_t max) {
 
 std::int64_t LengthDist::sample(Rng& rng) const {
   switch (kind) {
-    case Kind::kFixed: return value;
-    case Kind::kUniform: return rng.uniform_int(min, max);
+    case Kind::kFixed:
+      return value;
+    case Kind::kUniform:
+      return rng.uniform_int(min, max);
     case Kind::kLognormal: {
       const double x = std::exp(std::log(median) + sigma * rng.normal());
       auto n = static_cast<std::int64_t>(std::llround(x));
@@ -55,9 +57,12 @@ std::int64_t LengthDist::sample(Rng& rng) const {
 
 double LengthDist::mean() const {
   switch (kind) {
-    case Kind::kFixed: return static_cast<double>(value);
-    case Kind::kUniform: return 0.5 * static_cast<double>(min + max);
-    case Kind::kLognormal: return truncated_lognormal_mean(median, sigma, max);
+    case Kind::kFixed:
+      return static_cast<double>(value);
+    case Kind::kUniform:
+      return 0.5 * static_cast<double>(min + max);
+    case Kind::kLognormal:
+      return truncated_lognormal_mean(median, sigma, max);
     case Kind::kCsv:
       return static_cast<double>(std::accumulate(samples.begin(), samples.end(), std::int64_t{0})) /
              static_cast<double>(samples.size());
@@ -67,20 +72,28 @@ double LengthDist::mean() const {
 
 std::int64_t LengthDist::upper_bound() const {
   switch (kind) {
-    case Kind::kFixed: return value;
-    case Kind::kUniform: return max;
-    case Kind::kLognormal: return max > 0 ? max : static_cast<std::int64_t>(median * std::exp(6 * sigma));
-    case Kind::kCsv: return *std::max_element(samples.begin(), samples.end());
+    case Kind::kFixed:
+      return value;
+    case Kind::kUniform:
+      return max;
+    case Kind::kLognormal:
+      return max > 0 ? max : static_cast<std::int64_t>(median * std::exp(6 * sigma));
+    case Kind::kCsv:
+      return *std::max_element(samples.begin(), samples.end());
   }
   return 0;
 }
 
 std::string LengthDist::describe() const {
   switch (kind) {
-    case Kind::kFixed: return fmt::format("fixed {}", value);
-    case Kind::kUniform: return fmt::format("uniform [{}, {}]", min, max);
-    case Kind::kLognormal: return fmt::format("lognormal median {:g} sigma {:g} max {}", median, sigma, max);
-    case Kind::kCsv: return fmt::format("csv {}:{} ({} rows)", file, column, samples.size());
+    case Kind::kFixed:
+      return fmt::format("fixed {}", value);
+    case Kind::kUniform:
+      return fmt::format("uniform [{}, {}]", min, max);
+    case Kind::kLognormal:
+      return fmt::format("lognormal median {:g} sigma {:g} max {}", median, sigma, max);
+    case Kind::kCsv:
+      return fmt::format("csv {}:{} ({} rows)", file, column, samples.size());
   }
   return {};
 }

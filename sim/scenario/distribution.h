@@ -15,12 +15,12 @@ namespace rlsim::sim {
 struct LengthDist {
   enum class Kind { kFixed, kUniform, kLognormal, kCsv };
   Kind kind = Kind::kFixed;
-  std::int64_t value = 0;       // fixed
-  std::int64_t min = 1;         // uniform (inclusive)
-  std::int64_t max = 0;         // uniform upper bound; lognormal truncation (0 = none)
-  double median = 0;            // lognormal: exp(mu)
-  double sigma = 0;             // lognormal: std-dev of the log
-  std::string file, column;     // csv (file resolved relative to the scenario)
+  std::int64_t value = 0;             // fixed
+  std::int64_t min = 1;               // uniform (inclusive)
+  std::int64_t max = 0;               // uniform upper bound; lognormal truncation (0 = none)
+  double median = 0;                  // lognormal: exp(mu)
+  double sigma = 0;                   // lognormal: std-dev of the log
+  std::string file, column;           // csv (file resolved relative to the scenario)
   std::vector<std::int64_t> samples;  // csv: the column's values, in file order
 
   /// Draws one length in tokens (>= 1). Lognormal draws exp(ln(median) + sigma Z), rounded, and

@@ -1,17 +1,17 @@
 // Scenario and catalog loading (SCENARIO.md). Every error names file:line:column (1-based) or the
 // --set override it came from, and what was expected.
+#include <csv.h>
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <csv.h>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/catalog_data.h"
@@ -78,17 +78,21 @@ models::Device parse_device(Map m) {
   d.memory_bandwidth_bytes_per_s = m.quantity("memory_bandwidth", 0, Dimension::kBandwidth, true);
   Map c(m.src(), m.require("compute"), m.path("compute"));
   std::vector<std::string> valid;
-  for (auto t : {models::ComputeType::kFp32, models::ComputeType::kBf16, models::ComputeType::kFp16,
-                 models::ComputeType::kFp8, models::ComputeType::kInt8, models::ComputeType::kFp4}) {
+  for (auto t : {models::ComputeType::kFp32, models::ComputeType::kBf16, models::ComputeType::kFp16, models::ComputeType::kFp8,
+                 models::ComputeType::kInt8, models::ComputeType::kFp4}) {
     const std::string name(models::compute_name(t));
     valid.push_back(name);
     if (c.has(name)) d.flops_per_s[t] = c.quantity(name, 0, Dimension::kFlops);
   }
   c.finish(valid);
-  if (d.flops_per_s.empty()) m.src().fail(c.node(), m.path("compute"), "a device needs at least one compute rate (" + join(valid) + ")");
-  d.intra_node = m.has("intra_node") ? parse_link(Map(m.src(), m.get("intra_node"), m.path("intra_node")), kDefaultIntra) : kDefaultIntra;
-  d.inter_node = m.has("inter_node") ? parse_link(Map(m.src(), m.get("inter_node"), m.path("inter_node")), kDefaultInter) : kDefaultInter;
-  d.host_link = m.has("host_link") ? parse_link(Map(m.src(), m.get("host_link"), m.path("host_link")), kDefaultHost) : kDefaultHost;
+  if (d.flops_per_s.empty())
+    m.src().fail(c.node(), m.path("compute"), "a device needs at least one compute rate (" + join(valid) + ")");
+  d.intra_node =
+      m.has("intra_node") ? parse_link(Map(m.src(), m.get("intra_node"), m.path("intra_node")), kDefaultIntra) : kDefaultIntra;
+  d.inter_node =
+      m.has("inter_node") ? parse_link(Map(m.src(), m.get("inter_node"), m.path("inter_node")), kDefaultInter) : kDefaultInter;
+  d.host_link =
+      m.has("host_link") ? parse_link(Map(m.src(), m.get("host_link"), m.path("host_link")), kDefaultHost) : kDefaultHost;
   d.source = m.src().file;
   m.finish({"name", "memory", "memory_bandwidth", "compute", "intra_node", "inter_node", "host_link"});
   if (d.memory_bytes <= 0 || d.memory_bandwidth_bytes_per_s <= 0) {
@@ -136,8 +140,8 @@ models::ModelArch parse_model(Map m) {
     a.mla = mla;
   }
   a.source = m.src().file;
-  m.finish({"name", "layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab",
-            "tied_embeddings", "qkv_bias", "moe", "mla"});
+  m.finish({"name", "layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab", "tied_embeddings", "qkv_bias",
+            "moe", "mla"});
   return a;
 }
 
@@ -148,7 +152,8 @@ std::map<std::string, T> load_catalog(const catalog_data::File* files, std::size
     Source src{files[i].path, {}};
     T item = parse(Map(src, parse_yaml_text(files[i].text, files[i].path), ""));
     const std::string stem = fs::path(files[i].path).stem().string();
-    if (item.name != stem) throw ScenarioError(fmt::format("{}: name '{}' must equal the file name '{}'", files[i].path, item.name, stem));
+    if (item.name != stem)
+      throw ScenarioError(fmt::format("{}: name '{}' must equal the file name '{}'", files[i].path, item.name, stem));
     out.emplace(item.name, std::move(item));
   }
   return out;
@@ -189,7 +194,8 @@ Element element_value(Map& m, const std::string& key, Element dflt) {
   if (!n) return dflt;
   const auto e = n.IsScalar() ? models::parse_element(n.Scalar()) : std::nullopt;
   if (!e || models::traits(*e).scale_only) {
-    m.src().fail(n, m.path(key), "'" + m.path(key) + "': unknown element format (expected one of: " + models::element_names() + ")");
+    m.src().fail(n, m.path(key),
+                 "'" + m.path(key) + "': unknown element format (expected one of: " + models::element_names() + ")");
   }
   return *e;
 }
@@ -229,8 +235,8 @@ Recipe parse_recipe(const Source& src, const YAML::Node& n, const std::string& p
   r.sync = format_value(m, "sync", r.sync);
   r.reference = format_value(m, "reference", r.reference);
   r.mode = m.choice<models::QuantMode>("mode", r.mode, {{"real", models::QuantMode::kReal}, {"fake", models::QuantMode::kFake}});
-  m.finish({"base", "name", "linear", "lm_head", "router", "kv_cache", "embedding", "attention", "softmax",
-            "master_weights", "gradient", "sync", "reference", "mode"});
+  m.finish({"base", "name", "linear", "lm_head", "router", "kv_cache", "embedding", "attention", "softmax", "master_weights",
+            "gradient", "sync", "reference", "mode"});
   return r;
 }
 
@@ -273,7 +279,8 @@ std::vector<std::int64_t> read_csv_column(const std::string& file, const std::st
     const std::string cell = col < row.size() ? row[col] : "";
     const auto [ptr, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), v);
     if (ec != std::errc() || ptr != cell.data() + cell.size() || v < 1) {
-      throw ScenarioError(fmt::format("{}:{}: column '{}' must hold a positive integer token count, got '{}'", file, r + 1, column, cell));
+      throw ScenarioError(
+          fmt::format("{}:{}: column '{}' must hold a positive integer token count, got '{}'", file, r + 1, column, cell));
     }
     values.push_back(v);
   }
@@ -284,9 +291,12 @@ std::vector<std::int64_t> read_csv_column(const std::string& file, const std::st
 LengthDist parse_dist(Map m, const fs::path& base_dir) {
   LengthDist d;
   d.kind = m.choice<LengthDist::Kind>("dist", LengthDist::Kind::kFixed,
-                                      {{"fixed", LengthDist::Kind::kFixed}, {"uniform", LengthDist::Kind::kUniform},
-                                       {"lognormal", LengthDist::Kind::kLognormal}, {"csv", LengthDist::Kind::kCsv}});
-  if (!m.has("dist")) m.src().fail(m.node(), m.path("dist"), "missing required key '" + m.path("dist") + "' (fixed, uniform, lognormal, csv)");
+                                      {{"fixed", LengthDist::Kind::kFixed},
+                                       {"uniform", LengthDist::Kind::kUniform},
+                                       {"lognormal", LengthDist::Kind::kLognormal},
+                                       {"csv", LengthDist::Kind::kCsv}});
+  if (!m.has("dist"))
+    m.src().fail(m.node(), m.path("dist"), "missing required key '" + m.path("dist") + "' (fixed, uniform, lognormal, csv)");
   constexpr std::int64_t kMaxTokens = 10'000'000;
   switch (d.kind) {
     case LengthDist::Kind::kFixed:
@@ -389,16 +399,17 @@ YAML::Node load_yaml_file(const std::string& path, const std::string& what) {
 
 std::string_view schedule_name(ScheduleMode m) {
   switch (m) {
-    case ScheduleMode::kSync: return "sync";
-    case ScheduleMode::kOneStepOff: return "one-step-off";
-    case ScheduleMode::kAsync: return "async";
+    case ScheduleMode::kSync:
+      return "sync";
+    case ScheduleMode::kOneStepOff:
+      return "one-step-off";
+    case ScheduleMode::kAsync:
+      return "async";
   }
   return "?";
 }
 
-std::string_view placement_name(PlacementMode m) {
-  return m == PlacementMode::kColocated ? "colocated" : "disaggregated";
-}
+std::string_view placement_name(PlacementMode m) { return m == PlacementMode::kColocated ? "colocated" : "disaggregated"; }
 
 models::Device catalog_device(const std::string& name) {
   const auto& c = device_catalog();
@@ -437,8 +448,9 @@ models::ModelArch model_from_hf_config(const std::string& path) {
   a.tied_embeddings = j.value("tie_word_embeddings", false);
   const std::string type = j.value("model_type", "");
   a.qkv_bias = j.value("attention_bias", type == "qwen2" || type == "qwen2_moe");
-  const int experts = j.contains("num_experts") ? json_int(j, path, "num_experts")
-                      : j.contains("n_routed_experts") ? json_int(j, path, "n_routed_experts") : 0;
+  const int experts = j.contains("num_experts")        ? json_int(j, path, "num_experts")
+                      : j.contains("n_routed_experts") ? json_int(j, path, "n_routed_experts")
+                                                       : 0;
   if (experts > 0) {
     models::MoeSpec moe;
     moe.experts = experts;
@@ -507,9 +519,12 @@ void parse_cluster_section(const Source& src, Map& top, Scenario& s) {
   s.cluster.nodes = static_cast<int>(c.integer("nodes", 0, 1, 1 << 20, true));
   s.cluster.devices_per_node = static_cast<int>(c.integer("devices_per_node", 0, 1, 1024, true));
   const auto& d = s.cluster.device;
-  s.cluster.intra_node = c.has("intra_node") ? parse_link(Map(src, c.get("intra_node"), "cluster.intra_node"), d.intra_node) : d.intra_node;
-  s.cluster.inter_node = c.has("inter_node") ? parse_link(Map(src, c.get("inter_node"), "cluster.inter_node"), d.inter_node) : d.inter_node;
-  s.cluster.host_link = c.has("host_link") ? parse_link(Map(src, c.get("host_link"), "cluster.host_link"), d.host_link) : d.host_link;
+  s.cluster.intra_node =
+      c.has("intra_node") ? parse_link(Map(src, c.get("intra_node"), "cluster.intra_node"), d.intra_node) : d.intra_node;
+  s.cluster.inter_node =
+      c.has("inter_node") ? parse_link(Map(src, c.get("inter_node"), "cluster.inter_node"), d.inter_node) : d.inter_node;
+  s.cluster.host_link =
+      c.has("host_link") ? parse_link(Map(src, c.get("host_link"), "cluster.host_link"), d.host_link) : d.host_link;
   c.finish({"device", "nodes", "devices_per_node", "intra_node", "inter_node", "host_link"});
 }
 
@@ -520,14 +535,16 @@ void parse_placement_section(const Source& src, Map& top, Scenario& s) {
   s.placement.train_devices = devices;
   if (top.has("placement")) {
     Map p(src, top.get("placement"), "placement");
-    s.placement.mode = p.choice<PlacementMode>("mode", PlacementMode::kColocated,
-                                               {{"colocated", PlacementMode::kColocated}, {"disaggregated", PlacementMode::kDisaggregated}});
+    s.placement.mode =
+        p.choice<PlacementMode>("mode", PlacementMode::kColocated,
+                                {{"colocated", PlacementMode::kColocated}, {"disaggregated", PlacementMode::kDisaggregated}});
     if (s.placement.mode == PlacementMode::kDisaggregated) {
       s.placement.rollout_devices = static_cast<int>(p.integer("rollout_devices", 0, 1, devices, true));
       s.placement.train_devices = static_cast<int>(p.integer("train_devices", 0, 1, devices, true));
       if (s.placement.rollout_devices + s.placement.train_devices > devices) {
-        src.fail(p.node(), "placement", fmt::format("rollout_devices + train_devices = {} exceeds the cluster's {} devices",
-                                                     s.placement.rollout_devices + s.placement.train_devices, devices));
+        src.fail(p.node(), "placement",
+                 fmt::format("rollout_devices + train_devices = {} exceeds the cluster's {} devices",
+                             s.placement.rollout_devices + s.placement.train_devices, devices));
       }
     } else {
       for (const char* k : {"rollout_devices", "train_devices"}) {
@@ -542,8 +559,9 @@ void parse_placement_section(const Source& src, Map& top, Scenario& s) {
 void parse_schedule_section(const Source& src, Map& top, Scenario& s) {
   if (top.has("schedule")) {
     Map p(src, top.get("schedule"), "schedule");
-    s.schedule.mode = p.choice<ScheduleMode>("mode", ScheduleMode::kSync,
-                                             {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
+    s.schedule.mode = p.choice<ScheduleMode>(
+        "mode", ScheduleMode::kSync,
+        {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
     // SCENARIO.md's range is a fraction of a batch (verl's staleness_threshold, 0-1); rlsim also
     // takes whole batches ahead up to 16, AReaL's max_head_offpolicyness (eta <= 16 in its blog).
     s.schedule.staleness = p.number("staleness", 0.5, 0.0, kMaxStaleness);
@@ -552,7 +570,8 @@ void parse_schedule_section(const Source& src, Map& top, Scenario& s) {
     if (s.schedule.mode != ScheduleMode::kSync && s.placement.mode == PlacementMode::kColocated) {
       src.fail(p.get("mode"), "schedule.mode",
                fmt::format("schedule.mode {} overlaps rollout and training, so it needs placement.mode: disaggregated "
-                           "with rollout_devices and train_devices", schedule_name(s.schedule.mode)));
+                           "with rollout_devices and train_devices",
+                           schedule_name(s.schedule.mode)));
     }
   }
 }
@@ -615,14 +634,16 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
       ov.rollout_comm = optional_fraction(e, "comm");
       e.finish({"memory", "compute", "comm"});
     }
-    m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
-               "memory_utilization", "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
+    m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs", "memory_utilization",
+               "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
     if (r.tensor_parallel % r.expert_parallel != 0) {
-      src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel must divide rollout.tensor_parallel");
+      src.fail(m->get("expert_parallel"), "rollout.expert_parallel",
+               "rollout.expert_parallel must divide rollout.tensor_parallel");
     }
     if (s.placement.rollout_devices % r.tensor_parallel != 0) {
       src.fail(m->get("tensor_parallel"), "rollout.tensor_parallel",
-               fmt::format("rollout.tensor_parallel ({}) must divide the {} rollout devices", r.tensor_parallel, s.placement.rollout_devices));
+               fmt::format("rollout.tensor_parallel ({}) must divide the {} rollout devices", r.tensor_parallel,
+                           s.placement.rollout_devices));
     }
     if (r.expert_parallel > 1 && !s.model.moe) {
       src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel > 1 needs an MoE model");
@@ -648,7 +669,8 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
     t.micro_batch_tokens = m.integer("micro_batch_tokens", 16384, 1, 1LL << 40);
     t.logprob_micro_batch_tokens = m.integer("logprob_micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
     t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", 8, 1, 1 << 20));
-    t.logprob_micro_batch_sequences = static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
+    t.logprob_micro_batch_sequences =
+        static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
     t.recompute_old_logprob = m.boolean("recompute_old_logprob", true);
     t.reference_model = m.boolean("reference_model", true);
     t.activation_checkpointing = m.boolean("activation_checkpointing", true);
@@ -677,18 +699,20 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
       e.finish({"memory", "compute", "moe_compute", "forward", "comm"});
     }
     ov.step_overhead_s = optional_quantity(m, "step_overhead");
-    m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs",
-              "mini_batches", "dynamic_batching", "micro_batch_tokens", "logprob_micro_batch_tokens", "micro_batch_sequences",
-              "logprob_micro_batch_sequences", "recompute_old_logprob", "reference_model",
-              "activation_checkpointing", "param_offload", "optimizer", "efficiency", "step_overhead"});
+    m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs", "mini_batches",
+              "dynamic_batching", "micro_batch_tokens", "logprob_micro_batch_tokens", "micro_batch_sequences",
+              "logprob_micro_batch_sequences", "recompute_old_logprob", "reference_model", "activation_checkpointing",
+              "param_offload", "optimizer", "efficiency", "step_overhead"});
     const int mp = t.tensor_parallel * t.pipeline_parallel;
     if (s.placement.train_devices % mp != 0) {
-      src.fail(m.node(), "training", fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices",
-                                                 mp, s.placement.train_devices));
+      src.fail(m.node(), "training",
+               fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices", mp,
+                           s.placement.train_devices));
     }
     const int dp = s.placement.train_devices / mp;
     if ((t.tensor_parallel * dp) % t.expert_parallel != 0) {
-      src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel must divide tensor_parallel x data-parallel size");
+      src.fail(m.get("expert_parallel"), "training.expert_parallel",
+               "training.expert_parallel must divide tensor_parallel x data-parallel size");
     }
     if (t.expert_parallel > 1 && !s.model.moe) {
       src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel > 1 needs an MoE model");
@@ -723,13 +747,16 @@ void parse_weight_sync_section(const Source& src, Map& top, Scenario& s) {
   if (top.has("weight_sync")) {
     Map m(src, top.get("weight_sync"), "weight_sync");
     s.weight_sync.method = m.choice<WeightSyncMethod>("method", WeightSyncMethod::kAuto,
-                                                      {{"auto", WeightSyncMethod::kAuto}, {"cuda-ipc", WeightSyncMethod::kCudaIpc},
+                                                      {{"auto", WeightSyncMethod::kAuto},
+                                                       {"cuda-ipc", WeightSyncMethod::kCudaIpc},
                                                        {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}});
     s.weight_sync.bucket_bytes = m.quantity("bucket", s.weight_sync.bucket_bytes, Dimension::kBytes);
-    if (s.weight_sync.bucket_bytes < 1e6) src.fail(m.get("bucket"), "weight_sync.bucket", "weight_sync.bucket must be at least 1 MB");
+    if (s.weight_sync.bucket_bytes < 1e6)
+      src.fail(m.get("bucket"), "weight_sync.bucket", "weight_sync.bucket must be at least 1 MB");
     m.finish({"method", "bucket"});
     if (s.weight_sync.method == WeightSyncMethod::kCudaIpc && s.placement.mode == PlacementMode::kDisaggregated) {
-      src.fail(m.get("method"), "weight_sync.method", "cuda-ipc needs rollout and training on the same devices (placement.mode: colocated)");
+      src.fail(m.get("method"), "weight_sync.method",
+               "cuda-ipc needs rollout and training on the same devices (placement.mode: colocated)");
     }
   }
 }
@@ -754,7 +781,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   YAML::Node root = load_yaml_file(path, "scenario file");
   if (!root.IsMap()) throw ScenarioError(path + ":1:1: a scenario must be a YAML mapping (see SCENARIO.md)");
   if (root["base"] && root["sweep"]) {
-    throw ScenarioError(path + ":1:1: this is a study file (base: and sweep:), not a scenario; run it with `rlsim plan " + path + "`");
+    throw ScenarioError(path + ":1:1: this is a study file (base: and sweep:), not a scenario; run it with `rlsim plan " + path +
+                        "`");
   }
   for (const auto& o : overrides) apply_override(root, o, src);
   const fs::path base_dir = fs::path(path).parent_path();
@@ -778,8 +806,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   parse_output_section(src, top, path, s);
   // A validation record's published figures (rlsim validate reads them; see analysis/validation.h).
   (void)top.get("validation");
-  top.finish({"name", "seed", "steps", "model", "cluster", "placement", "schedule", "workload", "rollout",
-              "training", "weight_sync", "output", "validation"});
+  top.finish({"name", "seed", "steps", "model", "cluster", "placement", "schedule", "workload", "rollout", "training",
+              "weight_sync", "output", "validation"});
   apply_calibration(s, calibration ? *calibration : builtin_calibration());
   return s;
 }

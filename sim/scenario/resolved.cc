@@ -10,10 +10,14 @@ namespace {
 
 std::string q(double v, Dimension d) {
   switch (d) {
-    case Dimension::kBytes: return fmt::format("{:g} GB", v / 1e9);
-    case Dimension::kBandwidth: return fmt::format("{:g} GB/s", v / 1e9);
-    case Dimension::kTime: return fmt::format("{:g} us", v * 1e6);
-    case Dimension::kFlops: return fmt::format("{:g} TFLOPS", v / 1e12);
+    case Dimension::kBytes:
+      return fmt::format("{:g} GB", v / 1e9);
+    case Dimension::kBandwidth:
+      return fmt::format("{:g} GB/s", v / 1e9);
+    case Dimension::kTime:
+      return fmt::format("{:g} us", v * 1e6);
+    case Dimension::kFlops:
+      return fmt::format("{:g} TFLOPS", v / 1e12);
   }
   return {};
 }
@@ -28,9 +32,9 @@ void link(YAML::Emitter& e, const char* key, const models::Link& l) {
 }
 
 void linear(YAML::Emitter& e, const char* key, const models::LinearPrecision& l) {
-  e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "weight" << YAML::Value
-    << l.weight.str() << YAML::Key << "activation" << YAML::Value << l.activation.str() << YAML::Key << "accumulate"
-    << YAML::Value << std::string(models::traits(l.accumulate).name) << YAML::EndMap;
+  e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "weight" << YAML::Value << l.weight.str()
+    << YAML::Key << "activation" << YAML::Value << l.activation.str() << YAML::Key << "accumulate" << YAML::Value
+    << std::string(models::traits(l.accumulate).name) << YAML::EndMap;
 }
 
 void recipe(YAML::Emitter& e, const char* key, const models::Recipe& r) {
@@ -48,8 +52,8 @@ void recipe(YAML::Emitter& e, const char* key, const models::Recipe& r) {
   e << YAML::Key << "attention" << YAML::Value << std::string(models::traits(r.attention).name);
   e << YAML::Key << "softmax" << YAML::Value << std::string(models::traits(r.softmax).name);
   e << YAML::Key << "master_weights" << YAML::Value << std::string(models::traits(r.master_weights).name);
-  e << YAML::Key << "gradient" << YAML::Value << r.gradient.str() << YAML::Key << "sync" << YAML::Value << r.sync.str() << YAML::Key
-    << "reference" << YAML::Value << r.reference.str();
+  e << YAML::Key << "gradient" << YAML::Value << r.gradient.str() << YAML::Key << "sync" << YAML::Value << r.sync.str()
+    << YAML::Key << "reference" << YAML::Value << r.reference.str();
   e << YAML::Key << "mode" << YAML::Value << (r.mode == models::QuantMode::kReal ? "real" : "fake");
   e << YAML::EndMap;
 }
@@ -57,9 +61,12 @@ void recipe(YAML::Emitter& e, const char* key, const models::Recipe& r) {
 void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
   e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
   switch (d.kind) {
-    case LengthDist::Kind::kFixed: e << YAML::Key << "dist" << YAML::Value << "fixed" << YAML::Key << "value" << YAML::Value << d.value; break;
+    case LengthDist::Kind::kFixed:
+      e << YAML::Key << "dist" << YAML::Value << "fixed" << YAML::Key << "value" << YAML::Value << d.value;
+      break;
     case LengthDist::Kind::kUniform:
-      e << YAML::Key << "dist" << YAML::Value << "uniform" << YAML::Key << "min" << YAML::Value << d.min << YAML::Key << "max" << YAML::Value << d.max;
+      e << YAML::Key << "dist" << YAML::Value << "uniform" << YAML::Key << "min" << YAML::Value << d.min << YAML::Key << "max"
+        << YAML::Value << d.max;
       break;
     case LengthDist::Kind::kLognormal:
       e << YAML::Key << "dist" << YAML::Value << "lognormal" << YAML::Key << "median" << YAML::Value << num(d.median) << YAML::Key
@@ -77,28 +84,30 @@ void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
 void efficiency(YAML::Emitter& e, const Efficiency& f, bool with_moe) {
   e << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "memory" << YAML::Value
     << num(f.memory) << YAML::Key << "compute" << YAML::Value << num(f.compute);
-  if (with_moe) e << YAML::Key << "moe_compute" << YAML::Value << num(f.moe_compute) << YAML::Key << "forward" << YAML::Value << num(f.forward);
+  if (with_moe)
+    e << YAML::Key << "moe_compute" << YAML::Value << num(f.moe_compute) << YAML::Key << "forward" << YAML::Value
+      << num(f.forward);
   e << YAML::Key << "comm" << YAML::Value << num(f.comm) << YAML::EndMap;
 }
 
 void model(YAML::Emitter& e, const models::ModelArch& m) {
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << m.name << YAML::Key << "layers" << YAML::Value << m.layers << YAML::Key << "hidden"
-    << YAML::Value << m.hidden << YAML::Key << "intermediate" << YAML::Value << m.intermediate << YAML::Key << "heads" << YAML::Value
-    << m.heads << YAML::Key << "kv_heads" << YAML::Value << m.kv_heads << YAML::Key << "head_dim" << YAML::Value << m.head_dim
-    << YAML::Key << "vocab" << YAML::Value << m.vocab << YAML::Key << "tied_embeddings" << YAML::Value << m.tied_embeddings
-    << YAML::Key << "qkv_bias" << YAML::Value << m.qkv_bias;
+    << YAML::Value << m.hidden << YAML::Key << "intermediate" << YAML::Value << m.intermediate << YAML::Key << "heads"
+    << YAML::Value << m.heads << YAML::Key << "kv_heads" << YAML::Value << m.kv_heads << YAML::Key << "head_dim" << YAML::Value
+    << m.head_dim << YAML::Key << "vocab" << YAML::Value << m.vocab << YAML::Key << "tied_embeddings" << YAML::Value
+    << m.tied_embeddings << YAML::Key << "qkv_bias" << YAML::Value << m.qkv_bias;
   if (m.moe) {
-    e << YAML::Key << "moe" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "experts" << YAML::Value << m.moe->experts
-      << YAML::Key << "active" << YAML::Value << m.moe->active << YAML::Key << "expert_intermediate" << YAML::Value
-      << m.moe->expert_intermediate << YAML::Key << "shared_experts" << YAML::Value << m.moe->shared_experts << YAML::Key
-      << "dense_layers" << YAML::Value << m.moe->dense_layers << YAML::EndMap;
+    e << YAML::Key << "moe" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "experts" << YAML::Value
+      << m.moe->experts << YAML::Key << "active" << YAML::Value << m.moe->active << YAML::Key << "expert_intermediate"
+      << YAML::Value << m.moe->expert_intermediate << YAML::Key << "shared_experts" << YAML::Value << m.moe->shared_experts
+      << YAML::Key << "dense_layers" << YAML::Value << m.moe->dense_layers << YAML::EndMap;
   }
   if (m.mla) {
     e << YAML::Key << "mla" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "q_lora_rank" << YAML::Value
-      << m.mla->q_lora_rank << YAML::Key << "kv_lora_rank" << YAML::Value << m.mla->kv_lora_rank << YAML::Key << "qk_nope_head_dim"
-      << YAML::Value << m.mla->qk_nope_head_dim << YAML::Key << "qk_rope_head_dim" << YAML::Value << m.mla->qk_rope_head_dim
-      << YAML::Key << "v_head_dim" << YAML::Value << m.mla->v_head_dim << YAML::EndMap;
+      << m.mla->q_lora_rank << YAML::Key << "kv_lora_rank" << YAML::Value << m.mla->kv_lora_rank << YAML::Key
+      << "qk_nope_head_dim" << YAML::Value << m.mla->qk_nope_head_dim << YAML::Key << "qk_rope_head_dim" << YAML::Value
+      << m.mla->qk_rope_head_dim << YAML::Key << "v_head_dim" << YAML::Value << m.mla->v_head_dim << YAML::EndMap;
   }
   e << YAML::EndMap;
 }
@@ -118,9 +127,11 @@ std::string resolved_yaml(const Scenario& s) {
     << "memory" << YAML::Value << q(d.memory_bytes, Dimension::kBytes) << YAML::Key << "memory_bandwidth" << YAML::Value
     << q(d.memory_bandwidth_bytes_per_s, Dimension::kBandwidth);
   e << YAML::Key << "compute" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  for (const auto& [c, r] : d.flops_per_s) e << YAML::Key << std::string(models::compute_name(c)) << YAML::Value << q(r, Dimension::kFlops);
+  for (const auto& [c, r] : d.flops_per_s)
+    e << YAML::Key << std::string(models::compute_name(c)) << YAML::Value << q(r, Dimension::kFlops);
   e << YAML::EndMap << YAML::EndMap;
-  e << YAML::Key << "nodes" << YAML::Value << s.cluster.nodes << YAML::Key << "devices_per_node" << YAML::Value << s.cluster.devices_per_node;
+  e << YAML::Key << "nodes" << YAML::Value << s.cluster.nodes << YAML::Key << "devices_per_node" << YAML::Value
+    << s.cluster.devices_per_node;
   link(e, "intra_node", s.cluster.intra_node);
   link(e, "inter_node", s.cluster.inter_node);
   link(e, "host_link", s.cluster.host_link);
@@ -128,13 +139,13 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "placement" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
     << std::string(placement_name(s.placement.mode));
   if (s.placement.mode == PlacementMode::kDisaggregated) {
-    e << YAML::Key << "rollout_devices" << YAML::Value << s.placement.rollout_devices << YAML::Key << "train_devices" << YAML::Value
-      << s.placement.train_devices;
+    e << YAML::Key << "rollout_devices" << YAML::Value << s.placement.rollout_devices << YAML::Key << "train_devices"
+      << YAML::Value << s.placement.train_devices;
   }
   e << YAML::EndMap;
   e << YAML::Key << "schedule" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
-    << std::string(schedule_name(s.schedule.mode)) << YAML::Key << "staleness" << YAML::Value << num(s.schedule.staleness) << YAML::Key
-    << "partial_rollout" << YAML::Value << s.schedule.partial_rollout << YAML::EndMap;
+    << std::string(schedule_name(s.schedule.mode)) << YAML::Key << "staleness" << YAML::Value << num(s.schedule.staleness)
+    << YAML::Key << "partial_rollout" << YAML::Value << s.schedule.partial_rollout << YAML::EndMap;
   e << YAML::Key << "workload" << YAML::Value << YAML::BeginMap << YAML::Key << "prompts_per_step" << YAML::Value
     << s.workload.prompts_per_step << YAML::Key << "samples_per_prompt" << YAML::Value << s.workload.samples_per_prompt;
   dist(e, "prompt_tokens", s.workload.prompt_tokens);
@@ -143,14 +154,18 @@ std::string resolved_yaml(const Scenario& s) {
   const auto& r = s.rollout;
   e << YAML::Key << "rollout" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "engine" << YAML::Value << (r.engine == RolloutEngineKind::kVllm ? "vllm" : "sglang");
-  e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "expert_parallel" << YAML::Value << r.expert_parallel;
+  e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "expert_parallel" << YAML::Value
+    << r.expert_parallel;
   recipe(e, "precision", r.precision);
-  e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value << num(r.memory_utilization);
-  e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level << YAML::Key << "enforce_eager" << YAML::Value << r.enforce_eager;
+  e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value
+    << num(r.memory_utilization);
+  e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level << YAML::Key << "enforce_eager" << YAML::Value
+    << r.enforce_eager;
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
   e << YAML::Key << "overheads" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "iteration" << YAML::Value
-    << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value << q(r.layer_overhead_s, Dimension::kTime) << YAML::Key << "moe_layer"
-    << YAML::Value << q(r.moe_layer_overhead_s, Dimension::kTime) << YAML::Key << "per_sequence" << YAML::Value
+    << q(r.iteration_overhead_s, Dimension::kTime) << YAML::Key << "per_layer" << YAML::Value
+    << q(r.layer_overhead_s, Dimension::kTime) << YAML::Key << "moe_layer" << YAML::Value
+    << q(r.moe_layer_overhead_s, Dimension::kTime) << YAML::Key << "per_sequence" << YAML::Value
     << q(r.sequence_overhead_s, Dimension::kTime) << YAML::EndMap;
   efficiency(e, r.efficiency, false);
   e << YAML::EndMap;
@@ -160,24 +175,29 @@ std::string resolved_yaml(const Scenario& s) {
   recipe(e, "precision", t.precision);
   e << YAML::Key << "tensor_parallel" << YAML::Value << t.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value
     << t.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << t.expert_parallel << YAML::Key << "ppo_epochs"
-    << YAML::Value << t.ppo_epochs << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key << "dynamic_batching"
-    << YAML::Value << t.dynamic_batching << YAML::Key << "micro_batch_tokens" << YAML::Value << t.micro_batch_tokens << YAML::Key
-    << "logprob_micro_batch_tokens" << YAML::Value << t.logprob_micro_batch_tokens << YAML::Key << "micro_batch_sequences" << YAML::Value
-    << t.micro_batch_sequences << YAML::Key << "logprob_micro_batch_sequences" << YAML::Value << t.logprob_micro_batch_sequences << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob
-    << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing" << YAML::Value
-    << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
-  e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.optimizer.name
-    << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key << "offload"
-    << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam << YAML::EndMap;
+    << YAML::Value << t.ppo_epochs << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key
+    << "dynamic_batching" << YAML::Value << t.dynamic_batching << YAML::Key << "micro_batch_tokens" << YAML::Value
+    << t.micro_batch_tokens << YAML::Key << "logprob_micro_batch_tokens" << YAML::Value << t.logprob_micro_batch_tokens
+    << YAML::Key << "micro_batch_sequences" << YAML::Value << t.micro_batch_sequences << YAML::Key
+    << "logprob_micro_batch_sequences" << YAML::Value << t.logprob_micro_batch_sequences << YAML::Key << "recompute_old_logprob"
+    << YAML::Value << t.recompute_old_logprob << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key
+    << "activation_checkpointing" << YAML::Value << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value
+    << t.param_offload;
+  e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value
+    << t.optimizer.name << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key
+    << "offload" << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam
+    << YAML::EndMap;
   efficiency(e, t.efficiency, true);
   e << YAML::Key << "step_overhead" << YAML::Value << q(t.step_overhead_s, Dimension::kTime);
   e << YAML::EndMap;
-  const char* method = s.weight_sync.method == WeightSyncMethod::kAuto ? "auto"
-                       : s.weight_sync.method == WeightSyncMethod::kCudaIpc ? "cuda-ipc" : "nccl-broadcast";
+  const char* method = s.weight_sync.method == WeightSyncMethod::kAuto      ? "auto"
+                       : s.weight_sync.method == WeightSyncMethod::kCudaIpc ? "cuda-ipc"
+                                                                            : "nccl-broadcast";
   e << YAML::Key << "weight_sync" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "method" << YAML::Value << method
     << YAML::Key << "bucket" << YAML::Value << fmt::format("{:g} MiB", s.weight_sync.bucket_bytes / 1048576.0) << YAML::EndMap;
   e << YAML::Key << "output" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << s.output.dir
-    << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace << YAML::EndMap;
+    << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace
+    << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

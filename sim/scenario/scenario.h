@@ -92,7 +92,7 @@ struct RolloutConfig {
   RolloutEngineKind engine = RolloutEngineKind::kVllm;
   int tensor_parallel = 1;
   int expert_parallel = 1;
-  models::Recipe precision;    // its kv_cache is the engine's KV format (rollout.kv_cache sets it)
+  models::Recipe precision;  // its kv_cache is the engine's KV format (rollout.kv_cache sets it)
   int max_num_seqs = 256;
   double memory_utilization = 0.85;
   /// Colocated placement: what the engine does with its memory while the trainer runs (vLLM

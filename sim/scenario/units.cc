@@ -1,5 +1,7 @@
 #include "sim/scenario/units.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -7,31 +9,31 @@
 #include <stdexcept>
 #include <utility>
 
-#include <fmt/format.h>
-
 namespace rlsim::sim {
 namespace {
 
 using UnitTable = std::initializer_list<std::pair<std::string_view, double>>;
 
 const UnitTable& units_of(Dimension dim) {
-  static const UnitTable bytes{{"B", 1.0},       {"KB", 1e3},          {"MB", 1e6},
-                               {"GB", 1e9},      {"TB", 1e12},         {"KiB", 1024.0},
+  static const UnitTable bytes{{"B", 1.0},         {"KB", 1e3},           {"MB", 1e6},
+                               {"GB", 1e9},        {"TB", 1e12},          {"KiB", 1024.0},
                                {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-  static const UnitTable bandwidth{{"B/s", 1.0},        {"KB/s", 1e3},          {"MB/s", 1e6},
-                                   {"GB/s", 1e9},       {"TB/s", 1e12},         {"MiB/s", 1048576.0},
-                                   {"GiB/s", 1073741824.0}, {"Kb/s", 125.0},    {"Mb/s", 125e3},
-                                   {"Gb/s", 125e6},     {"Tb/s", 125e9},        {"Gbps", 125e6},
+  static const UnitTable bandwidth{{"B/s", 1.0},    {"KB/s", 1e3},        {"MB/s", 1e6},           {"GB/s", 1e9},
+                                   {"TB/s", 1e12},  {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0}, {"Kb/s", 125.0},
+                                   {"Mb/s", 125e3}, {"Gb/s", 125e6},      {"Tb/s", 125e9},         {"Gbps", 125e6},
                                    {"Mbps", 125e3}};
-  static const UnitTable time{{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3},
-                              {"s", 1.0},   {"min", 60.0}, {"h", 3600.0}};
-  static const UnitTable flops{{"FLOPS", 1.0},  {"GFLOPS", 1e9},  {"TFLOPS", 1e12}, {"PFLOPS", 1e15},
-                               {"TOPS", 1e12},  {"POPS", 1e15}};
+  static const UnitTable time{{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}, {"h", 3600.0}};
+  static const UnitTable flops{{"FLOPS", 1.0},   {"GFLOPS", 1e9}, {"TFLOPS", 1e12},
+                               {"PFLOPS", 1e15}, {"TOPS", 1e12},  {"POPS", 1e15}};
   switch (dim) {
-    case Dimension::kBytes: return bytes;
-    case Dimension::kBandwidth: return bandwidth;
-    case Dimension::kTime: return time;
-    case Dimension::kFlops: return flops;
+    case Dimension::kBytes:
+      return bytes;
+    case Dimension::kBandwidth:
+      return bandwidth;
+    case Dimension::kTime:
+      return time;
+    case Dimension::kFlops:
+      return flops;
   }
   return bytes;
 }
@@ -56,11 +58,11 @@ std::string unit_examples(Dimension dim) {
 double parse_quantity(std::string_view text, Dimension dim) {
   const std::string_view t = trim(text);
   std::size_t i = 0;
-  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.' || t[i] == 'e' ||
-                          t[i] == 'E' || t[i] == '+' || t[i] == '-')) {
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.' || t[i] == 'e' || t[i] == 'E' ||
+                          t[i] == '+' || t[i] == '-')) {
     // stop at a unit that starts with 'E'/'e' only if no digit follows (e.g. "1 EB" is not a unit here)
-    if ((t[i] == 'e' || t[i] == 'E') && (i + 1 >= t.size() || !(std::isdigit(static_cast<unsigned char>(t[i + 1])) ||
-                                                               t[i + 1] == '-' || t[i + 1] == '+'))) {
+    if ((t[i] == 'e' || t[i] == 'E') &&
+        (i + 1 >= t.size() || !(std::isdigit(static_cast<unsigned char>(t[i + 1])) || t[i + 1] == '-' || t[i + 1] == '+'))) {
       break;
     }
     ++i;

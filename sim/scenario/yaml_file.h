@@ -2,9 +2,9 @@
 // input: file:line:column and what went wrong.
 #pragma once
 
-#include <string>
-
 #include <yaml-cpp/yaml.h>
+
+#include <string>
 
 namespace rlsim::sim {
 

@@ -4,6 +4,9 @@
 // override it came from.
 #pragma once
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -11,9 +14,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
@@ -31,7 +31,8 @@ struct Source {
   std::map<std::string, std::string> overrides;  // dotted path -> "path=value"
   std::string label = "--set";                   // how an override is named in messages
 
-  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what, bool unknown_key = false) const {
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what,
+                         bool unknown_key = false) const {
     for (const auto& [p, text] : overrides) {
       if (path == p || path.starts_with(p + ".")) throw_error(label + " " + text + ": " + what, unknown_key);
     }
@@ -53,9 +54,7 @@ inline std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-inline std::string child_path(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
+inline std::string child_path(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
 /// A YAML mapping whose keys are checked: each key read is marked, and finish() rejects the rest.
 class Map {
@@ -100,8 +99,7 @@ class Map {
     return n.Scalar();
   }
 
-  std::int64_t integer(const std::string& key, std::int64_t dflt, std::int64_t lo, std::int64_t hi,
-                       bool required = false) {
+  std::int64_t integer(const std::string& key, std::int64_t dflt, std::int64_t lo, std::int64_t hi, bool required = false) {
     YAML::Node n = required ? require(key) : get(key);
     if (!n) return dflt;
     std::int64_t v = 0;
@@ -119,7 +117,8 @@ class Map {
     if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) {
       src_.fail(n, path(key), fmt::format("'{}' must be a number, got '{}'", path(key), scalar_text(n)));
     }
-    if (!(v >= lo && v <= hi)) src_.fail(n, path(key), fmt::format("'{}' must be in [{:g}, {:g}], got {:g}", path(key), lo, hi, v));
+    if (!(v >= lo && v <= hi))
+      src_.fail(n, path(key), fmt::format("'{}' must be in [{:g}, {:g}], got {:g}", path(key), lo, hi, v));
     return v;
   }
 
@@ -153,17 +152,22 @@ class Map {
       if (n.IsScalar() && n.Scalar() == name) return value;
       names.push_back(name);
     }
-    src_.fail(n, path(key), fmt::format("'{}': unknown value '{}' (expected one of: {})", path(key), scalar_text(n), join(names)));
+    src_.fail(n, path(key),
+              fmt::format("'{}': unknown value '{}' (expected one of: {})", path(key), scalar_text(n), join(names)));
   }
 
  private:
   static std::string scalar_text(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : std::string("<non-scalar>"); }
   static std::string example(Dimension d) {
     switch (d) {
-      case Dimension::kBytes: return "'96 GB'";
-      case Dimension::kBandwidth: return "'450 GB/s'";
-      case Dimension::kTime: return "'2 us'";
-      case Dimension::kFlops: return "'989 TFLOPS'";
+      case Dimension::kBytes:
+        return "'96 GB'";
+      case Dimension::kBandwidth:
+        return "'450 GB/s'";
+      case Dimension::kTime:
+        return "'2 us'";
+      case Dimension::kFlops:
+        return "'989 TFLOPS'";
     }
     return "";
   }

@@ -2,6 +2,8 @@
 // runs on the real stories260K model — batch-invariant kernels with identical recipes give
 // delta = 0 at every position, default kernels do not, precision pairs drift more, and the same
 // seed gives the same outputs byte for byte.
+#include "analysis/drift.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "analysis/drift.h"
 #include "models/runtime/kernels.h"
 
 namespace rlsim::analysis {
@@ -18,7 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const models::ModelWeights& stories() {
-  static const models::ModelWeights w = models::load_llama2c((fs::path(RLSIM_SHARED_DIR) / "models/stories260K/stories260K.bin").string());
+  static const models::ModelWeights w =
+      models::load_llama2c((fs::path(RLSIM_SHARED_DIR) / "models/stories260K/stories260K.bin").string());
   return w;
 }
 
@@ -52,7 +54,8 @@ TEST(DriftMetrics, ClosedFormValues) {
   // |Δ| sorted: 0, 0.1, 0.2, 0.3, 0.5, 1.0; type 7 at p = 0.99: h = 4.95 -> 0.5 + 0.95 * 0.5.
   EXPECT_NEAR(metric(m, "p99_abs_delta"), 0.975, 1e-12);
   EXPECT_NEAR(metric(m, "kl"), (0.01 + 0.02 + 0.03 + 0.04 + 0.06) / 6, 1e-12);
-  EXPECT_NEAR(metric(m, "max_prob_diff"), std::fabs(0.5 * std::exp(1.0) - 0.5), 1e-12);  // capped by nothing: Δ = 1 -> p_train = 0.5e
+  EXPECT_NEAR(metric(m, "max_prob_diff"), std::fabs(0.5 * std::exp(1.0) - 0.5),
+              1e-12);  // capped by nothing: Δ = 1 -> p_train = 0.5e
   // Sequence sums: 0.9 and -0.2.
   EXPECT_NEAR(metric(m, "seq_log_ratio_abs"), (0.9 + 0.2) / 2, 1e-12);
   EXPECT_NEAR(metric(m, "seq_log_ratio_std"), std::sqrt((0.55 * 0.55 + 0.55 * 0.55) / 1), 1e-12);
@@ -73,7 +76,8 @@ TEST(DriftMetrics, BootstrapIntervalsAreSeededAndBracketThePoint) {
     for (int t = 0; t < 16; ++t) q.push_back(token(0.01 * ((s * 7 + t * 13) % 17 - 8), 1e-3 * (s % 5)));
     seqs.push_back(q);
   }
-  const auto a = drift_metrics(seqs, 16, 2.0, 500, 3), b = drift_metrics(seqs, 16, 2.0, 500, 3), c = drift_metrics(seqs, 16, 2.0, 500, 4);
+  const auto a = drift_metrics(seqs, 16, 2.0, 500, 3), b = drift_metrics(seqs, 16, 2.0, 500, 3),
+             c = drift_metrics(seqs, 16, 2.0, 500, 4);
   bool differs = false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].ci_low, b[i].ci_low);
@@ -100,7 +104,8 @@ TEST(DriftPairs, ParseRecipesAndKvOverride) {
   EXPECT_EQ(p.rollout.precision.recipe->kv_cache, models::parse_format("fp8-e4m3"));
   EXPECT_EQ(p.train.precision.recipe->kv_cache, models::builtin_recipe("fp8-block").kv_cache);
   EXPECT_FALSE(parse_drift_pair("fp32:bf16").train.precision.recipe.has_value());
-  for (const char* bad : {"bf16", "bf16:", "bf16:fp9", "bf16:bf16:bf16", "bf16:bf16+kv=fp7", "bf16:bf16+tp=2", "fp32+kv=fp8-e4m3:bf16"}) {
+  for (const char* bad :
+       {"bf16", "bf16:", "bf16:fp9", "bf16:bf16:bf16", "bf16:bf16+kv=fp7", "bf16:bf16+tp=2", "fp32+kv=fp8-e4m3:bf16"}) {
     EXPECT_THROW(parse_drift_pair(bad), std::invalid_argument) << bad;
   }
 }
@@ -117,9 +122,10 @@ DriftOptions small_options(std::vector<std::string> pairs, bool batch_invariant)
 }
 
 TEST(DriftRun, BatchInvariantIdenticalRecipesGiveZeroDeltaAtEveryPosition) {
-  const auto results = run_drift(stories(), small_options({"bf16:bf16", "fp8-block:fp8-block", "int4-qat-g32:int4-w4a16-g32", "nvfp4:nvfp4",
-                                                           "fp8-block+kv=fp8-e4m3:fp8-block+kv=fp8-e4m3"},
-                                                          true),
+  const auto results = run_drift(stories(),
+                                 small_options({"bf16:bf16", "fp8-block:fp8-block", "int4-qat-g32:int4-w4a16-g32", "nvfp4:nvfp4",
+                                                "fp8-block+kv=fp8-e4m3:fp8-block+kv=fp8-e4m3"},
+                                               true),
                                  nullptr);
   ASSERT_EQ(results.size(), 5u);
   for (const DriftPairResult& r : results) {
@@ -143,7 +149,8 @@ TEST(DriftRun, BatchInvariantIdenticalRecipesGiveZeroDeltaAtEveryPosition) {
 }
 
 TEST(DriftRun, DefaultKernelsDriftAndPrecisionDriftsMore) {
-  const auto results = run_drift(stories(), small_options({"fp32:fp32", "bf16:bf16", "bf16:fp8-block", "bf16:nvfp4", "fp32:bf16"}, false), nullptr);
+  const auto results = run_drift(
+      stories(), small_options({"fp32:fp32", "bf16:bf16", "bf16:fp8-block", "bf16:nvfp4", "fp32:bf16"}, false), nullptr);
   auto mean_abs = [&](std::size_t i) { return results[i].by_length.back().second[0].value; };
   EXPECT_LT(mean_abs(0), 1e-4);  // fp32: summation order only, no rounding to amplify it
   if (models::simd_kernels_available()) {

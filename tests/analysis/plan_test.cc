@@ -1,20 +1,20 @@
 // Capacity planning (analysis/plan): study files, point enumeration, ranking and the Pareto front
 // against brute force, determinism across job counts, and the ready studies of scenarios/ with the
 // findings they exist to show.
+#include "analysis/plan.h"
+
+#include <csv.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <sstream>
 
-#include <csv.h>
-#include <nlohmann/json.hpp>
-
-#include "analysis/plan.h"
 #include "analysis/plots.h"
 #include "analysis/report.h"
 #include "sim/pipeline/pipeline.h"
@@ -32,8 +32,8 @@ fs::path scenario_dir() { return fs::path(RLSIM_SOURCE_DIR) / "scenarios"; }
 class PlanTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("rlsim_plan_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("rlsim_plan_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                                        "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     fs::copy_file(scenario_dir() / "default.yaml", dir_ / "base.yaml");
@@ -86,14 +86,16 @@ sweep:
     rollout.max_num_seqs: [64, 128]
 )"));
   ASSERT_EQ(st.points(), 12u);
-  EXPECT_EQ(st.columns(), (std::vector<std::string>{"cluster.nodes", "rollout.precision", "rollout.tensor_parallel", "rollout.max_num_seqs"}));
+  EXPECT_EQ(st.columns(),
+            (std::vector<std::string>{"cluster.nodes", "rollout.precision", "rollout.tensor_parallel", "rollout.max_num_seqs"}));
   EXPECT_EQ(st.coordinates(0), (std::vector<std::size_t>{0, 0, 0}));
   EXPECT_EQ(st.coordinates(1), (std::vector<std::size_t>{0, 0, 1}));
   EXPECT_EQ(st.coordinates(2), (std::vector<std::size_t>{0, 1, 0}));
   EXPECT_EQ(st.coordinates(11), (std::vector<std::size_t>{1, 2, 1}));
   EXPECT_EQ(st.overrides(7), (std::vector<std::string>{"cluster.nodes=2", "rollout.precision=bf16", "rollout.tensor_parallel=2",
                                                        "rollout.max_num_seqs=128"}));
-  EXPECT_EQ(analysis::point_settings(st, 7), "cluster.nodes=2 rollout.precision=bf16 rollout.tensor_parallel=2 rollout.max_num_seqs=128");
+  EXPECT_EQ(analysis::point_settings(st, 7),
+            "cluster.nodes=2 rollout.precision=bf16 rollout.tensor_parallel=2 rollout.max_num_seqs=128");
   // Every point is distinct.
   std::set<std::vector<std::string>> seen;
   for (std::size_t i = 0; i < st.points(); ++i) seen.insert(st.overrides(i));
@@ -131,31 +133,42 @@ output: {dir: elsewhere, plots: false}
 
 TEST_F(PlanTest, BadStudiesNameFileLineAndWhatWasExpected) {
   const std::string head = "base: base.yaml\n";
-  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1, 2]\nobjectiv: step_time\n").find("study.yaml:4:1: unknown key 'objectiv'"),
-            std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: []\n").find("study.yaml:3:18: sweep 'cluster.nodes' must be a non-empty list"),
-            std::string::npos);
+  EXPECT_NE(
+      study_error(head + "sweep:\n  cluster.nodes: [1, 2]\nobjectiv: step_time\n").find("study.yaml:4:1: unknown key 'objectiv'"),
+      std::string::npos);
+  EXPECT_NE(
+      study_error(head + "sweep:\n  cluster.nodes: []\n").find("study.yaml:3:18: sweep 'cluster.nodes' must be a non-empty list"),
+      std::string::npos);
   EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: 2\n").find("must be a non-empty list"), std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1, 2, 1]\n").find("study.yaml:3:25: sweep 'cluster.nodes': the value 1 appears twice"),
+  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1, 2, 1]\n")
+                .find("study.yaml:3:25: sweep 'cluster.nodes': the value 1 appears twice"),
             std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  rollout.precision: [bf16]\n  rollout.precision.kv_cache: [bf16]\n").find("lies inside 'rollout.precision'"),
+  EXPECT_NE(study_error(head + "sweep:\n  rollout.precision: [bf16]\n  rollout.precision.kv_cache: [bf16]\n")
+                .find("lies inside 'rollout.precision'"),
             std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\n  g: {cluster.nodes: [2]}\n").find("study.yaml:4:7: sweep: 'cluster.nodes' is swept twice"),
+  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\n  g: {cluster.nodes: [2]}\n")
+                .find("study.yaml:4:7: sweep: 'cluster.nodes' is swept twice"),
             std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  g: {cluster.nodes: [1, 2], rollout.tensor_parallel: [1]}\n").find("has 1 values but 'cluster.nodes' has 2"),
+  EXPECT_NE(study_error(head + "sweep:\n  g: {cluster.nodes: [1, 2], rollout.tensor_parallel: [1]}\n")
+                .find("has 1 values but 'cluster.nodes' has 2"),
             std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  g: {cluster.nodes: [1, 1], steps: [2, 2]}\n").find("setting 1 appears twice"), std::string::npos);
+  EXPECT_NE(study_error(head + "sweep:\n  g: {cluster.nodes: [1, 1], steps: [2, 2]}\n").find("setting 1 appears twice"),
+            std::string::npos);
   EXPECT_NE(study_error(head + "sweep:\n  cluster..nodes: [1]\n").find("is not a dotted scenario key"), std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nobjective: speed\n").find("study.yaml:4:12: objective: unknown value 'speed'"),
+  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nobjective: speed\n")
+                .find("study.yaml:4:12: objective: unknown value 'speed'"),
             std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nconstraints: {max_step_time: 900}\n").find("study.yaml:4:30: constraints.max_step_time"),
+  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nconstraints: {max_step_time: 900}\n")
+                .find("study.yaml:4:30: constraints.max_step_time"),
             std::string::npos);
-  EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nconstraints: {fits: true}\n").find("unknown key 'constraints.fits'"),
-            std::string::npos);
+  EXPECT_NE(
+      study_error(head + "sweep:\n  cluster.nodes: [1]\nconstraints: {fits: true}\n").find("unknown key 'constraints.fits'"),
+      std::string::npos);
   EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nplots: {heatmap: [cluster.devices]}\n")
                 .find("plots.heatmap: 'cluster.devices' is not a sweep key or group"),
             std::string::npos);
-  EXPECT_NE(study_error("base: nowhere.yaml\nsweep:\n  cluster.nodes: [1]\n").find("study.yaml:1:7: base scenario 'nowhere.yaml' not found"),
+  EXPECT_NE(study_error("base: nowhere.yaml\nsweep:\n  cluster.nodes: [1]\n")
+                .find("study.yaml:1:7: base scenario 'nowhere.yaml' not found"),
             std::string::npos);
   EXPECT_NE(study_error("sweep:\n  cluster.nodes: [1]\n").find("missing 'base'"), std::string::npos);
   EXPECT_NE(study_error(head).find("missing 'sweep'"), std::string::npos);
@@ -177,7 +190,8 @@ TEST_F(PlanTest, InvalidPointsAreRecordedWithTheOverrideThatFailed) {
   const PointResult bad = analysis::evaluate_point(st, 1, cache);
   EXPECT_TRUE(ok.valid);
   EXPECT_FALSE(bad.valid);
-  EXPECT_NE(bad.error.find("sweep rollout.tensor_parallel=3: rollout.tensor_parallel (3) must divide the 8 rollout devices"), std::string::npos)
+  EXPECT_NE(bad.error.find("sweep rollout.tensor_parallel=3: rollout.tensor_parallel (3) must divide the 8 rollout devices"),
+            std::string::npos)
       << bad.error;
   std::vector<PointResult> all = {ok, bad};
   analysis::rank_points(st, all);
@@ -203,10 +217,12 @@ TEST_F(PlanTest, AnUnknownSweptKeyIsAnErrorOfTheStudy) {
 }
 
 TEST_F(PlanTest, APointReadsAsRlsimRunOfItsScenario) {
-  const Study st = analysis::load_study(write("base: base.yaml\nsweep:\n  cluster.device: [h200]\n  rollout.precision: [bf16, int4-w4a16-g32]\n"));
+  const Study st = analysis::load_study(
+      write("base: base.yaml\nsweep:\n  cluster.device: [h200]\n  rollout.precision: [bf16, int4-w4a16-g32]\n"));
   analysis::VerifyCache cache;
   const PointResult p = analysis::evaluate_point(st, 1, cache);
-  const sim::Scenario s = sim::load_scenario((dir_ / "base.yaml").string(), {"cluster.device=h200", "rollout.precision=int4-w4a16-g32"});
+  const sim::Scenario s =
+      sim::load_scenario((dir_ / "base.yaml").string(), {"cluster.device=h200", "rollout.precision=int4-w4a16-g32"});
   sim::NullSink sink;
   sim::SimResult r = sim::simulate(s, sink);
   analysis::check_precision_flow(s, r);
@@ -357,7 +373,8 @@ const PointResult& find(const Study& st, const std::vector<PointResult>& r, cons
     std::string s = " ";  // built stepwise: GCC 12 warns (-Wrestrict, false positive) on " " + string&&
     s += analysis::point_settings(st, p.index);
     s += " ";
-    if (std::all_of(want.begin(), want.end(), [&](const std::string& w) { return s.find(" " + w + " ") != std::string::npos; })) return p;
+    if (std::all_of(want.begin(), want.end(), [&](const std::string& w) { return s.find(" " + w + " ") != std::string::npos; }))
+      return p;
   }
   throw std::runtime_error("no such point");
 }
@@ -384,7 +401,7 @@ TEST(ReadyStudies, KimiK2Int4OnOneNodeBeatsFp8OnTwo) {
   EXPECT_LT(int4_1.phase_s[0], fp8_2.phase_s[0]);
   EXPECT_LT(int4_1.step_time_s, fp8_2.step_time_s);
   EXPECT_EQ(analysis::recommended(r)->index, int4_1.index);
-  EXPECT_EQ(int4_1.verify, "consistent");  // INT4 QAT training, INT4 rollout
+  EXPECT_EQ(int4_1.verify, "consistent");   // INT4 QAT training, INT4 rollout
   EXPECT_EQ(fp8_2.verify, "inconsistent");  // BF16 training, FP8 rollout
   EXPECT_EQ(std::count_if(r.begin(), r.end(), [](const PointResult& p) { return p.fits; }), 6);
 }
@@ -438,7 +455,8 @@ TEST(ReadyStudies, RolloutShareGrowsWithMaxResponseLength) {
 }
 
 TEST_F(PlanTest, WritesEveryOutputAtOnce) {
-  Study st = analysis::load_study(write("base: base.yaml\nsweep:\n  cluster.nodes: [1, 2]\n  rollout.precision: [bf16, fp8-block]\n"));
+  Study st =
+      analysis::load_study(write("base: base.yaml\nsweep:\n  cluster.nodes: [1, 2]\n  rollout.precision: [bf16, fp8-block]\n"));
   const auto r = run_study(st);
   std::vector<std::string> warnings;
   const fs::path out = dir_ / "out";
@@ -452,7 +470,8 @@ TEST_F(PlanTest, WritesEveryOutputAtOnce) {
             st.sweep[1].values[st.coordinates(analysis::recommended(r)->index)[1]][0]);
   if (analysis::gnuplot_available()) {
     EXPECT_TRUE(warnings.empty()) << warnings.front();
-    for (const char* png : {"step_time_heatmap.png", "fit_map.png", "pareto.png"}) EXPECT_GT(fs::file_size(out / png), 1000u) << png;
+    for (const char* png : {"step_time_heatmap.png", "fit_map.png", "pareto.png"})
+      EXPECT_GT(fs::file_size(out / png), 1000u) << png;
   }
 }
 

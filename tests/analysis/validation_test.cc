@@ -2,16 +2,16 @@
 // calibration (the acceptance of `rlsim validate`), records and calibration files are read with
 // file:line:column errors, the comparison and its statistics are exact on hand-made inputs, and
 // the fit recovers a parameter that generated the published figures.
+#include "analysis/validation.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
-#include <fmt/format.h>
-
 #include "analysis/calibrate.h"
-#include "analysis/validation.h"
 #include "sim/scenario/calibration.h"
 
 namespace rlsim::analysis {
@@ -39,7 +39,8 @@ steps: 2
 model: qwen3-8b
 cluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}
 workload:
-  prompts_per_step: )" << prompts << R"(
+  prompts_per_step: )"
+                   << prompts << R"(
   samples_per_prompt: 8
   prompt_tokens: {dist: fixed, value: 200}
   response_tokens: {dist: lognormal, mean: 1500, sigma: 0.5, max: 4096}
@@ -82,7 +83,8 @@ TEST(Validation, BadRecordsNameFileLineAndWhatWasExpected) {
   for (const Case& c : {Case{"unknown_figure", "{figure: step_tme, published: 10 s, tolerance: 0.3}", "step_time"},
                         Case{"unitless", "{figure: step_time, published: 10, tolerance: 0.3}", "has no unit"},
                         Case{"tolerance", "{figure: step_time, published: 10 s, tolerance: 1.5}", "must be in"}}) {
-    const std::string path = write_record(c.name, std::string("validation:\n  source: test\n  figures:\n    - ") + c.figure + "\n");
+    const std::string path =
+        write_record(c.name, std::string("validation:\n  source: test\n  figures:\n    - ") + c.figure + "\n");
     const std::string error = load_error(path);
     EXPECT_NE(error.find(std::string(c.name) + ".yaml:15:"), std::string::npos) << error;
     EXPECT_NE(error.find(c.expected), std::string::npos) << error;
@@ -185,13 +187,15 @@ TEST(Calibration, FitRecoversTheParameterThatGeneratedTheFigures) {
   source: test
   figures:
     - {figure: step_time, published: 1 s, tolerance: 0.3}
-)", 1);
+)",
+                                     1);
   std::vector<ValidationRecord> records{load_record(p, truth)};
   const auto sims = simulate_records(records, &truth, 1);
   records[0].figures[0].published = sims[0].at("step_time");
   auto params = calibration_parameters(records);
-  params.erase(std::remove_if(params.begin(), params.end(), [](const CalibrationParameter& q) { return q.name != "step_overhead"; }),
-               params.end());
+  params.erase(
+      std::remove_if(params.begin(), params.end(), [](const CalibrationParameter& q) { return q.name != "step_overhead"; }),
+      params.end());
   ASSERT_EQ(params.size(), 1u);
   CalibrateOptions o;
   o.leave_one_out = false;
@@ -202,7 +206,8 @@ TEST(Calibration, FitRecoversTheParameterThatGeneratedTheFigures) {
     const double cost = std::pow(std::log((x + c) / (20 + c)) / 0.15, 2) + std::pow(std::log(x / prior) / 0.7, 2);
     if (cost < best_cost) best_cost = cost, best = x;
   }
-  std::cout << "[ figure ] fitted step overhead " << fit.values[0] << " s (scan " << best << " s, truth 20 s, prior " << prior << " s)\n";
+  std::cout << "[ figure ] fitted step overhead " << fit.values[0] << " s (scan " << best << " s, truth 20 s, prior " << prior
+            << " s)\n";
   EXPECT_NEAR(fit.values[0], best, 0.02 * best);
   EXPECT_GT(fit.values[0], prior + 0.5 * (20 - prior));  // moved most of the way from the prior
 }
@@ -219,13 +224,15 @@ TEST(Calibration, LeaveOneOutPredictsEachRecordWithoutIt) {
   source: test
   figures:
     - {figure: step_time, published: 1 s, tolerance: 0.3}
-)", 1);
+)",
+                                       1);
     records.push_back(load_record(p, truth));
     records.back().figures[0].published = simulate_records({records.back()}, &truth, 1)[0].at("step_time");
   }
   auto params = calibration_parameters(records);
-  params.erase(std::remove_if(params.begin(), params.end(), [](const CalibrationParameter& q) { return q.name != "step_overhead"; }),
-               params.end());
+  params.erase(
+      std::remove_if(params.begin(), params.end(), [](const CalibrationParameter& q) { return q.name != "step_overhead"; }),
+      params.end());
   const auto fit = calibrate(records, params, sim::builtin_calibration(), CalibrateOptions{});
   ASSERT_EQ(fit.loo.size(), 2u);
   EXPECT_GT(fit.values[0], 10.0);

@@ -1,6 +1,7 @@
+#include "models/llm/arch.h"
+
 #include <gtest/gtest.h>
 
-#include "models/llm/arch.h"
 #include "models/precision/footprint.h"
 #include "sim/pipeline/rollout.h"
 #include "sim/scenario/scenario.h"
@@ -26,13 +27,13 @@ TEST_P(CatalogParams, MatchPublishedCounts) {
   EXPECT_NEAR(static_cast<double>(m.active_params()) / 1e9, p.active_b, p.active_b * p.tol) << p.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, CatalogParams,
-                         ::testing::Values(Published{"qwen3-8b", 8.2, 8.2, 0.01}, Published{"qwen3-32b", 32.8, 32.8, 0.01},
-                                           Published{"qwen3-30b-a3b", 30.5, 3.3, 0.02},
-                                           Published{"qwen3-235b-a22b", 235.0, 22.0, 0.02},
-                                           Published{"qwen2.5-7b", 7.61, 7.61, 0.01}, Published{"qwen2.5-math-7b", 7.61, 7.61, 0.01},
-                                           Published{"llama3.1-8b", 8.03, 8.03, 0.01}, Published{"deepseek-v3", 671.0, 37.0, 0.02},
-                                           Published{"kimi-k2", 1040.0, 32.0, 0.03}));
+INSTANTIATE_TEST_SUITE_P(
+    All, CatalogParams,
+    ::testing::Values(Published{"qwen3-8b", 8.2, 8.2, 0.01}, Published{"qwen3-32b", 32.8, 32.8, 0.01},
+                      Published{"qwen3-30b-a3b", 30.5, 3.3, 0.02}, Published{"qwen3-235b-a22b", 235.0, 22.0, 0.02},
+                      Published{"qwen2.5-7b", 7.61, 7.61, 0.01}, Published{"qwen2.5-math-7b", 7.61, 7.61, 0.01},
+                      Published{"llama3.1-8b", 8.03, 8.03, 0.01}, Published{"deepseek-v3", 671.0, 37.0, 0.02},
+                      Published{"kimi-k2", 1040.0, 32.0, 0.03}));
 
 TEST(Arch, LinearShapesSumToParams) {
   for (const auto& name : sim::catalog_model_names()) {
@@ -41,8 +42,8 @@ TEST(Arch, LinearShapesSumToParams) {
     double sum = 0;
     for (const auto& l : m.linear_shapes()) sum += static_cast<double>(l.out * l.in * l.count);
     const double bias = m.qkv_bias ? static_cast<double>(m.heads + 2 * m.kv_heads) * m.head_dim * m.layers : 0.0;
-    const double expected = static_cast<double>(p.linear() + p.router) - bias +
-                            static_cast<double>(m.tied_embeddings ? p.embedding : p.lm_head);
+    const double expected =
+        static_cast<double>(p.linear() + p.router) - bias + static_cast<double>(m.tied_embeddings ? p.embedding : p.lm_head);
     EXPECT_DOUBLE_EQ(sum, expected) << name;
   }
 }

@@ -1,9 +1,8 @@
 // Precision-flow graphs (models/graph): builder structure, the seven cases of issue 5 from their
 // scenario files with exactly the stated mismatch sets, the VF2 path against the name-anchored
 // pass, extra operators, GraphML round trips and errors, DOT marks.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <set>
@@ -90,7 +89,7 @@ TEST(PrecisionGraphBuild, TrainingHasBackwardAndNoKvCache) {
     wgrad += g[v].kind == OpKind::kWgrad;
     kv += g[v].kind == OpKind::kKvWrite || g[v].kind == OpKind::kKvRead;
   }
-  EXPECT_EQ(dgrad, ops);     // one per forward operator
+  EXPECT_EQ(dgrad, ops);      // one per forward operator
   EXPECT_EQ(wgrad, linears);  // one per linear-like operator
   EXPECT_EQ(kv, 0u);
   // Linear-like: 2 layers x 4 attention + layer 0 dense 3 + layer 1: router + 4 experts x 3 + shared 3, lm_head.
@@ -134,8 +133,10 @@ TEST(PrecisionGraphBuild, EdgePrecisionFollowsTheRecipe) {
 
 TEST(ValueEquivalence, FakeInt4EqualsRealInt4) {
   const Format int4 = parse_format("int4/group32");
-  TensorEdge fake{"weight", TensorRole::kWeight, {int4, QuantMode::kFake, Element::kBf16, ComputeType::kBf16, Element::kFp32}, {}};
-  TensorEdge real{"weight", TensorRole::kWeight, {int4, QuantMode::kReal, Element::kInt4, ComputeType::kBf16, Element::kFp32}, {}};
+  TensorEdge fake{
+      "weight", TensorRole::kWeight, {int4, QuantMode::kFake, Element::kBf16, ComputeType::kBf16, Element::kFp32}, {}};
+  TensorEdge real{
+      "weight", TensorRole::kWeight, {int4, QuantMode::kReal, Element::kInt4, ComputeType::kBf16, Element::kFp32}, {}};
   EXPECT_TRUE(value_equivalent(fake, real, nullptr));
   std::string why;
   real.precision.accumulate = Element::kFp16;
@@ -344,19 +345,22 @@ TEST(ExtraOperator, ReportedByNameAnchoredPassAndByVf2) {
 TEST(ExtraOperator, KindsWithoutSharedNamesAreCounted) {
   const ModelArch a = tiny_dense();
   const PrecisionGraph t = renamed(build_precision_graph(a, builtin_recipe("bf16"), GraphSide::kTraining), "t.");
-  const PrecisionGraph i = renamed(with_extra_operator(build_precision_graph(a, builtin_recipe("bf16"), GraphSide::kInference)), "i.");
+  const PrecisionGraph i =
+      renamed(with_extra_operator(build_precision_graph(a, builtin_recipe("bf16"), GraphSide::kInference)), "i.");
   const VerifyResult r = verify(t, i);
   EXPECT_FALSE(r.consistent);
   ASSERT_EQ(r.mismatches.size(), 1u);
   EXPECT_EQ(r.mismatches[0].kind, OpKind::kResidualAdd);
-  EXPECT_NE(r.mismatches[0].reason.find("inference has 5 residual_add operators, training 4"), std::string::npos) << r.mismatches[0].reason;
+  EXPECT_NE(r.mismatches[0].reason.find("inference has 5 residual_add operators, training 4"), std::string::npos)
+      << r.mismatches[0].reason;
 }
 
 // ---- KV-cache contraction -----------------------------------------------------------------------
 
 TEST(KvContraction, ReplacesEachStoreByOneEdgeAndRejectsDanglingReads) {
   const ModelArch a = tiny_dense();
-  const PrecisionGraph i = build_precision_graph(a, with_kv(builtin_recipe("bf16"), parse_format("fp8-e4m3/tensor")), GraphSide::kInference);
+  const PrecisionGraph i =
+      build_precision_graph(a, with_kv(builtin_recipe("bf16"), parse_format("fp8-e4m3/tensor")), GraphSide::kInference);
   const PrecisionGraph c = contract_kv_cache(i);
   EXPECT_EQ(boost::num_vertices(c), boost::num_vertices(i) - 2 * 2 * 2);  // 2 layers x (K, V) x (write, read)
   EXPECT_EQ(boost::num_edges(c), boost::num_edges(i) - 2 * 2 * 2);        // 3 edges become 1 per store
@@ -384,7 +388,8 @@ TEST(KvContraction, ReplacesEachStoreByOneEdgeAndRejectsDanglingReads) {
 TEST(GraphMl, RoundTripKeepsEveryAttributeAndTheVerdict) {
   const ModelArch a = tiny_moe();
   const PrecisionGraph t = build_precision_graph(a, builtin_recipe("int4-qat-g32"), GraphSide::kTraining);
-  const PrecisionGraph i = build_precision_graph(a, with_kv(builtin_recipe("nvfp4"), parse_format("fp8-e4m3/tensor")), GraphSide::kInference);
+  const PrecisionGraph i =
+      build_precision_graph(a, with_kv(builtin_recipe("nvfp4"), parse_format("fp8-e4m3/tensor")), GraphSide::kInference);
   for (const PrecisionGraph* g : {&t, &i}) {
     std::stringstream xml;
     write_graphml(xml, *g);
@@ -438,7 +443,8 @@ TEST(GraphMl, BadInputNamesTheFileAndTheElement) {
     <node id="a"><data key="n">x.weight</data><data key="k">parameter</data></node>
     <node id="b"><data key="n">x</data><data key="k">linear</data></node>
 )";
-  const std::string edge = R"(<edge source="a" target="b"><data key="t">weight</data><data key="r">weight</data><data key="f">FMT</data></edge>
+  const std::string edge =
+      R"(<edge source="a" target="b"><data key="t">weight</data><data key="r">weight</data><data key="f">FMT</data></edge>
   </graph></graphml>)";
   auto with_format = [&](const std::string& f) {
     std::string e = edge;

@@ -1,18 +1,18 @@
 // The decode path's packed weights and GEMV kernels (models/runtime/kernels.h): every layout holds
 // exactly the dequantised values of models/precision, the SIMD and scalar kernels compute W x to
 // FP32 accuracy on aligned and ragged shapes, and the threaded GEMV is deterministic.
+#include "models/runtime/kernels.h"
+
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <omp.h>
-
 #include "models/precision/format.h"
 #include "models/precision/quantize.h"
-#include "models/runtime/kernels.h"
 #include "tests/models/test_data.h"
 
 namespace rlsim::models {
@@ -50,14 +50,15 @@ const Case kCases[] = {
 // Reference y = W x in double from the dequantised values, and the bound of an FP32 sum of the
 // same products in any order: n * 2^-24 * sum |w x| (Higham, Accuracy and Stability of Numerical
 // Algorithms, 2nd ed., eq. 3.5), with n the row length.
-void reference(const std::vector<double>& w, const std::vector<float>& x, std::int64_t rows, std::int64_t cols, std::vector<double>& y,
-               std::vector<double>& bound) {
+void reference(const std::vector<double>& w, const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
+               std::vector<double>& y, std::vector<double>& bound) {
   y.assign(static_cast<std::size_t>(rows), 0.0);
   bound.assign(static_cast<std::size_t>(rows), 0.0);
   for (std::int64_t r = 0; r < rows; ++r) {
     double s = 0, a = 0;
     for (std::int64_t c = 0; c < cols; ++c) {
-      const double p = static_cast<double>(static_cast<float>(w[static_cast<std::size_t>(r * cols + c)])) * x[static_cast<std::size_t>(c)];
+      const double p =
+          static_cast<double>(static_cast<float>(w[static_cast<std::size_t>(r * cols + c)])) * x[static_cast<std::size_t>(c)];
       s += p;
       a += std::fabs(p);
     }
@@ -82,7 +83,8 @@ TEST(PackedWeight, EveryLayoutHoldsTheDequantisedValuesAndComputesWx) {
       const std::vector<double> deq = dequantize(q);
       for (std::int64_t r = 0; r < rows; ++r) {
         for (std::int64_t c = 0; c < cols; ++c) {
-          ASSERT_EQ(p.at(r, c), static_cast<float>(deq[static_cast<std::size_t>(r * cols + c)])) << "at (" << r << ", " << c << ")";
+          ASSERT_EQ(p.at(r, c), static_cast<float>(deq[static_cast<std::size_t>(r * cols + c)]))
+              << "at (" << r << ", " << c << ")";
         }
       }
       const std::vector<float> x = normal(static_cast<std::size_t>(cols), 5, 1.0f);
@@ -102,7 +104,8 @@ TEST(PackedWeight, EveryLayoutHoldsTheDequantisedValuesAndComputesWx) {
         p.gemv_rows(x.data(), part.data() + 1, 1, rows - 2);
         EXPECT_EQ(part[0], -7.0f);
         EXPECT_EQ(part[static_cast<std::size_t>(rows - 1)], -7.0f);
-        for (std::int64_t r = 1; r < rows - 2; ++r) EXPECT_EQ(part[static_cast<std::size_t>(r)], y_simd[static_cast<std::size_t>(r)]);
+        for (std::int64_t r = 1; r < rows - 2; ++r)
+          EXPECT_EQ(part[static_cast<std::size_t>(r)], y_simd[static_cast<std::size_t>(r)]);
       }
     }
   }
@@ -111,12 +114,14 @@ TEST(PackedWeight, EveryLayoutHoldsTheDequantisedValuesAndComputesWx) {
 TEST(PackedWeight, StorageBytesAreTheFormatsOwn) {
   const std::int64_t rows = 576, cols = 1536;
   const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 3, 0.02f);
-  auto bytes = [&](const char* name) { return PackedWeight(quantize(parse_format(name), rows, cols, std::span<const float>(w))).bytes(); };
+  auto bytes = [&](const char* name) {
+    return PackedWeight(quantize(parse_format(name), rows, cols, std::span<const float>(w))).bytes();
+  };
   const auto n = static_cast<std::size_t>(rows * cols);
   EXPECT_EQ(bytes("bf16"), 2 * n);
   EXPECT_EQ(bytes("fp8-e4m3/block128x128"), n + 4 * (576 / 128 + 1) * (1536 / 128));  // 5 block rows (ragged) x 12, FP32
-  EXPECT_EQ(bytes("mxfp8"), n + n / 32);                                               // E8M0 per 32
-  EXPECT_EQ(bytes("int4/group32"), n / 2 + 2 * (n / 32));                              // BF16 per 32
+  EXPECT_EQ(bytes("mxfp8"), n + n / 32);                                              // E8M0 per 32
+  EXPECT_EQ(bytes("int4/group32"), n / 2 + 2 * (n / 32));                             // BF16 per 32
   EXPECT_EQ(bytes("int4/group128"), n / 2 + 2 * (n / 128));
   EXPECT_EQ(bytes("nvfp4"), n / 2 + n / 16);  // E4M3 per 16 (the FP32 tensor scale is held apart)
   EXPECT_EQ(PackedWeight::from_values(w.data(), rows, cols).bytes(), 4 * n);
@@ -177,7 +182,8 @@ TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
   // The batch-invariant linear: a token's outputs from a call of 1, 3, 4, 9 or 70 tokens (4-token
   // groups, the 1-token remainder, two 64-token blocks) equal its own single-token GEMV exactly,
   // for every kernel layout and a ragged shape.
-  const char* formats[] = {"fp32", "bf16", "fp16", "fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8", "int4/group32", "nvfp4", "mxfp4"};
+  const char* formats[] = {"fp32",         "bf16",  "fp16", "fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8",
+                           "int4/group32", "nvfp4", "mxfp4"};
   for (const char* name : formats) {
     for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 200}, {64, 576}}) {
       SCOPED_TRACE(std::string(name) + " " + std::to_string(rows) + "x" + std::to_string(cols));

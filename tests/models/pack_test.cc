@@ -1,5 +1,7 @@
 // Packing: hand-computed words in slime's INT4 order and in nibble order, and exact unpack of every
 // format (codes, scale codes, scales) with storage sizes equal to the trait table's bytes.
+#include "models/precision/pack.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -7,7 +9,6 @@
 #include <limits>
 #include <vector>
 
-#include "models/precision/pack.h"
 #include "models/precision/recipe.h"
 #include "sim/engine/random.h"
 
@@ -64,9 +65,24 @@ std::vector<double> gaussian(std::int64_t n, std::uint64_t seed) {
   return x;
 }
 
-const char* const kFormats[] = {"bf16", "fp16", "fp8-e4m3/tensor", "fp8-e5m2/channel", "fp8-e4m3/token", "fp8-e4m3/group1x128",
-                                "fp8-e4m3/block128x128", "int8/channel", "int4/group32", "int4/group128", "mxfp8", "fp8-e5m2/mx32",
-                                "mxfp4", "nvfp4", "hif8", "hif8/tensor", "hif4", "fp4-e2m1/group16"};
+const char* const kFormats[] = {"bf16",
+                                "fp16",
+                                "fp8-e4m3/tensor",
+                                "fp8-e5m2/channel",
+                                "fp8-e4m3/token",
+                                "fp8-e4m3/group1x128",
+                                "fp8-e4m3/block128x128",
+                                "int8/channel",
+                                "int4/group32",
+                                "int4/group128",
+                                "mxfp8",
+                                "fp8-e5m2/mx32",
+                                "mxfp4",
+                                "nvfp4",
+                                "hif8",
+                                "hif8/tensor",
+                                "hif4",
+                                "fp4-e2m1/group16"};
 
 void expect_same(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
   EXPECT_EQ(a.codes, b.codes) << what;
@@ -141,7 +157,7 @@ TEST(Pack, ScalesInTheirStorageType) {
 TEST(Recipes, FakeAndRealQuantisationAgreeForEveryBuiltin) {
   const std::int64_t rows = 67, cols = 300;  // ragged against every block size in use
   auto x = gaussian(rows * cols, 6);
-  x[11] = 3.0;   // outliers, positive and negative, and a value past E4M3 range after scaling
+  x[11] = 3.0;  // outliers, positive and negative, and a value past E4M3 range after scaling
   x[400] = -9.5;
   ASSERT_GE(builtin_recipes().size(), 12u);
   for (const Recipe& r : builtin_recipes()) {

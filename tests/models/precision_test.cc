@@ -55,8 +55,8 @@ TEST(Format, GemmComputeType) {
 }
 
 TEST(Recipe, BuiltinsAreComplete) {
-  for (const char* name : {"bf16", "fp16", "fp8-tensor", "fp8-block", "mxfp8", "int4-w4a16-g32", "int4-w4a16-g128",
-                           "nvfp4", "mxfp4", "hif8", "int4-qat-g32"}) {
+  for (const char* name : {"bf16", "fp16", "fp8-tensor", "fp8-block", "mxfp8", "int4-w4a16-g32", "int4-w4a16-g128", "nvfp4",
+                           "mxfp4", "hif8", "int4-qat-g32"}) {
     EXPECT_NO_THROW(builtin_recipe(name)) << name;
   }
   EXPECT_THROW(builtin_recipe("fp8"), std::invalid_argument);

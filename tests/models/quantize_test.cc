@@ -1,18 +1,19 @@
 // Element codecs against the specs (ggml style: exhaustive code round trips, spec table values,
 // ties-to-even, saturation, NaN / Inf behaviour).
+#include "models/precision/quantize.h"
+
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <limits>
 #include <algorithm>
+#include <cmath>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "models/precision/quantize.h"
 #include "sim/engine/random.h"
 
 namespace rlsim::models {
@@ -65,7 +66,7 @@ TEST(Codec, Int8AndInt4AllCodesRoundTrip) {
 
 // OFP8 v1.0 table 1 and MX v1.0 sec. 5.3.3 / 5.4.1.
 TEST(Codec, SpecTableValues) {
-  EXPECT_EQ(decode(Element::kFp8E4M3, 0x7E), 448.0);    // S.1111.110
+  EXPECT_EQ(decode(Element::kFp8E4M3, 0x7E), 448.0);         // S.1111.110
   EXPECT_TRUE(std::isnan(decode(Element::kFp8E4M3, 0x7F)));  // S.1111.111
   EXPECT_TRUE(std::isnan(decode(Element::kFp8E4M3, 0xFF)));
   EXPECT_EQ(decode(Element::kFp8E4M3, 0x01), std::ldexp(1.0, -9));  // smallest subnormal
@@ -95,14 +96,14 @@ TEST(Codec, SpecTableValues) {
 TEST(Codec, TiesToEven) {
   // E4M3 between 1 (mantissa 000) and 1.125 (001): the midpoint goes to the even mantissa, 1.
   EXPECT_EQ(round_to(Element::kFp8E4M3, 1.0625), 1.0);
-  EXPECT_EQ(round_to(Element::kFp8E4M3, 1.1875), 1.25);      // 1.125 | 1.25 midpoint -> 010
+  EXPECT_EQ(round_to(Element::kFp8E4M3, 1.1875), 1.25);  // 1.125 | 1.25 midpoint -> 010
   EXPECT_EQ(round_to(Element::kFp8E4M3, 1.0625000001), 1.125);
   // E2M1: 2.5 lies between 2 (even) and 3 -> 2; 3.5 between 3 and 4 (even) -> 4; 5 between 4 and 6 -> 4.
   EXPECT_EQ(round_to(Element::kFp4E2M1, 2.5), 2.0);
   EXPECT_EQ(round_to(Element::kFp4E2M1, 3.5), 4.0);
   EXPECT_EQ(round_to(Element::kFp4E2M1, 5.0), 4.0);
-  EXPECT_EQ(round_to(Element::kFp4E2M1, 0.25), 0.0);   // subnormal tie to even (0)
-  EXPECT_EQ(round_to(Element::kFp4E2M1, 0.75), 1.0);   // tie between 0.5 (odd) and 1 (even)
+  EXPECT_EQ(round_to(Element::kFp4E2M1, 0.25), 0.0);  // subnormal tie to even (0)
+  EXPECT_EQ(round_to(Element::kFp4E2M1, 0.75), 1.0);  // tie between 0.5 (odd) and 1 (even)
   EXPECT_EQ(round_to(Element::kInt4, 2.5), 2.0);
   EXPECT_EQ(round_to(Element::kInt4, -3.5), -4.0);
   EXPECT_EQ(round_to(Element::kBf16, 1.0 + std::ldexp(1.0, -8)), 1.0);  // half an ulp of bf16 at 1
@@ -191,16 +192,16 @@ TEST(Codec, Hif8AllCodesRoundTrip) {
 
 TEST(Codec, Hif8SpecValues) {
   EXPECT_EQ(decode(Element::kHif8, 0x00), 0.0);
-  EXPECT_EQ(decode(Element::kHif8, 0x08), 1.0);             // Dot 0001, E = 0
-  EXPECT_EQ(decode(Element::kHif8, 0x0F), 1.875);           // 3 mantissa bits
-  EXPECT_EQ(decode(Element::kHif8, 0x10), 2.0);             // Dot 001, E = +1
-  EXPECT_EQ(decode(Element::kHif8, 0x18), 0.5);             // E = -1
-  EXPECT_EQ(decode(Element::kHif8, 0x20), 4.0);             // Dot 01, E = +2
-  EXPECT_EQ(decode(Element::kHif8, 0x40), 16.0);            // Dot 10, E = +4
-  EXPECT_EQ(decode(Element::kHif8, 0x50), 1.0 / 16);        // E = -4
-  EXPECT_EQ(decode(Element::kHif8, 0x60), 256.0);           // Dot 11, E = +8
-  EXPECT_EQ(decode(Element::kHif8, 0x70), 1.0 / 256);       // E = -8
-  EXPECT_EQ(decode(Element::kHif8, 0x6E), 32768.0);         // largest finite, the trait table's max
+  EXPECT_EQ(decode(Element::kHif8, 0x08), 1.0);        // Dot 0001, E = 0
+  EXPECT_EQ(decode(Element::kHif8, 0x0F), 1.875);      // 3 mantissa bits
+  EXPECT_EQ(decode(Element::kHif8, 0x10), 2.0);        // Dot 001, E = +1
+  EXPECT_EQ(decode(Element::kHif8, 0x18), 0.5);        // E = -1
+  EXPECT_EQ(decode(Element::kHif8, 0x20), 4.0);        // Dot 01, E = +2
+  EXPECT_EQ(decode(Element::kHif8, 0x40), 16.0);       // Dot 10, E = +4
+  EXPECT_EQ(decode(Element::kHif8, 0x50), 1.0 / 16);   // E = -4
+  EXPECT_EQ(decode(Element::kHif8, 0x60), 256.0);      // Dot 11, E = +8
+  EXPECT_EQ(decode(Element::kHif8, 0x70), 1.0 / 256);  // E = -8
+  EXPECT_EQ(decode(Element::kHif8, 0x6E), 32768.0);    // largest finite, the trait table's max
   EXPECT_EQ(max_finite(Element::kHif8), 32768.0);
   EXPECT_EQ(decode(Element::kHif8, 0x7E), std::ldexp(1.0, -15));  // smallest normal
   EXPECT_EQ(decode(Element::kHif8, 0x01), std::ldexp(1.0, -22));  // smallest denormal
@@ -210,14 +211,14 @@ TEST(Codec, Hif8SpecValues) {
 }
 
 TEST(Codec, Hif8TiesToEvenAndSaturation) {
-  EXPECT_EQ(round_to(Element::kHif8, 1.0625), 1.0);    // 3-bit binade: 1 | 1.125 -> even 1
-  EXPECT_EQ(round_to(Element::kHif8, 1.1875), 1.25);   // 1.125 | 1.25 -> even 1.25
-  EXPECT_EQ(round_to(Element::kHif8, 18.0), 16.0);     // 2-bit binade 16..32, quantum 4: 16 | 20
-  EXPECT_EQ(round_to(Element::kHif8, 22.0), 24.0);     // 20 | 24 -> 24
-  EXPECT_EQ(round_to(Element::kHif8, 320.0), 256.0);   // 1-bit binade: 256 | 384 -> 256
-  EXPECT_EQ(round_to(Element::kHif8, 15.5), 16.0);     // carry into the next (2-bit) binade
+  EXPECT_EQ(round_to(Element::kHif8, 1.0625), 1.0);   // 3-bit binade: 1 | 1.125 -> even 1
+  EXPECT_EQ(round_to(Element::kHif8, 1.1875), 1.25);  // 1.125 | 1.25 -> even 1.25
+  EXPECT_EQ(round_to(Element::kHif8, 18.0), 16.0);    // 2-bit binade 16..32, quantum 4: 16 | 20
+  EXPECT_EQ(round_to(Element::kHif8, 22.0), 24.0);    // 20 | 24 -> 24
+  EXPECT_EQ(round_to(Element::kHif8, 320.0), 256.0);  // 1-bit binade: 256 | 384 -> 256
+  EXPECT_EQ(round_to(Element::kHif8, 15.5), 16.0);    // carry into the next (2-bit) binade
   EXPECT_EQ(round_to(Element::kHif8, 1.5 * std::ldexp(1.0, -20)), std::ldexp(1.0, -19));  // no mantissa: up
-  EXPECT_EQ(round_to(Element::kHif8, std::ldexp(1.0, -23)), 0.0);                       // half the smallest: to 0
+  EXPECT_EQ(round_to(Element::kHif8, std::ldexp(1.0, -23)), 0.0);                         // half the smallest: to 0
   EXPECT_EQ(round_to(Element::kHif8, std::ldexp(1.0, -23) * 1.001), std::ldexp(1.0, -22));
   bool sat = true;
   EXPECT_EQ(round_to(Element::kHif8, 40000.0, &sat), 32768.0);  // nearest is 32768: no clamp
@@ -249,7 +250,7 @@ TEST(Codec, Hif4ElementAllCodes) {
     EXPECT_EQ(decode(Element::kHif4, c | 8u), -s1e1m2[c]);
   }
   EXPECT_EQ(max_finite(Element::kHif4), 1.75);
-  EXPECT_EQ(round_to(Element::kHif4, 0.125), 0.0);   // tie to even
+  EXPECT_EQ(round_to(Element::kHif4, 0.125), 0.0);  // tie to even
   EXPECT_EQ(round_to(Element::kHif4, 0.375), 0.5);
   EXPECT_EQ(round_to(Element::kHif4, 1.875), 1.75);  // saturates
 }
@@ -349,11 +350,22 @@ TEST(Quantize, SqnrFloorsOnGaussianData) {
   std::vector<double> x(static_cast<std::size_t>(rows * cols));
   sim::Rng rng(7);
   for (auto& v : x) v = rng.normal();
-  const std::vector<std::pair<const char*, double>> floors{
-      {"bf16", 54.5},        {"fp16", 72.5},          {"fp8-e4m3/tensor", 30.5}, {"fp8-e5m2/tensor", 24.5},
-      {"fp8-e4m3/block128x128", 30.5}, {"fp8-e4m3/group1x128", 30.7}, {"mxfp8", 29.6}, {"int8/channel", 41.0},
-      {"int4/group32", 19.2}, {"int4/group128", 17.6}, {"mxfp4", 17.7},       {"nvfp4", 19.4},
-      {"hif8", 30.5}, {"hif8/tensor", 30.5}, {"hif8/token", 30.5}, {"hif4", 20.6}};
+  const std::vector<std::pair<const char*, double>> floors{{"bf16", 54.5},
+                                                           {"fp16", 72.5},
+                                                           {"fp8-e4m3/tensor", 30.5},
+                                                           {"fp8-e5m2/tensor", 24.5},
+                                                           {"fp8-e4m3/block128x128", 30.5},
+                                                           {"fp8-e4m3/group1x128", 30.7},
+                                                           {"mxfp8", 29.6},
+                                                           {"int8/channel", 41.0},
+                                                           {"int4/group32", 19.2},
+                                                           {"int4/group128", 17.6},
+                                                           {"mxfp4", 17.7},
+                                                           {"nvfp4", 19.4},
+                                                           {"hif8", 30.5},
+                                                           {"hif8/tensor", 30.5},
+                                                           {"hif8/token", 30.5},
+                                                           {"hif4", 20.6}};
   std::map<std::string, double> measured;
   for (const auto& [name, floor] : floors) {
     const double db = sqnr_db(x, fake_quantize(parse_format(name), rows, cols, x));
@@ -369,25 +381,25 @@ TEST(Quantize, SqnrFloorsOnGaussianData) {
 TEST(Quantize, Hif4ThreeLevelScale) {
   // One row of 70: a full 64-unit and a ragged 6-element unit.
   std::vector<double> x(70, 0.3);
-  x[1] = -7.0;   // unit 0 amax 7 -> level-1 scale E6M2(1) = 1; group-of-8 0 and group-of-4 0 scale up twice
-  x[12] = 2.5;   // group-of-8 1: 2.5 < 4 -> e8 = 0; group-of-4 3: 2.5 >= 2 -> e4 = 1
-  x[66] = 0.9;   // unit 1: amax 0.9 -> scale E6M2(0.9 / 7)
+  x[1] = -7.0;  // unit 0 amax 7 -> level-1 scale E6M2(1) = 1; group-of-8 0 and group-of-4 0 scale up twice
+  x[12] = 2.5;  // group-of-8 1: 2.5 < 4 -> e8 = 0; group-of-4 3: 2.5 >= 2 -> e4 = 1
+  x[66] = 0.9;  // unit 1: amax 0.9 -> scale E6M2(0.9 / 7)
   const auto q = quantize(parse_format("hif4"), 1, 70, x);
   ASSERT_EQ(q.scale_codes.size(), 2u);
   const std::uint32_t m0 = q.scale_codes[0];
-  EXPECT_EQ(m0 >> 24, 48u << 2);                 // E6M2 of 1.0: exponent field 48, mantissa 0
-  EXPECT_EQ((m0 >> 16) & 0xFFu, 0x01u);          // only the first group of 8 has amax / s >= 4
-  EXPECT_EQ(m0 & 0xFFFFu, 0x0009u);              // groups of 4 number 0 (7 / 2 >= 2) and 3 (2.5 >= 2)
+  EXPECT_EQ(m0 >> 24, 48u << 2);         // E6M2 of 1.0: exponent field 48, mantissa 0
+  EXPECT_EQ((m0 >> 16) & 0xFFu, 0x01u);  // only the first group of 8 has amax / s >= 4
+  EXPECT_EQ(m0 & 0xFFFFu, 0x0009u);      // groups of 4 number 0 (7 / 2 >= 2) and 3 (2.5 >= 2)
   const auto y = dequantize(q);
-  EXPECT_EQ(y[1], -7.0);                         // 1.75 x 2^2
-  EXPECT_EQ(y[0], 0.0);                          // 0.3 / 4 = 0.075 -> 0
-  EXPECT_EQ(y[12], 2.5);                         // 1.25 x 2
-  EXPECT_EQ(y[13], 0.5);                         // same group of 4: 0.3 / 2 = 0.15 -> 0.25, x 2
-  EXPECT_EQ(y[20], 0.25);                        // 0.3 -> 0.25 at multiplier 1
+  EXPECT_EQ(y[1], -7.0);   // 1.75 x 2^2
+  EXPECT_EQ(y[0], 0.0);    // 0.3 / 4 = 0.075 -> 0
+  EXPECT_EQ(y[12], 2.5);   // 1.25 x 2
+  EXPECT_EQ(y[13], 0.5);   // same group of 4: 0.3 / 2 = 0.15 -> 0.25, x 2
+  EXPECT_EQ(y[20], 0.25);  // 0.3 -> 0.25 at multiplier 1
   // Unit 1: s = E6M2(0.9 / 7 = 0.1286) = 0.125 (2^-3 x 1.0; 1.25 x 2^-3 = 0.156 is further).
   EXPECT_EQ(q.scales[1], 0.125);
   EXPECT_EQ(decode_scale(q.format, q.scale_codes[1]), 0.125);
-  EXPECT_EQ(y[66], 0.875);                       // 0.9 / (0.125 x 4) = 1.8 -> nearest 1.75, x 0.5
+  EXPECT_EQ(y[66], 0.875);  // 0.9 / (0.125 x 4) = 1.8 -> nearest 1.75, x 0.5
   EXPECT_EQ(q.saturated, 0);
   // E6M2 rounds amax / 7 = 7.8 / 7 = 1.114 down to 1: 7.8 / 4 = 1.95 rounds past 1.75 and saturates.
   std::vector<double> big(64, 0.0);
@@ -411,9 +423,9 @@ TEST(Quantize, Hif8ScaleIsAPowerOfTwoIntoThePreciseBinades) {
   const auto q = quantize(parse_format("hif8/tensor"), 1, 4, x);
   EXPECT_EQ(q.scales[0], std::ldexp(1.0, 6 - 3));  // floor(log2 104) = 6 -> amax lands in [8, 16)
   const auto y = dequantize(q);
-  EXPECT_EQ(y[2], 104.0);                           // 13 = 1.625 x 2^3: 3 mantissa bits, exact
+  EXPECT_EQ(y[2], 104.0);  // 13 = 1.625 x 2^3: 3 mantissa bits, exact
   EXPECT_EQ(y[1], -3.0);
-  EXPECT_EQ(y[0], 0.09375);                         // 0.0125 -> 1.5 x 2^-7 (2 mantissa bits at |E| = 7), x 8
+  EXPECT_EQ(y[0], 0.09375);  // 0.0125 -> 1.5 x 2^-7 (2 mantissa bits at |E| = 7), x 8
 }
 
 // The FP32 fast path gives the reference's codes, scales and saturation count bit for bit: every
@@ -434,10 +446,31 @@ TEST(Quantize, FastPathEqualsReference) {
   xf[1001] = 3.0e38f;
   for (std::int64_t c = 0; c < cols; ++c) xf[static_cast<std::size_t>(5 * cols + c)] = 0.0f;  // a zero row
   const std::vector<double> xd(xf.begin(), xf.end());
-  for (const char* name : {"bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "fp4-e2m1", "int8", "int4", "hif8", "fp32", "fp8-e4m3/tensor",
-                           "fp8-e5m2/channel", "fp8-e4m3/token", "fp8-e4m3/group1x128", "fp8-e4m3/block128x128", "int8/channel",
-                           "int4/group32", "int4/group128", "mxfp8", "fp8-e5m2/mx32", "mxfp4", "nvfp4", "hif8/tensor", "hif8/group1x128",
-                           "hif4", "bf16/group32"}) {
+  for (const char* name : {"bf16",
+                           "fp16",
+                           "fp8-e4m3",
+                           "fp8-e5m2",
+                           "fp4-e2m1",
+                           "int8",
+                           "int4",
+                           "hif8",
+                           "fp32",
+                           "fp8-e4m3/tensor",
+                           "fp8-e5m2/channel",
+                           "fp8-e4m3/token",
+                           "fp8-e4m3/group1x128",
+                           "fp8-e4m3/block128x128",
+                           "int8/channel",
+                           "int4/group32",
+                           "int4/group128",
+                           "mxfp8",
+                           "fp8-e5m2/mx32",
+                           "mxfp4",
+                           "nvfp4",
+                           "hif8/tensor",
+                           "hif8/group1x128",
+                           "hif4",
+                           "bf16/group32"}) {
     const Format f = parse_format(name);
     const auto ref = quantize(f, rows, cols, xd);
     const auto fast = quantize(f, rows, cols, std::span<const float>(xf));

@@ -4,19 +4,19 @@
 // buffer at its first address; the state machine's errors; restore as the exact inverse of the
 // transform (a partial reload leaves untouched tensors as a fresh load has them); the kernel
 // layouts' byte positions.
+#include "models/runtime/reload.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <random>
 
-#include <fmt/format.h>
-
 #include "models/precision/quantize.h"
 #include "models/runtime/kernels.h"
-#include "tests/models/test_data.h"
-#include "models/runtime/reload.h"
 #include "models/runtime/transformer.h"
 #include "models/runtime/weight_lifecycle.h"
+#include "tests/models/test_data.h"
 
 namespace rlsim::models {
 namespace {
@@ -24,7 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const ModelWeights& stories() {
-  static const ModelWeights w = load_llama2c((fs::path(RLSIM_SHARED_DIR) / "models" / "stories260K" / "stories260K.bin").string());
+  static const ModelWeights w =
+      load_llama2c((fs::path(RLSIM_SHARED_DIR) / "models" / "stories260K" / "stories260K.bin").string());
   return w;
 }
 
@@ -93,8 +94,8 @@ TEST_P(ReloadCycles, FiveHundredReloadsStayBitExactWithAFreshLoadInPlace) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, ReloadCycles,
                          ::testing::Values(CycleCase{"stories260K", "fp8-block"}, CycleCase{"stories260K", "mxfp8"},
-                                           CycleCase{"stories260K", "int4-w4a16-g32"}, CycleCase{"moe", "fp8-block"}, CycleCase{"moe", "mxfp8"},
-                                           CycleCase{"moe", "int4-w4a16-g32"}),
+                                           CycleCase{"stories260K", "int4-w4a16-g32"}, CycleCase{"moe", "fp8-block"},
+                                           CycleCase{"moe", "mxfp8"}, CycleCase{"moe", "int4-w4a16-g32"}),
                          [](const ::testing::TestParamInfo<CycleCase>& param) {
                            std::string n = std::string(param.param.model) + "_" + param.param.precision;
                            for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
@@ -259,8 +260,9 @@ TEST(WeightLifecycle, AForwardPassNeedsTransformedWeights) {
 // --- restore is the exact inverse --------------------------------------------------------------
 
 TEST(WeightLifecycle, RestoreGivesBackTheLoaderBytesOfEveryLayout) {
-  const char* formats[] = {"fp8-e4m3/block128x128", "mxfp8", "int4/group32", "int4/group128", "int4/channel", "nvfp4", "mxfp4",
-                           "fp8-e4m3/tensor", "bf16", "fp16", "fp32", "hif8/tensor", "int8/channel"};
+  const char* formats[] = {
+      "fp8-e4m3/block128x128", "mxfp8", "int4/group32", "int4/group128", "int4/channel", "nvfp4",       "mxfp4",
+      "fp8-e4m3/tensor",       "bf16",  "fp16",         "fp32",          "hif8/tensor",  "int8/channel"};
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{64, 256}, {37, 200}, {5, 33}, {130, 96}};
   for (const char* name : formats) {
     for (const auto& [rows, cols] : shapes) {
@@ -342,12 +344,15 @@ TEST(KernelLayout, AscendMxfp8TransposesCodesAndPairsScales) {
   const auto* scales = static_cast<const std::uint8_t*>(p.scale_storage());
   const std::int64_t kb = 5;
   for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) ASSERT_EQ(codes[c * rows + r], q.codes[static_cast<std::size_t>(r * cols + c)]) << r << "," << c;
-    for (std::int64_t b = 0; b < kb; ++b) ASSERT_EQ(scales[((b / 2) * rows + r) * 2 + b % 2], q.scale_codes[static_cast<std::size_t>(r * kb + b)]);
+    for (std::int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(codes[c * rows + r], q.codes[static_cast<std::size_t>(r * cols + c)]) << r << "," << c;
+    for (std::int64_t b = 0; b < kb; ++b)
+      ASSERT_EQ(scales[((b / 2) * rows + r) * 2 + b % 2], q.scale_codes[static_cast<std::size_t>(r * kb + b)]);
   }
   // The k-major kernel: SIMD and scalar sum each row in the same order, bit for bit, for 1 and 5 tokens.
   const std::vector<float> x = normal(static_cast<std::size_t>(5 * cols), 6, 1.0f);
-  std::vector<float> y1(static_cast<std::size_t>(rows)), ys(static_cast<std::size_t>(rows)), y5(static_cast<std::size_t>(5 * rows));
+  std::vector<float> y1(static_cast<std::size_t>(rows)), ys(static_cast<std::size_t>(rows)),
+      y5(static_cast<std::size_t>(5 * rows));
   p.gemv_rows(x.data(), y1.data(), 0, rows);
   p.gemv_rows_scalar(x.data(), ys.data(), 0, rows);
   p.gemm_rows(x.data(), 5, y5.data(), rows, 0, rows);

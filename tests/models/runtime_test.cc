@@ -2,16 +2,15 @@
 // logits and greedy sequences, the tokenizers, quantised modes within stated bounds, the Hugging
 // Face path (stories260K converted to safetensors must give the same logits; SmolLM2-135M shapes
 // with synthetic weights), and corrupt files rejected with the file and tensor named.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <random>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "models/runtime/tokenizer.h"
 #include "models/runtime/transformer.h"
@@ -51,7 +50,8 @@ double max_abs_diff(const float* a, const float* b, std::size_t n) {
 }
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / fmt::format("rlsim_runtime_{}_{}", name, ::testing::UnitTest::GetInstance()->random_seed());
+  const fs::path d =
+      fs::temp_directory_path() / fmt::format("rlsim_runtime_{}_{}", name, ::testing::UnitTest::GetInstance()->random_seed());
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -136,8 +136,9 @@ TEST(Stories260K, QuantisedModesStayWithinPerFormatBounds) {
     double mean, max;
   };
   std::map<std::string, double> mean_err;
-  for (const Bound b : {Bound{"bf16", 0.065, 0.75}, Bound{"fp8-tensor", 0.42, 3.2}, Bound{"fp8-block", 0.41, 3.5}, Bound{"mxfp8", 0.48, 4.2},
-                        Bound{"int4-w4a16-g32", 1.4, 9.0}, Bound{"int4-w4a16-g128", 1.8, 12.0}, Bound{"nvfp4", 1.6, 14.0}}) {
+  for (const Bound b :
+       {Bound{"bf16", 0.065, 0.75}, Bound{"fp8-tensor", 0.42, 3.2}, Bound{"fp8-block", 0.41, 3.5}, Bound{"mxfp8", 0.48, 4.2},
+        Bound{"int4-w4a16-g32", 1.4, 9.0}, Bound{"int4-w4a16-g128", 1.8, 12.0}, Bound{"nvfp4", 1.6, 14.0}}) {
     const MatrixRM q = Transformer(stories(), runtime_precision(b.precision)).prefill(tokens);
     const double mean = (q - ref).cwiseAbs().mean();
     const double max = (q - ref).cwiseAbs().maxCoeff();
@@ -194,7 +195,8 @@ TEST(Stories260K, BatchInvariantKernelsMakePrefillAndDecodeBitIdentical) {
   // every recipe (per-tensor activation scales included) and with an FP8 KV cache.
   const std::vector<int> tokens = read_tokens(kStories / "reference/prompt/tokens.txt");
   ASSERT_GT(tokens.size(), 20u);
-  for (const char* p : {"fp32", "bf16", "fp16", "fp8-tensor", "fp8-block", "mxfp8", "int4-w4a16-g32", "nvfp4", "mxfp4", "hif8", "hif4"}) {
+  for (const char* p :
+       {"fp32", "bf16", "fp16", "fp8-tensor", "fp8-block", "mxfp8", "int4-w4a16-g32", "nvfp4", "mxfp4", "hif8", "hif4"}) {
     Recipe r = runtime_precision(p).recipe.value_or(builtin_recipe("bf16"));
     r.kv_cache = parse_format("fp8-e4m3/tensor");
     for (const RuntimePrecision& rp : {runtime_precision(p), RuntimePrecision{r.name + "+fp8kv", r}}) {
@@ -209,7 +211,8 @@ TEST(Stories260K, BatchInvariantKernelsMakePrefillAndDecodeBitIdentical) {
       for (Eigen::Index v = 0; v < all.cols(); ++v) ASSERT_EQ(first[static_cast<std::size_t>(v)], all(prompt - 1, v));
       for (std::size_t t = prompt; t < tokens.size(); ++t) {
         const auto row = model.decode(tokens[t]);
-        for (Eigen::Index v = 0; v < all.cols(); ++v) ASSERT_EQ(row[static_cast<std::size_t>(v)], all(static_cast<Eigen::Index>(t), v)) << "position " << t;
+        for (Eigen::Index v = 0; v < all.cols(); ++v)
+          ASSERT_EQ(row[static_cast<std::size_t>(v)], all(static_cast<Eigen::Index>(t), v)) << "position " << t;
       }
       // The same model with the default kernels differs by summation order, and for NVFP4 by its
       // activation tensor scale (over the whole prefill there, per token here).
@@ -319,7 +322,8 @@ void write_safetensors(const fs::path& file, const std::vector<std::pair<std::st
   for (const auto& [name, m] : tensors) {
     const std::uint64_t bytes = static_cast<std::uint64_t>(m.size()) * width;
     const bool vector = name.ends_with("norm.weight") || name.ends_with(".bias");
-    const std::vector<std::int64_t> shape = vector ? std::vector<std::int64_t>{m.rows()} : std::vector<std::int64_t>{m.rows(), m.cols()};
+    const std::vector<std::int64_t> shape =
+        vector ? std::vector<std::int64_t>{m.rows()} : std::vector<std::int64_t>{m.rows(), m.cols()};
     header[name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -407,7 +411,8 @@ TEST(HuggingFace, Stories260KConvertedToSafetensorsGivesTheReferenceLogits) {
   const fs::path sharded = temp_dir("hf_sharded");
   write_config(sharded, stories().config, 10000.0, 1e-5);
   auto tensors = hf_tensors(stories(), true);
-  const std::vector<std::pair<std::string, MatrixRM>> a(tensors.begin(), tensors.begin() + 20), b(tensors.begin() + 20, tensors.end());
+  const std::vector<std::pair<std::string, MatrixRM>> a(tensors.begin(), tensors.begin() + 20),
+      b(tensors.begin() + 20, tensors.end());
   write_safetensors(sharded / "model-00001-of-00002.safetensors", a, false);
   write_safetensors(sharded / "model-00002-of-00002.safetensors", b, false);
   nlohmann::json index;
@@ -431,7 +436,8 @@ TEST(HuggingFace, CorruptSafetensorsAreRejectedNamingFileAndTensor) {
   auto put = [&](const std::string& data) { std::ofstream(file, std::ios::binary) << data; };
 
   put(good.substr(0, good.size() - 100));  // last tensor cut short
-  EXPECT_NE(load_error(dir).find("model.safetensors: tensor 'model.norm.weight': data_offsets outside"), std::string::npos) << load_error(dir);
+  EXPECT_NE(load_error(dir).find("model.safetensors: tensor 'model.norm.weight': data_offsets outside"), std::string::npos)
+      << load_error(dir);
   std::string flipped = good;
   flipped[7] = static_cast<char>(0x40);  // header length bit flip: far beyond the file
   put(flipped);
@@ -472,7 +478,8 @@ TEST(HuggingFace, SmolLm2ShapesWithSyntheticBf16WeightsLoadAndRun) {
   EXPECT_EQ(loaded.config.kv_heads, 3);
   EXPECT_FLOAT_EQ(loaded.config.rope_theta, 100000.0f);
   EXPECT_EQ(loaded.parameters(), 134515008);  // SmolLM2-135M: 134.5 M parameters (tied)
-  EXPECT_EQ(loaded.layers[29].w_down(5, 7), std::bit_cast<float>(static_cast<std::uint32_t>(to_bf16(w.layers[29].w_down(5, 7))) << 16));
+  EXPECT_EQ(loaded.layers[29].w_down(5, 7),
+            std::bit_cast<float>(static_cast<std::uint32_t>(to_bf16(w.layers[29].w_down(5, 7))) << 16));
 
   const auto tok = load_tokenizer((kSmol / "tokenizer.json").string(), c.vocab);
   const std::vector<int> prompt = tok->encode("Once upon a time, 3 cats", false);
@@ -506,8 +513,9 @@ TEST(ByteLevelBpe, SmolLm2TokenizerRoundTripsAndSplitsAsTheModelExpects) {
   const std::vector<int> chat = tok.encode("<|im_start|>user\nHi<|im_end|>", false);
   EXPECT_EQ(chat.front(), 1);
   EXPECT_EQ(chat.back(), 2);
-  for (const std::string text : {"Once upon a time, there was a little girl named Lily.", "  two  spaces\tand\nnewlines\n\n",
-                                 "Unicode: café, naïve, 日本語, emoji 🙂!", "it's they're we'll I'd", "x = 3.14159 * (r ** 2)"}) {
+  for (const std::string text :
+       {"Once upon a time, there was a little girl named Lily.", "  two  spaces\tand\nnewlines\n\n",
+        "Unicode: café, naïve, 日本語, emoji 🙂!", "it's they're we'll I'd", "x = 3.14159 * (r ** 2)"}) {
     std::string back;
     for (int t : tok.encode(text, false)) back += tok.decode(-1, t);
     EXPECT_EQ(back, text);

@@ -1,6 +1,7 @@
+#include "sim/pipeline/collectives.h"
+
 #include <gtest/gtest.h>
 
-#include "sim/pipeline/collectives.h"
 #include "sim/pipeline/memory_ledger.h"
 
 namespace rlsim::sim {

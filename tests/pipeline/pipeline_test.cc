@@ -1,13 +1,13 @@
+#include "sim/pipeline/pipeline.h"
+
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <cmath>
 
 #include "sim/pipeline/collectives.h"
-
-#include "sim/pipeline/pipeline.h"
 
 namespace rlsim::sim {
 namespace {
@@ -165,7 +165,6 @@ TEST(Pipeline, SyncGatherBufferIsTwoBuckets) {
   EXPECT_DOUBLE_EQ(gather_peak(huge_bucket), full);
 }
 
-
 // --- schedules, placement, offload, MoE, multi-node (issue 3) ---------------------------------
 
 const char* kDisagg = R"(name: async test
@@ -230,8 +229,8 @@ TEST(Schedules, SyncAndOneStepOffConserve) {
 TEST(Schedules, AsyncConservesWithAndWithoutPartialRollout) {
   for (const char* partial : {"false", "true"}) {
     NullSink sink;
-    const Scenario s = load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=0.5",
-                                           std::string("schedule.partial_rollout=") + partial});
+    const Scenario s =
+        load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=0.5", std::string("schedule.partial_rollout=") + partial});
     const SimResult r = simulate(s, sink);
     SCOPED_TRACE(partial);
     expect_conserved(s, r);
@@ -306,7 +305,8 @@ TEST(Placement, OptimizerAndParamOffloadCostTimeAndMemory) {
   EXPECT_NEAR(rb.peak_rollout_bytes - ro.peak_rollout_bytes,
               rb.train_memory.optimizer + rb.train_memory.params + rb.train_memory.reference, 1.0);
   const TrainerCostModel tc(off);
-  const double per_step = 2 * tc.optimizer_offload_s() + 2 * copy_s(ro.train_memory.params + ro.train_memory.reference, off.cluster.host_link);
+  const double per_step =
+      2 * tc.optimizer_offload_s() + 2 * copy_s(ro.train_memory.params + ro.train_memory.reference, off.cluster.host_link);
   EXPECT_NEAR(ro.steps[1].phase_s.at("offload") - rb.steps[1].phase_s.at("offload"), per_step, 1e-6);
 }
 
@@ -338,7 +338,8 @@ TEST(MoE, RouterPrecisionComesFromTheRecipe) {
   const unsigned router = 1u << static_cast<unsigned>(models::LinearKind::kRouter);
   EXPECT_NEAR(models::weight_bytes(arch, b, router, false) - models::weight_bytes(arch, a, router, false),
               2.0 * static_cast<double>(arch.params().router), 1.0);
-  EXPECT_NEAR(models::weight_bytes(arch, b) - models::weight_bytes(arch, a), 2.0 * static_cast<double>(arch.params().router), 1.0);
+  EXPECT_NEAR(models::weight_bytes(arch, b) - models::weight_bytes(arch, a), 2.0 * static_cast<double>(arch.params().router),
+              1.0);
 }
 
 TEST(MoE, MegatronExpertParallelSplitsExpertsAndPaysAllToAll) {
@@ -380,8 +381,8 @@ TEST(MultiNode, EngineAcrossNodesPaysInterNodeAllReduce) {
 
 // Longest-first assignment to the least-loaded rank; the slowest rank sets the pace.
 TEST(DataParallel, ImbalanceOfLongestFirstAssignment) {
-  EXPECT_DOUBLE_EQ(dp_imbalance({4, 1, 1, 1, 1}, 2, 1), 1.0);   // 4 | 1+1+1+1
-  EXPECT_DOUBLE_EQ(dp_imbalance({1, 5, 1, 1}, 2, 1), 1.25);     // 5 | 3: 5 x 2 / 8
+  EXPECT_DOUBLE_EQ(dp_imbalance({4, 1, 1, 1, 1}, 2, 1), 1.0);  // 4 | 1+1+1+1
+  EXPECT_DOUBLE_EQ(dp_imbalance({1, 5, 1, 1}, 2, 1), 1.25);    // 5 | 3: 5 x 2 / 8
   // Two mini-batches balanced one by one: 5 | 3, then 4 | 4.
   EXPECT_DOUBLE_EQ(dp_imbalance({5, 1, 1, 1, 2, 2, 2, 2}, 2, 2), (5.0 + 4.0) * 2 / 16);
   EXPECT_DOUBLE_EQ(dp_imbalance({7, 3, 2}, 1, 1), 1.0);
@@ -416,8 +417,8 @@ TEST(DataParallel, MicroBatchesPerDeviceFollowVerlsBatching) {
   b.sequences = 512;
   b.max_sequence = 8000;
   // 8 devices, FSDP: DP 8. Dynamic: 4 mini-batches of 250K tokens, 31,250 per device over 16,384.
-  const Scenario dyn = load_text(kBase, {"training.mini_batches=4", "training.micro_batch_tokens=16384",
-                                         "training.logprob_micro_batch_tokens=65536"});
+  const Scenario dyn = load_text(
+      kBase, {"training.mini_batches=4", "training.micro_batch_tokens=16384", "training.logprob_micro_batch_tokens=65536"});
   const TrainerCostModel td(dyn);
   EXPECT_DOUBLE_EQ(td.micro_batches_per_device(b, true), 4 * 2.0);
   EXPECT_DOUBLE_EQ(td.micro_batches_per_device(b, false), 2.0);  // 125,000 per device over 65,536
@@ -437,8 +438,8 @@ TEST(DataParallel, MicroBatchesPerDeviceFollowVerlsBatching) {
   // compute they overlap) the update costs more at the same FLOPs.
   TrainBatch short_seqs = b;
   short_seqs.tokens = 1e5;
-  const Scenario fine = load_text(kBase, {"training.mini_batches=4", "training.dynamic_batching=false",
-                                          "training.micro_batch_sequences=1"});
+  const Scenario fine =
+      load_text(kBase, {"training.mini_batches=4", "training.dynamic_batching=false", "training.micro_batch_sequences=1"});
   EXPECT_GT(TrainerCostModel(fine).phase_times(short_seqs).actor_update, 1.5 * tf.phase_times(short_seqs).actor_update);
 }
 
@@ -456,8 +457,10 @@ TEST(MoE, TrainingExpertGemmsRunAtTheMoeRate) {
   const double active_routed = routed * s.model.moe->active / s.model.moe->experts;
   const double dense = static_cast<double>(s.model.active_matmul_params()) - active_routed;
   const double peak = s.cluster.device.rate(models::ComputeType::kBf16);
-  const double expect = 3.0 * (2 * dense * b.tokens / (peak * s.training.efficiency.compute) +
-                               2 * active_routed * b.tokens / (peak * s.training.efficiency.moe_compute)) / t.devices();
+  const double expect = 3.0 *
+                        (2 * dense * b.tokens / (peak * s.training.efficiency.compute) +
+                         2 * active_routed * b.tokens / (peak * s.training.efficiency.moe_compute)) /
+                        t.devices();
   EXPECT_NEAR(t.compute_s(b, 3.0), expect, expect * 1e-12);
   EXPECT_LT(s.training.efficiency.moe_compute, s.training.efficiency.compute);
 }
@@ -501,7 +504,8 @@ TEST(Pipeline, StepOverheadIsAPhaseOfEveryStep) {
 // memory of FP32 ones, a narrower reference halves the reference weights.
 TEST(Footprint, TrainingRecipeSizesGradientsAndReference) {
   const Scenario fp32 = load_text(kBase);
-  const Scenario narrow = load_text(std::string(kBase) + "training: {precision: {base: bf16, gradient: bf16, reference: fp8-e4m3/tensor}}\n");
+  const Scenario narrow =
+      load_text(std::string(kBase) + "training: {precision: {base: bf16, gradient: bf16, reference: fp8-e4m3/tensor}}\n");
   EXPECT_EQ(narrow.training.precision.gradient, models::parse_format("bf16"));
   const TrainMemory a = TrainerCostModel(fp32).memory(TrainBatch{}), b = TrainerCostModel(narrow).memory(TrainBatch{});
   EXPECT_NEAR(b.grads, a.grads / 2, 1.0);
@@ -523,7 +527,8 @@ TEST(WeightSync, QuantisedEngineReloadCostsRestoreLoadTransform) {
   double matrices = 0;
   for (const auto& l : q.model.linear_shapes()) matrices += static_cast<double>(l.count);
   EXPECT_NEAR(sq.quantize,
-              (static_cast<double>(q.model.params().total()) * 2 + wq) / hbm + matrices * q.weight_sync.quantize_per_matrix_s, 1e-9);
+              (static_cast<double>(q.model.params().total()) * 2 + wq) / hbm + matrices * q.weight_sync.quantize_per_matrix_s,
+              1e-9);
   EXPECT_NEAR(sq.load, 2 * wq / hbm, 1e-9);
   // Every matrix also passes the sync path's per-matrix step, quantised or not.
   EXPECT_NEAR(sq.gather - tq.weight_sync(wq, 8, 1).gather, 0.0, 1e-12);

@@ -1,10 +1,11 @@
+#include "sim/pipeline/rollout.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numeric>
 
 #include "sim/engine/event_queue.h"
-#include "sim/pipeline/rollout.h"
 
 namespace rlsim::sim {
 namespace {
@@ -158,7 +159,7 @@ TEST(RolloutEngine, ShortSequencesLeaveTheBatchEarly) {
   EXPECT_LT(reqs[0].finish_ns, reqs[1].finish_ns);
   const double prefill = c.prefill_s(200, 2 * c.causal_attn_flops_device(100), 2, 0, 0);
   const double both = c.decode_stretch_s(2, 2 * 101.0, 9);  // tokens 2..10 of both
-  const double alone = c.decode_stretch_s(1, 110.0, 40);  // tokens 11..50 of the long one (context 100 + 10)
+  const double alone = c.decode_stretch_s(1, 110.0, 40);    // tokens 11..50 of the long one (context 100 + 10)
   EXPECT_NEAR(to_seconds(reqs[0].finish_ns), prefill + both, 1e-8);
   EXPECT_NEAR(to_seconds(r.done), prefill + both + alone, 1e-8);
 }

@@ -71,8 +71,8 @@ TEST(Units, ParseQuantities) {
   EXPECT_DOUBLE_EQ(parse_quantity("900 s", Dimension::kTime), 900.0);
   EXPECT_DOUBLE_EQ(parse_quantity("989 TFLOPS", Dimension::kFlops), 989e12);
   EXPECT_DOUBLE_EQ(parse_quantity("1e3GB", Dimension::kBytes), 1e12);
-  EXPECT_THROW(parse_quantity("96", Dimension::kBytes), std::invalid_argument);        // no unit
-  EXPECT_THROW(parse_quantity("96 GB/s", Dimension::kBytes), std::invalid_argument);   // wrong dimension
+  EXPECT_THROW(parse_quantity("96", Dimension::kBytes), std::invalid_argument);       // no unit
+  EXPECT_THROW(parse_quantity("96 GB/s", Dimension::kBytes), std::invalid_argument);  // wrong dimension
   EXPECT_THROW(parse_quantity("-1 GB", Dimension::kBytes), std::invalid_argument);
   EXPECT_THROW(parse_quantity("GB", Dimension::kBytes), std::invalid_argument);
 }
@@ -148,18 +148,21 @@ TEST(Loader, RecipeNeedsAComputeRateOnTheDevice) {
 
 TEST(Loader, OverridesApplyAndReportThemselves) {
   TempScenario t(kMinimal);
-  const Scenario s = load_scenario(t.path(), {"rollout.precision=int4-w4a16-g32", "cluster.nodes=2", "rollout.tensor_parallel=2"});
+  const Scenario s =
+      load_scenario(t.path(), {"rollout.precision=int4-w4a16-g32", "cluster.nodes=2", "rollout.tensor_parallel=2"});
   EXPECT_EQ(s.rollout.precision.name, "int4-w4a16-g32");
   EXPECT_EQ(s.cluster.devices(), 16);
   EXPECT_EQ(s.rollout.tensor_parallel, 2);
   EXPECT_EQ(error_of(kMinimal, {"rollout.precison=fp8-block"}).rfind("--set rollout.precison=fp8-block: unknown key", 0), 0u);
-  EXPECT_EQ(error_of(kMinimal, {"cluster.nodes=two"}).rfind("--set cluster.nodes=two: 'cluster.nodes' must be an integer", 0), 0u);
+  EXPECT_EQ(error_of(kMinimal, {"cluster.nodes=two"}).rfind("--set cluster.nodes=two: 'cluster.nodes' must be an integer", 0),
+            0u);
   EXPECT_NE(error_of(kMinimal, {"novalue"}).find("expected dotted.key=value"), std::string::npos);
 }
 
 TEST(Loader, InlineRecipeOverridesBase) {
-  TempScenario t(std::string(kMinimal) +
-                 "rollout:\n  precision:\n    base: fp8-block\n    kv_cache: fp8-e4m3/tensor\n    lm_head: {weight: fp8-e4m3/channel}\n");
+  TempScenario t(
+      std::string(kMinimal) +
+      "rollout:\n  precision:\n    base: fp8-block\n    kv_cache: fp8-e4m3/tensor\n    lm_head: {weight: fp8-e4m3/channel}\n");
   const Scenario s = load_scenario(t.path());
   EXPECT_EQ(s.rollout.precision.linear.weight.str(), "fp8-e4m3/block128x128");
   EXPECT_EQ(s.rollout.precision.kv_cache.str(), "fp8-e4m3/tensor");
@@ -206,7 +209,7 @@ TEST(Loader, HfConfigOfSmolLM2) {
   const fs::path cfg = fs::path(RLSIM_SHARED_DIR) / "models/smollm2-135m-tokenizer/config.json";
   if (!fs::exists(cfg)) GTEST_SKIP() << "shared models not present at " << cfg;
   TempScenario t(std::string(kMinimal).replace(std::string(kMinimal).find("model: qwen3-8b"), 15,
-                                                 "model: {hf_config: " + fs::absolute(cfg).string() + "}"));
+                                               "model: {hf_config: " + fs::absolute(cfg).string() + "}"));
   const Scenario s = load_scenario(t.path());
   EXPECT_EQ(s.model.layers, 30);
   EXPECT_EQ(s.model.hidden, 576);
@@ -231,7 +234,7 @@ TEST(Loader, HfConfigErrorsNameTheFile) {
 
 TEST(Distribution, CsvColumnAndErrors) {
   TempScenario t(std::string(kMinimal).replace(std::string(kMinimal).find("{dist: fixed, value: 200}"), 25,
-                                                 "{dist: csv, file: lengths.csv, column: response_length}"));
+                                               "{dist: csv, file: lengths.csv, column: response_length}"));
   std::ofstream(t.dir() / "lengths.csv") << "id,response_length\n1,100\n2,\"300\"\n3,500\n";
   const Scenario s = load_scenario(t.path());
   EXPECT_EQ(s.workload.response_tokens.samples, (std::vector<std::int64_t>{100, 300, 500}));
@@ -246,7 +249,8 @@ TEST(Distribution, CsvColumnAndErrors) {
     load_scenario(t.path());
     FAIL();
   } catch (const ScenarioError& e) {
-    EXPECT_NE(std::string(e.what()).find("lengths.csv:3: column 'response_length' must hold a positive integer"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("lengths.csv:3: column 'response_length' must hold a positive integer"),
+              std::string::npos)
         << e.what();
   }
 }

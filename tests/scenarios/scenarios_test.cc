@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "analysis/report.h"
@@ -171,7 +170,7 @@ TEST(PublishedFigures, SlimeKimiK2Int4OneNodeBeatsFp8TwoNodes_H200) {
   const auto int4 = run("slime-kimi-k2-int4-h200-1node.yaml");
   const auto fp8 = run("slime-kimi-k2-fp8-h200-2node.yaml");
   const auto fp8_one = run("slime-kimi-k2-fp8-h200-2node.yaml", {"cluster.nodes=33", "placement.rollout_devices=8",
-                                                                "rollout.tensor_parallel=8", "rollout.expert_parallel=8"});
+                                                                 "rollout.tensor_parallel=8", "rollout.expert_parallel=8"});
   ASSERT_TRUE(int4.fits());
   ASSERT_TRUE(fp8.fits());
   ASSERT_FALSE(fp8_one.fits());
