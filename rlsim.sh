@@ -2,7 +2,7 @@
 # One-command set-up for rlsim on Debian bookworm (root, or a user with sudo):
 #   ./rlsim.sh run [SCENARIO] [rlsim run options]   install, configure, build, run the simulator
 #                                                   (default scenario: scenarios/default.yaml)
-#   ./rlsim.sh test                                 install, configure, build, run the test suite
+#   ./rlsim.sh test                                 install, configure, build, check formatting, run the test suite
 #   ./rlsim.sh build                                install, configure, build only
 # Missing Debian packages are installed with apt-get; configuration happens once (build/).
 set -euo pipefail
@@ -15,6 +15,7 @@ PACKAGES=(
   libcsv-dev libgnuplot-iostream-dev gnuplot-nox fonts-liberation
   libgtest-dev
   libopenmpi-dev openmpi-bin
+  clang-format
 )
 
 install_missing() {
@@ -48,6 +49,19 @@ build() {
   fi
 }
 
+# The tree follows .clang-format; a file that does not fails the test command (with the fix).
+check_format() {
+  local bad=()
+  while IFS= read -r f; do
+    clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+  done < <(git ls-files '*.cc' '*.h' 2>/dev/null || find sim models analysis tests -name '*.cc' -o -name '*.h')
+  if [ ${#bad[@]} -gt 0 ]; then
+    echo "rlsim.sh: not formatted as .clang-format says (fix: clang-format -i ${bad[*]})" >&2
+    exit 1
+  fi
+  echo "rlsim.sh: formatting checked (.clang-format)" >&2
+}
+
 cmd="${1:-run}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -58,6 +72,7 @@ case "$cmd" in
     ;;
   test)
     build
+    check_format
     exec ctest --test-dir build --output-on-failure -j "$(nproc)"
     ;;
   build)
