@@ -379,7 +379,7 @@ void check_study_keys(const Study& study) {
   }
 }
 
-sim::SimResult::PrecisionFlow VerifyCache::verdict(const sim::Scenario& s) {
+PrecisionFlowVerdict VerifyCache::verdict(const sim::Scenario& s) {
   const std::string key = sim::resolved_precision_flow_yaml(s);
   std::shared_ptr<Entry> e;
   {
@@ -388,11 +388,7 @@ sim::SimResult::PrecisionFlow VerifyCache::verdict(const sim::Scenario& s) {
     if (!slot) slot = std::make_shared<Entry>();
     e = slot;
   }
-  std::call_once(e->once, [&] {
-    sim::SimResult r;
-    check_precision_flow(s, r);
-    e->flow = r.precision_flow;
-  });
+  std::call_once(e->once, [&] { e->flow = check_precision_flow(s); });
   return e->flow;
 }
 
@@ -413,9 +409,9 @@ PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& c
     return p;
   }
   p.valid = true;
-  r.precision_flow = cache.verdict(s);
+  const PrecisionFlowVerdict flow = cache.verdict(s);
   // The figures of summary.json, so a point reads the same as `rlsim run` of its scenario.
-  const json j = summary_json(s, r);
+  const json j = summary_json(s, r, flow);
   p.steps = j["steps"].get<int>();
   p.step_time_s = j["step_time_s"]["mean"].get<double>();
   p.step_time_max_s = j["step_time_s"]["max"].get<double>();
@@ -432,8 +428,8 @@ PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& c
   }
   p.devices = s.cluster.devices();
   p.device_hours_per_step = p.step_time_s * p.devices / 3600.0;
-  p.verify = r.precision_flow.verdict;
-  p.verify_mismatches = r.precision_flow.mismatches;
+  p.verify = flow.verdict;
+  p.verify_mismatches = flow.mismatches;
   return p;
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/report.h"
 #include "sim/pipeline/pipeline.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/scenario.h"
@@ -133,12 +134,12 @@ class VerifyCache {
  public:
   /// The verdict of `s`'s recipes (analysis::check_precision_flow), computed once per distinct
   /// (model, training recipe, rollout recipe, KV cache).
-  sim::SimResult::PrecisionFlow verdict(const sim::Scenario& s);
+  PrecisionFlowVerdict verdict(const sim::Scenario& s);
 
  private:
   struct Entry {
     std::once_flag once;
-    sim::SimResult::PrecisionFlow flow;
+    PrecisionFlowVerdict flow;
   };
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Entry>> entries_;

@@ -79,19 +79,20 @@ std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
 
 models::Recipe rollout_recipe(const sim::Scenario& s) { return s.rollout.precision; }
 
-void check_precision_flow(const sim::Scenario& s, sim::SimResult& r) {
+PrecisionFlowVerdict check_precision_flow(const sim::Scenario& s) {
   const models::VerifyResult v = models::verify_recipes(s.model, s.training.precision, rollout_recipe(s));
-  r.precision_flow.verdict = v.consistent ? "consistent" : "inconsistent";
-  r.precision_flow.mismatches = v.mismatches.size();
-  r.precision_flow.groups.clear();
+  PrecisionFlowVerdict out;
+  out.verdict = v.consistent ? "consistent" : "inconsistent";
+  out.mismatches = v.mismatches.size();
   std::map<std::string, std::size_t> index;
   for (const auto& m : v.mismatches) {
     const std::string key = m.tensor.empty() ? std::string(models::op_kind_name(m.kind))
                                              : fmt::format("{} {}", models::op_kind_name(m.kind), m.tensor);
-    const auto [it, fresh] = index.emplace(key, r.precision_flow.groups.size());
-    if (fresh) r.precision_flow.groups.emplace_back(key, 0);
-    ++r.precision_flow.groups[it->second].second;
+    const auto [it, fresh] = index.emplace(key, out.groups.size());
+    if (fresh) out.groups.emplace_back(key, 0);
+    ++out.groups[it->second].second;
   }
+  return out;
 }
 
 void add_warnings(const sim::Scenario& s, sim::SimResult& r) {
@@ -128,7 +129,7 @@ void add_warnings(const sim::Scenario& s, sim::SimResult& r) {
   }
 }
 
-nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
+nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r, const PrecisionFlowVerdict& flow) {
   using nlohmann::json;
   json j;
   j["scenario"] = s.name;
@@ -156,8 +157,8 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
   j["peak_memory_bytes"] = {{"rollout", r.peak_rollout_bytes}, {"training", r.peak_training_bytes}};
   j["device_memory_bytes"] = s.cluster.device.memory_bytes;
   json by_kind = json::object();
-  for (const auto& [key, count] : r.precision_flow.groups) by_kind[key] = count;
-  j["verify"] = {{"verdict", r.precision_flow.verdict}, {"mismatches", r.precision_flow.mismatches}, {"by_kind", by_kind}};
+  for (const auto& [key, count] : flow.groups) by_kind[key] = count;
+  j["verify"] = {{"verdict", flow.verdict}, {"mismatches", flow.mismatches}, {"by_kind", by_kind}};
   j["warnings"] = r.warnings;
   if (r.oom) {
     json b = json::object();
@@ -210,7 +211,7 @@ nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r) {
   return j;
 }
 
-void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResult& r) {
+void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResult& r, const PrecisionFlowVerdict& flow) {
   out << fmt::format("rlsim: {}\n", s.name);
   out << fmt::format("  model {} ({:.2f} B params, {:.2f} B active) on {} x {} x {} ({}, {})\n", s.model.name,
                      static_cast<double>(s.model.params().total()) / 1e9, static_cast<double>(s.model.active_params()) / 1e9,
@@ -233,7 +234,7 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
     }
     const auto st = step_values(r);
     out << fmt::format("  {:<14} {:>12.2f} {:>12.2f}\n", "step", mean_of(st), max_of(st));
-    const auto j = summary_json(s, r);
+    const auto j = summary_json(s, r, flow);
     out << fmt::format("  rollout share {:.1f} %, generated {:.0f} tokens/s, {} preemptions\n",
                        100.0 * j["rollout_share"].get<double>(), j["generated_tokens_per_s"].get<double>(),
                        j["preemptions"].get<std::int64_t>());
@@ -249,7 +250,7 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
                        100 * r.peak_rollout_bytes / cap, format_quantity(r.peak_training_bytes, Dimension::kBytes),
                        format_quantity(cap, Dimension::kBytes), 100 * r.peak_training_bytes / cap);
   out << "  bottleneck: " << bottleneck(s, r) << "\n";
-  const auto& pf = r.precision_flow;
+  const auto& pf = flow;
   if (pf.verdict == "inconsistent") {
     std::string parts;
     for (const auto& [key, count] : pf.groups) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", key, count);
@@ -299,7 +300,8 @@ std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const 
   return root.dump(1) + "\n";
 }
 
-void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const sim::RecordingSink& trace) {
+void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow,
+                   const sim::RecordingSink& trace) {
   write_directory(dir, [&](const fs::path& tmp) {
     // Plots first: a failure to draw becomes a warning in summary.json, not a lost run.
     if (s.output.plots) {
@@ -355,7 +357,7 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
       write_text(tmp / "requests.csv", t);
     }
     if (s.output.trace) write_text(tmp / "trace.json", chrome_trace(s, r, trace));
-    write_text(tmp / "summary.json", summary_json(s, r).dump(2) + "\n");
+    write_text(tmp / "summary.json", summary_json(s, r, flow).dump(2) + "\n");
   });
 }
 

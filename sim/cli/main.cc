@@ -67,11 +67,11 @@ int cmd_run(const RunOptions& o) {
     std::cerr << fmt::format("rlsim: simulated step {}/{} ({:.1f} s)\n", done, total, elapsed());
   });
   analysis::add_warnings(s, r);
-  analysis::check_precision_flow(s, r);
+  const analysis::PrecisionFlowVerdict flow = analysis::check_precision_flow(s);
   if (!o.quiet && elapsed() > 1.0) std::cerr << fmt::format("rlsim: writing outputs to {}\n", s.output.dir);
-  analysis::write_outputs(s.output.dir, s, r, sink);
+  analysis::write_outputs(s.output.dir, s, r, flow, sink);
   if (!o.quiet) {
-    analysis::print_summary(std::cout, s, r);
+    analysis::print_summary(std::cout, s, r, flow);
     std::cout << fmt::format("  outputs: {}/ (summary.json, steps.csv, phases.csv, memory.csv, requests.csv{}{})\n", s.output.dir,
                              s.output.trace ? ", trace.json" : "", s.output.plots ? ", timeline.png, memory.png" : "");
     std::cout << fmt::format("  simulated {} events in {:.3f} s wall\n", r.events, elapsed());

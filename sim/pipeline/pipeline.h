@@ -87,12 +87,6 @@ struct SimResult {
   std::int64_t left_in_flight_tokens = 0;  // tokens those sequences had generated
   double peak_rollout_bytes = 0;           // per device, during rollout
   double peak_training_bytes = 0;          // per device, during training and weight sync
-  /// Unified-precision verdict of the scenario's recipes (analysis::check_precision_flow fills it).
-  struct PrecisionFlow {
-    std::string verdict = "not-checked";  // consistent | inconsistent | not-checked
-    std::size_t mismatches = 0;
-    std::vector<std::pair<std::string, std::size_t>> groups;  // "kind tensor" -> mismatching edges
-  } precision_flow;
   bool fits() const { return !oom.has_value(); }
 };
 
