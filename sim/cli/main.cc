@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "analysis/report.h"
+#include "analysis/validation.h"
 #include "models/graph/graph.h"
 #include "models/precision/recipe.h"
 #include "models/runtime/model.h"
@@ -119,25 +120,6 @@ int cmd_catalog(const std::string& what) {
   return 0;
 }
 
-// `rlsim bench sim` (issue 3): 10 steps of a 1,024-device asynchronous pipeline, 512 prompts x 16
-// samples, 20K max response. Target: under 2 s wall on one core.
-constexpr const char* kBenchSimScenario = R"(name: bench sim - 1024 x H100, async (staleness 0.5, partial rollout), Qwen3-8B
-seed: 1
-steps: 10
-model: qwen3-8b
-cluster: {device: h100-sxm, nodes: 128, devices_per_node: 8}
-placement: {mode: disaggregated, rollout_devices: 512, train_devices: 512}
-schedule: {mode: async, staleness: 0.5, partial_rollout: true}
-workload:
-  prompts_per_step: 512
-  samples_per_prompt: 16
-  prompt_tokens: {dist: lognormal, median: 300, sigma: 0.4, max: 2048}
-  response_tokens: {dist: lognormal, median: 3000, sigma: 0.9, max: 20480}
-rollout: {tensor_parallel: 1, precision: fp8-block, memory_utilization: 0.85}
-training: {backend: fsdp, precision: bf16, mini_batches: 4, micro_batch_tokens: 24576}
-output: {plots: false, trace: false}
-)";
-
 int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, cli::BenchReloadOptions ro, int jobs) {
   if (what == "quantize") return cli::bench_quantize(repeat, std::cout);
   if (what == "plan") return cli::bench_plan(jobs, repeat, std::cout);
@@ -155,20 +137,8 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
   if (what != "sim")
     throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what +
                              "' (available: sim, quantize, verify, runtime, reload, plan)");
-  namespace fs = std::filesystem;
-  const fs::path p = fs::temp_directory_path() / fmt::format("rlsim_bench_sim_{}.yaml", ::getpid());
-  {
-    std::ofstream f(p);
-    f << kBenchSimScenario;
-  }
-  sim::Scenario s;
-  try {
-    s = sim::load_scenario(p.string());
-  } catch (...) {
-    fs::remove(p);
-    throw;
-  }
-  fs::remove(p);
+  // The benchmark scenario is scenarios/bench-sim.yaml (the repository's, or ./scenarios).
+  const sim::Scenario s = sim::load_scenario((analysis::default_scenarios_dir() / "bench-sim.yaml").string());
   std::cout << fmt::format("rlsim bench sim: {}\n", s.name);
   std::cout << fmt::format("  {} devices ({} rollout engines, {} training), {} steps of {} x {} sequences, max response {}\n",
                            s.cluster.devices(), s.placement.rollout_devices / s.rollout.tensor_parallel,

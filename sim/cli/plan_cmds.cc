@@ -18,6 +18,7 @@
 #endif
 
 #include "analysis/plan.h"
+#include "analysis/validation.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::cli {
@@ -208,40 +209,6 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
   }
 }
 
-namespace {
-
-// The base of `rlsim bench plan`: DAPO-like GRPO on Qwen3-8B, colocated, 3 steps of 32 prompts x
-// 16 samples with up to 20K-token responses (as scenarios/h200-qwen3-8b-fp8-block.yaml).
-constexpr const char* kBenchPlanBase = R"(name: bench plan base - Qwen3-8B DAPO, colocated
-seed: 1
-steps: 3
-model: qwen3-8b
-cluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}
-workload:
-  prompts_per_step: 32
-  samples_per_prompt: 16
-  prompt_tokens: {dist: lognormal, median: 300, sigma: 0.4, max: 2048}
-  response_tokens: {dist: lognormal, median: 3000, sigma: 0.9, max: 20480}
-rollout: {tensor_parallel: 1, precision: fp8-block, memory_utilization: 0.6}
-training: {precision: bf16, reference_model: true, micro_batch_tokens: 24576}
-output: {plots: false, trace: false}
-)";
-
-// 5 devices x 8 node counts x 5 precisions x 5 tensor-parallel sizes = 1,000 points.
-constexpr const char* kBenchPlanStudy = R"(name: bench plan - 1,000 points of Qwen3-8B on up to 64 devices
-base: base.yaml
-sweep:
-  cluster.device: [h100-sxm, h200, b200, ascend-950dt, ascend-950pr]
-  cluster.nodes: [1, 2, 3, 4, 5, 6, 7, 8]
-  rollout.precision: [bf16, fp8-block, int4-w4a16-g32, mxfp8, nvfp4]
-  rollout.tensor_parallel: [1, 2, 4, 8, 16]
-objective: step_time
-constraints: {fits_memory: true, max_step_time: 900 s}
-output: {plots: false}
-)";
-
-}  // namespace
-
 int bench_plan(int jobs, int repeat, std::ostream& out) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("rlsim_bench_plan_{}", ::getpid());
   fs::create_directories(dir);
@@ -252,11 +219,9 @@ int bench_plan(int jobs, int repeat, std::ostream& out) {
       fs::remove_all(p, ec);
     }
   } cleanup{dir};
-  {
-    std::ofstream(dir / "base.yaml") << kBenchPlanBase;
-    std::ofstream(dir / "study.yaml") << kBenchPlanStudy;
-  }
-  Study st = analysis::load_study((dir / "study.yaml").string());
+  // The study is scenarios/bench-plan.yaml (the repository's, or ./scenarios); outputs go to a
+  // temporary folder.
+  Study st = analysis::load_study((analysis::default_scenarios_dir() / "bench-plan.yaml").string());
   st.out_dir = (dir / "out").string();
   const int j = jobs > 0 ? jobs : default_jobs(1);
   out << fmt::format("rlsim bench plan: {}\n  sweep {}; {} job{} ({} cores)\n", st.name, axes_line(st), j, j == 1 ? "" : "s",
