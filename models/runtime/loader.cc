@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "models/llm/hf_config.h"
 #include "models/precision/quantize.h"
 #include "models/runtime/model.h"
 
@@ -271,52 +272,34 @@ ModelWeights load_llama2c(const std::string& path) {
 }
 
 TransformerConfig read_hf_config(const std::string& path) {
-  const fs::path config_path(path);
-  std::ifstream f(config_path);
-  if (!f) throw ModelFileError(config_path.string() + ": cannot open");
-  nlohmann::json j;
+  HfConfig h;
   try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw ModelFileError(fmt::format("{}: {}", config_path.string(), e.what()));
+    h = read_hf_config_json(path);
+  } catch (const HfConfigError& e) {
+    throw ModelFileError(e.what());
   }
-  const auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key)) throw ModelFileError(fmt::format("{}: missing key '{}'", config_path.string(), key));
-    return j[key];
-  };
-  TransformerConfig c;
-  c.name = fs::absolute(config_path).parent_path().filename().string();
-  const std::string type = j.value("model_type", "llama");
+  const std::string type = h.model_type.empty() ? "llama" : h.model_type;
   if (type != "llama" && type != "qwen2" && type != "qwen3" && type != "mistral") {
-    throw ModelFileError(
-        fmt::format("{}: model_type '{}' (expected llama, mistral, qwen2 or qwen3)", config_path.string(), type));
+    throw ModelFileError(fmt::format("{}: model_type '{}' (expected llama, mistral, qwen2 or qwen3)", path, type));
   }
-  try {
-    c.dim = need("hidden_size").get<int>();
-    c.hidden_dim = need("intermediate_size").get<int>();
-    c.layers = need("num_hidden_layers").get<int>();
-    c.heads = need("num_attention_heads").get<int>();
-    c.kv_heads = j.value("num_key_value_heads", c.heads);
-    c.vocab = need("vocab_size").get<int>();
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int>() : c.dim / std::max(1, c.heads);
-    c.max_seq = j.value("max_position_embeddings", 4096);
-    c.norm_eps = j.value("rms_norm_eps", 1e-6f);
-    c.rope_theta = j.value("rope_theta", 10000.0f);
-    c.tied_embeddings = j.value("tie_word_embeddings", false);
-    c.qkv_bias = type == "qwen2" || j.value("attention_bias", false);
-    c.qk_norm = type == "qwen3";
-    c.bos = j.contains("bos_token_id") && j["bos_token_id"].is_number() ? j["bos_token_id"].get<int>() : -1;
-    c.eos = j.contains("eos_token_id") && j["eos_token_id"].is_number() ? j["eos_token_id"].get<int>() : -1;
-  } catch (const nlohmann::json::exception& e) {
-    throw ModelFileError(fmt::format("{}: {}", config_path.string(), e.what()));
-  }
+  TransformerConfig c;
+  c.name = fs::absolute(fs::path(path)).parent_path().filename().string();
+  c.dim = h.hidden;
+  c.hidden_dim = h.intermediate;
+  c.layers = h.layers;
+  c.heads = h.heads;
+  c.kv_heads = h.kv_heads;
+  c.vocab = h.vocab;
+  c.head_dim = h.head_dim;
+  c.max_seq = h.max_position;
+  c.norm_eps = h.rms_norm_eps;
+  c.rope_theta = h.rope_theta;
+  c.tied_embeddings = h.tied_embeddings;
+  c.qkv_bias = h.qkv_bias;
+  c.qk_norm = type == "qwen3";
+  c.bos = h.bos;
+  c.eos = h.eos;
   c.rope_interleaved = false;
-  for (int v : {c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, c.head_dim}) {
-    if (v <= 0) throw ModelFileError(config_path.string() + ": sizes must be positive");
-  }
-  if (c.heads % c.kv_heads != 0)
-    throw ModelFileError(config_path.string() + ": num_key_value_heads must divide num_attention_heads");
-
   return c;
 }
 

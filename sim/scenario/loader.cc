@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "models/llm/hf_config.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/catalog_data.h"
 #include "sim/scenario/scenario.h"
@@ -347,11 +347,6 @@ LengthDist parse_dist(Map m, const fs::path& base_dir) {
 
 // HF config.json --------------------------------------------------------------------------------
 
-int json_int(const nlohmann::json& j, const std::string& file, const std::string& key) {
-  if (!j.contains(key) || !j[key].is_number_integer()) throw ScenarioError(file + ": missing integer key '" + key + "'");
-  return j[key].get<int>();
-}
-
 // Overrides -------------------------------------------------------------------------------------
 
 void apply_override(YAML::Node& root, const std::string& text, Source& src) {
@@ -429,52 +424,11 @@ std::vector<std::string> catalog_device_names() { return keys_of(device_catalog(
 std::vector<std::string> catalog_model_names() { return keys_of(model_catalog()); }
 
 models::ModelArch model_from_hf_config(const std::string& path) {
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path, "Hugging Face config.json"));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ScenarioError(path + ": not valid JSON: " + e.what());
+    return models::arch_from_hf_config(models::read_hf_config_json(path));
+  } catch (const models::HfConfigError& e) {
+    throw ScenarioError(e.what());
   }
-  if (!j.is_object()) throw ScenarioError(path + ": expected a JSON object");
-  models::ModelArch a;
-  a.name = j.value("_name_or_path", fs::path(path).parent_path().filename().string());
-  a.layers = json_int(j, path, "num_hidden_layers");
-  a.hidden = json_int(j, path, "hidden_size");
-  a.intermediate = json_int(j, path, "intermediate_size");
-  a.heads = json_int(j, path, "num_attention_heads");
-  a.kv_heads = j.contains("num_key_value_heads") ? json_int(j, path, "num_key_value_heads") : a.heads;
-  a.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int>() : a.hidden / a.heads;
-  a.vocab = json_int(j, path, "vocab_size");
-  a.tied_embeddings = j.value("tie_word_embeddings", false);
-  const std::string type = j.value("model_type", "");
-  a.qkv_bias = j.value("attention_bias", type == "qwen2" || type == "qwen2_moe");
-  const int experts = j.contains("num_experts")        ? json_int(j, path, "num_experts")
-                      : j.contains("n_routed_experts") ? json_int(j, path, "n_routed_experts")
-                                                       : 0;
-  if (experts > 0) {
-    models::MoeSpec moe;
-    moe.experts = experts;
-    moe.active = json_int(j, path, "num_experts_per_tok");
-    moe.expert_intermediate = json_int(j, path, "moe_intermediate_size");
-    moe.shared_experts = j.value("n_shared_experts", 0);
-    moe.dense_layers = j.value("first_k_dense_replace", 0);
-    a.moe = moe;
-  }
-  if (j.contains("kv_lora_rank") && j["kv_lora_rank"].is_number_integer()) {
-    models::MlaSpec mla;
-    mla.q_lora_rank = j.value("q_lora_rank", 0);
-    mla.kv_lora_rank = json_int(j, path, "kv_lora_rank");
-    mla.qk_nope_head_dim = json_int(j, path, "qk_nope_head_dim");
-    mla.qk_rope_head_dim = json_int(j, path, "qk_rope_head_dim");
-    mla.v_head_dim = json_int(j, path, "v_head_dim");
-    a.mla = mla;
-    a.head_dim = mla.v_head_dim;
-  }
-  if (a.layers < 1 || a.hidden < 1 || a.heads < 1 || a.kv_heads < 1 || a.vocab < 1 || a.heads % a.kv_heads != 0) {
-    throw ScenarioError(path + ": inconsistent architecture (layers, hidden, heads, kv_heads, vocab)");
-  }
-  a.source = path;
-  return a;
 }
 
 namespace {

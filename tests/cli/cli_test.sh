@@ -208,7 +208,7 @@ check "bench runtime: unknown precision is bad input (2)" test $? -eq 2
 echo '{"model_type": "llama"}' >"$WORK/bad_config.json"
 "$RLSIM" bench runtime --shape "$WORK/bad_config.json" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime: bad config is bad input (2)" test $? -eq 2
-check "bench runtime: error names the file and key" grep -q "bad_config.json: missing key 'hidden_size'" "$WORK/bench_bad.err"
+check "bench runtime: error names the file and key" grep -q "bad_config.json: missing integer key 'num_hidden_layers'" "$WORK/bench_bad.err"
 
 # --- rlsim bench reload: per-cycle stage lines, the two verdict lines last, bad input -----------
 "$RLSIM" bench reload --model "$ST/stories260K.bin" --precision fp8-block,int4-w4a16-g32 --cycles 3 --check-every 2 \

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <regex>
 
+#include "models/runtime/model.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
@@ -229,6 +230,28 @@ TEST(Loader, HfConfigErrorsNameTheFile) {
     FAIL() << "expected an error";
   } catch (const ScenarioError& e) {
     EXPECT_NE(std::string(e.what()).find("config.json: missing integer key 'num_hidden_layers'"), std::string::npos) << e.what();
+  }
+}
+
+// One config.json reader: the simulator's architecture and the runtime's configuration agree,
+// including the Qwen2 family's q/k/v biases (implied by model_type unless attention_bias says).
+TEST(Loader, HfConfigOneReaderForSimulatorAndRuntime) {
+  TempScenario t("{}");
+  const auto cfg = (t.dir() / "config.json").string();
+  for (const auto& [extra, bias] :
+       std::vector<std::pair<std::string, bool>>{{R"("model_type": "qwen2")", true},
+                                                 {R"("model_type": "qwen2", "attention_bias": false)", false},
+                                                 {R"("model_type": "llama")", false},
+                                                 {R"("model_type": "llama", "attention_bias": true)", true}}) {
+    std::ofstream(cfg) << "{" << extra
+                       << R"(, "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                            "num_key_value_heads": 2, "vocab_size": 100})";
+    const models::ModelArch a = model_from_hf_config(cfg);
+    const models::TransformerConfig r = models::read_hf_config(cfg);
+    EXPECT_EQ(a.qkv_bias, bias) << extra;
+    EXPECT_EQ(r.qkv_bias, bias) << extra;
+    EXPECT_EQ(a.head_dim, r.head_dim);
+    EXPECT_EQ(a.kv_heads, r.kv_heads);
   }
 }
 
