@@ -1,36 +1,17 @@
 #include "models/hardware/device.h"
 
 #include <stdexcept>
-#include <vector>
 
 namespace rlsim::models {
 
 std::optional<ComputeType> Device::effective(ComputeType want) const {
-  std::vector<ComputeType> chain;
-  switch (want) {
-    case ComputeType::kFp4:
-      chain = {ComputeType::kFp4, ComputeType::kFp8, ComputeType::kBf16, ComputeType::kFp16};
-      break;
-    case ComputeType::kFp8:
-      chain = {ComputeType::kFp8, ComputeType::kBf16, ComputeType::kFp16};
-      break;
-    case ComputeType::kInt8:
-      chain = {ComputeType::kInt8, ComputeType::kBf16, ComputeType::kFp16};
-      break;
-    case ComputeType::kBf16:
-      chain = {ComputeType::kBf16, ComputeType::kFp16};
-      break;
-    case ComputeType::kFp16:
-      chain = {ComputeType::kFp16, ComputeType::kBf16};
-      break;
-    case ComputeType::kFp32:
-      chain = {};
-      break;
+  // The type itself, its fallbacks (ComputeTraits), then FP32.
+  if (flops_per_s.count(want)) return want;
+  const ComputeTraits& t = traits(want);
+  for (int i = 0; i < t.fallbacks; ++i) {
+    if (flops_per_s.count(t.fallback[static_cast<std::size_t>(i)])) return t.fallback[static_cast<std::size_t>(i)];
   }
-  chain.push_back(ComputeType::kFp32);
-  for (auto c : chain) {
-    if (flops_per_s.count(c)) return c;
-  }
+  if (flops_per_s.count(ComputeType::kFp32)) return ComputeType::kFp32;
   return std::nullopt;
 }
 

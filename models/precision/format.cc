@@ -149,55 +149,19 @@ Format parse_format(std::string_view text) {
   return f;
 }
 
-std::string_view compute_name(ComputeType c) {
-  switch (c) {
-    case ComputeType::kFp32:
-      return "fp32";
-    case ComputeType::kBf16:
-      return "bf16";
-    case ComputeType::kFp16:
-      return "fp16";
-    case ComputeType::kFp8:
-      return "fp8";
-    case ComputeType::kInt8:
-      return "int8";
-    case ComputeType::kFp4:
-      return "fp4";
-  }
-  return "?";
-}
+std::string_view compute_name(ComputeType c) { return traits(c).name; }
 
 std::optional<ComputeType> parse_compute(std::string_view name) {
-  for (auto c :
-       {ComputeType::kFp32, ComputeType::kBf16, ComputeType::kFp16, ComputeType::kFp8, ComputeType::kInt8, ComputeType::kFp4}) {
-    if (compute_name(c) == name) return c;
+  for (const auto& t : kComputeTraits) {
+    if (t.name == name) return t.compute;
   }
   return std::nullopt;
 }
 
-namespace {
-// Operand width rank of a compute type: the GEMM runs on the wider operand's type.
-int width_rank(ComputeType c) {
-  switch (c) {
-    case ComputeType::kFp4:
-      return 0;
-    case ComputeType::kFp8:
-    case ComputeType::kInt8:
-      return 1;
-    case ComputeType::kBf16:
-    case ComputeType::kFp16:
-      return 2;
-    case ComputeType::kFp32:
-      return 3;
-  }
-  return 3;
-}
-}  // namespace
-
 ComputeType gemm_compute(const Format& weight, const Format& activation) {
   const ComputeType w = traits(weight.element).compute;
   const ComputeType a = traits(activation.element).compute;
-  if (width_rank(w) != width_rank(a)) return width_rank(w) > width_rank(a) ? w : a;
+  if (traits(w).width_rank != traits(a).width_rank) return traits(w).width_rank > traits(a).width_rank ? w : a;
   return a;  // same width: the activation's type (int8 x int8 -> int8, fp8 x fp8 -> fp8)
 }
 

@@ -21,6 +21,31 @@ namespace rlsim::models {
 /// Tensor-core compute type a GEMM runs on (keys of a device's `compute:` map).
 enum class ComputeType : std::uint8_t { kFp32, kBf16, kFp16, kFp8, kInt8, kFp4 };
 
+/// Facts of one compute type: its name in device files, the operand width rank that decides
+/// which operand's type a mixed GEMM runs on (the wider), and the types a device without this
+/// one runs it on instead, in order of preference (FP32 CUDA cores always come last; Hopper has
+/// no FP4 tensor cores, so NVFP4 falls back to FP8, then the 16-bit types).
+struct ComputeTraits {
+  ComputeType compute;
+  std::string_view name;
+  int width_rank;  // 0 fp4, 1 fp8/int8, 2 bf16/fp16, 3 fp32
+  std::array<ComputeType, 3> fallback;
+  int fallbacks;  // entries of `fallback` in use
+};
+
+inline constexpr std::array<ComputeTraits, 6> kComputeTraits{{
+    {ComputeType::kFp32, "fp32", 3, {}, 0},
+    {ComputeType::kBf16, "bf16", 2, {ComputeType::kFp16}, 1},
+    {ComputeType::kFp16, "fp16", 2, {ComputeType::kBf16}, 1},
+    {ComputeType::kFp8, "fp8", 1, {ComputeType::kBf16, ComputeType::kFp16}, 2},
+    {ComputeType::kInt8, "int8", 1, {ComputeType::kBf16, ComputeType::kFp16}, 2},
+    {ComputeType::kFp4, "fp4", 0, {ComputeType::kFp8, ComputeType::kBf16, ComputeType::kFp16}, 3},
+}};
+static_assert(kComputeTraits.size() == static_cast<std::size_t>(ComputeType::kFp4) + 1);
+static_assert(kComputeTraits[static_cast<int>(ComputeType::kFp8)].compute == ComputeType::kFp8);
+
+constexpr const ComputeTraits& traits(ComputeType c) { return kComputeTraits[static_cast<int>(c)]; }
+
 /// Element (storage) formats. kE8M0 only ever appears as a shared scale (OCP MX).
 enum class Element : std::uint8_t { kFp32, kBf16, kFp16, kFp8E4M3, kFp8E5M2, kInt8, kInt4, kFp4E2M1, kHif8, kHif4, kE8M0 };
 
