@@ -43,7 +43,10 @@ class Simulation {
   void run_sync_schedule();
   void run_one_step_off();
   void run_async();
-  class AsyncSchedule;  // the async schedule's state and event handlers
+  // The schedules: each holds its state as members and its event handlers as methods.
+  class SyncSchedule;
+  class OneStepOffSchedule;
+  class AsyncSchedule;
   // Runs a sequence of (phase, role, seconds) as consecutive events, then `done`.
   struct Stage {
     std::string phase;
@@ -377,72 +380,101 @@ void Simulation::finish_step(int k) {
   if (progress_) progress_(k + 1, s_.steps);
 }
 
-void Simulation::run_sync_schedule() {
-  // rollout -> (sleep) -> train -> (wake) sync, strictly in sequence.
-  std::function<void(int)> step_fn = [this, &step_fn](int k) {
-    if (k >= s_.steps) return;
-    r_.steps[static_cast<std::size_t>(k)].start = queue_.now();
-    start_rollout(k, [this, k, &step_fn] {
-      auto stages = sleep_stages();
-      for (auto& st : training_stages(k)) stages.push_back(std::move(st));
-      run_stages(k, std::move(stages), 0, [this, k, &step_fn] {
-        run_stages(k, sync_stages(k), 0, [this, k, &step_fn] {
-          finish_step(k);
-          queue_.schedule_in(0, [&step_fn, k] { step_fn(k + 1); });
-        });
-      });
-    });
-  };
-  queue_.schedule_at(0, [&step_fn] { step_fn(0); });
-  queue_.run();
-}
+// Synchronous schedule: rollout -> (sleep) -> train -> (wake) sync, strictly in sequence.
+class Simulation::SyncSchedule {
+ public:
+  explicit SyncSchedule(Simulation& sim) : sim_(sim) {}
+  void run() {
+    sim_.queue_.schedule_at(0, [this] { step(0); });
+    sim_.queue_.run();
+  }
 
-void Simulation::run_one_step_off() {
-  // verl one-step-off: rollout of step k+1 overlaps training of step k (weights one step stale);
-  // weight sync k waits for the trainer (train k done) and the rollout (k+1 done).
-  std::vector<bool> rollout_done(static_cast<std::size_t>(s_.steps) + 1, false);
-  std::vector<bool> train_done(static_cast<std::size_t>(s_.steps), false);
-  std::vector<bool> sync_started(static_cast<std::size_t>(s_.steps), false);
-  std::function<void(int)> on_rollout_done, maybe_sync, start_train, start_roll;
-  start_roll = [&](int k) {
-    if (k >= s_.steps) {
-      rollout_done[static_cast<std::size_t>(k)] = true;
+ private:
+  void step(int k) {
+    if (k >= sim_.s_.steps) return;
+    sim_.r_.steps[static_cast<std::size_t>(k)].start = sim_.queue_.now();
+    sim_.start_rollout(k, [this, k] { train(k); });
+  }
+  void train(int k) {
+    auto stages = sim_.sleep_stages();
+    for (auto& st : sim_.training_stages(k)) stages.push_back(std::move(st));
+    sim_.run_stages(k, std::move(stages), 0, [this, k] { sync(k); });
+  }
+  void sync(int k) {
+    sim_.run_stages(k, sim_.sync_stages(k), 0, [this, k] {
+      sim_.finish_step(k);
+      sim_.queue_.schedule_in(0, [this, k] { step(k + 1); });
+    });
+  }
+
+  Simulation& sim_;
+};
+
+// verl one-step-off: rollout of step k+1 overlaps training of step k (weights one step stale);
+// weight sync k waits for the trainer (train k done) and the rollout (k+1 done).
+class Simulation::OneStepOffSchedule {
+ public:
+  explicit OneStepOffSchedule(Simulation& sim)
+      : sim_(sim),
+        rollout_done_(static_cast<std::size_t>(sim.s_.steps) + 1, false),
+        train_done_(static_cast<std::size_t>(sim.s_.steps), false),
+        sync_started_(static_cast<std::size_t>(sim.s_.steps), false) {}
+  void run() {
+    sim_.queue_.schedule_at(0, [this] { start_rollout(0); });
+    sim_.queue_.run();
+  }
+
+ private:
+  void start_rollout(int k) {
+    if (k >= sim_.s_.steps) {
+      rollout_done_[static_cast<std::size_t>(k)] = true;
       return;
     }
-    start_rollout(k, [&, k] { on_rollout_done(k); });
-  };
-  start_train = [&](int k) {
-    run_stages(k, training_stages(k), 0, [&, k] {
-      train_done[static_cast<std::size_t>(k)] = true;
+    sim_.start_rollout(k, [this, k] { on_rollout_done(k); });
+  }
+  void start_train(int k) {
+    sim_.run_stages(k, sim_.training_stages(k), 0, [this, k] {
+      train_done_[static_cast<std::size_t>(k)] = true;
       maybe_sync(k);
     });
-  };
-  maybe_sync = [&](int k) {
-    if (!train_done[static_cast<std::size_t>(k)] || !rollout_done[static_cast<std::size_t>(k) + 1] ||
-        sync_started[static_cast<std::size_t>(k)]) {
-      return;
-    }
-    sync_started[static_cast<std::size_t>(k)] = true;
-    run_stages(k, sync_stages(k), 0, [&, k] {
-      finish_step(k);
-      if (k + 1 < s_.steps) {
-        r_.steps[static_cast<std::size_t>(k) + 1].start = r_.steps[static_cast<std::size_t>(k)].end;
+  }
+  void maybe_sync(int k) {
+    const auto i = static_cast<std::size_t>(k);
+    if (!train_done_[i] || !rollout_done_[i + 1] || sync_started_[i]) return;
+    sync_started_[i] = true;
+    sim_.run_stages(k, sim_.sync_stages(k), 0, [this, k] {
+      sim_.finish_step(k);
+      if (k + 1 < sim_.s_.steps) {
+        sim_.r_.steps[static_cast<std::size_t>(k) + 1].start = sim_.r_.steps[static_cast<std::size_t>(k)].end;
         start_train(k + 1);
-        start_roll(k + 2);
+        start_rollout(k + 2);
       }
     });
-  };
-  on_rollout_done = [&](int k) {
-    rollout_done[static_cast<std::size_t>(k)] = true;
+  }
+  void on_rollout_done(int k) {
+    rollout_done_[static_cast<std::size_t>(k)] = true;
     if (k == 0) {
       start_train(0);
-      start_roll(1);
+      start_rollout(1);
     } else {
       maybe_sync(k - 1);
     }
-  };
-  queue_.schedule_at(0, [&] { start_roll(0); });
-  queue_.run();
+  }
+
+  Simulation& sim_;
+  std::vector<bool> rollout_done_;  // by step (one more: the rollout after the last step)
+  std::vector<bool> train_done_;
+  std::vector<bool> sync_started_;
+};
+
+void Simulation::run_sync_schedule() {
+  SyncSchedule schedule(*this);
+  schedule.run();
+}
+
+void Simulation::run_one_step_off() {
+  OneStepOffSchedule schedule(*this);
+  schedule.run();
 }
 
 // verl fully_async_policy (docs/advance/fully_async.md), with trigger_parameter_sync_step = 1
