@@ -16,7 +16,7 @@
 #include "models/runtime/kernels.h"
 #include "models/runtime/transformer.h"
 #include "models/runtime/weight_lifecycle.h"
-#include "tests/models/test_data.h"
+#include "tests/models/runtime/test_data.h"
 
 namespace rlsim::models {
 namespace {

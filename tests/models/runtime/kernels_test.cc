@@ -13,7 +13,7 @@
 
 #include "models/precision/format.h"
 #include "models/precision/quantize.h"
-#include "tests/models/test_data.h"
+#include "tests/models/runtime/test_data.h"
 
 namespace rlsim::models {
 namespace {
