@@ -2,7 +2,9 @@
 // invariants; the ones that mirror a published figure are checked against it here.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "analysis/report.h"
@@ -69,6 +71,41 @@ std::vector<std::string> scenario_files() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, EveryScenario, ::testing::ValuesIn(scenario_files()),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = p.param.substr(0, p.param.size() - 5);
+                           for (char& c : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
+
+// Golden summaries: every ready scenario's summary.json (as `rlsim run` writes it) equals the
+// one in tests/golden/, byte for byte, so a change to the cost model shows where it moves
+// figures. When a change is meant to move them, refresh the files with
+//   RLSIM_UPDATE_GOLDEN=1 ctest --test-dir build -R GoldenSummary
+// and review the diff before committing it.
+class GoldenSummary : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenSummary, MatchesTheRepository) {
+  const sim::Scenario s = sim::load_scenario((scenario_dir() / GetParam()).string());
+  sim::NullSink sink;
+  sim::SimResult r = sim::simulate(s, sink);
+  analysis::add_warnings(s, r);
+  const std::string text = analysis::summary_json(s, r, analysis::check_precision_flow(s)).dump(2) + "\n";
+  const fs::path golden =
+      fs::path(RLSIM_SOURCE_DIR) / "tests/golden" / (GetParam().substr(0, GetParam().size() - 5) + ".summary.json");
+  if (std::getenv("RLSIM_UPDATE_GOLDEN")) {
+    std::ofstream(golden, std::ios::binary) << text;
+    GTEST_SKIP() << "wrote " << golden;
+  }
+  std::ifstream in(golden, std::ios::binary);
+  ASSERT_TRUE(in) << golden << " is missing: RLSIM_UPDATE_GOLDEN=1 ctest --test-dir build -R GoldenSummary writes it";
+  const std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, want) << GetParam() << ": summary.json differs from " << golden
+                        << " (if the change is meant: RLSIM_UPDATE_GOLDEN=1 ctest --test-dir build -R GoldenSummary)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, GoldenSummary, ::testing::ValuesIn(scenario_files()),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string n = p.param.substr(0, p.param.size() - 5);
                            for (char& c : n) {
