@@ -11,50 +11,43 @@
 #include "models/runtime/tokenizer.h"
 #include "sim/cli/runtime_cmds.h"
 #include "sim/scenario/scenario.h"
+#include "sim/scenario/yaml_file.h"
+#include "sim/scenario/yaml_map.h"
 
 namespace rlsim::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Reads a scalar of type T from a drift file node, or fails naming file, line and expectation.
+// Reads a scalar of type T from a drift file node, or fails naming file:line:column and what was
+// expected (the scenario reader's Source, so every input file reports errors the same way).
 template <typename T>
-T get(const YAML::Node& n, const std::string& file, const std::string& key, const char* expected) {
+T get(const YAML::Node& n, const sim::Source& f, const std::string& key, const char* expected) {
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
-    throw sim::ScenarioError(fmt::format("{}:{}: '{}' must be {}", file, n.Mark().line + 1, key, expected));
+    f.fail(n, key, fmt::format("'{}' must be {}", key, expected));
   }
 }
 
 template <typename T>
-std::vector<T> get_list(const YAML::Node& n, const std::string& file, const std::string& key, const char* expected) {
-  if (!n.IsSequence())
-    throw sim::ScenarioError(fmt::format("{}:{}: '{}' must be a list of {}", file, n.Mark().line + 1, key, expected));
+std::vector<T> get_list(const YAML::Node& n, const sim::Source& f, const std::string& key, const char* expected) {
+  if (!n.IsSequence()) f.fail(n, key, fmt::format("'{}' must be a list of {}", key, expected));
   std::vector<T> v;
-  for (const auto& e : n) v.push_back(get<T>(e, file, key, expected));
+  for (const auto& e : n) v.push_back(get<T>(e, f, key, expected));
   return v;
 }
 
 // Fills every option the command line left unset from the drift file.
 void merge_file(DriftCliOptions& o) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(o.file);
-  } catch (const YAML::BadFile&) {
-    throw sim::ScenarioError(fmt::format("{}: cannot open the drift file", o.file));
-  } catch (const YAML::Exception& e) {
-    throw sim::ScenarioError(fmt::format("{}:{}: not valid YAML: {}", o.file, e.mark.line + 1, e.msg));
-  }
-  if (!root.IsMap())
-    throw sim::ScenarioError(
-        fmt::format("{}: expected a mapping of drift keys ({})", o.file, fmt::join(drift_file_keys(), ", ")));
+  const YAML::Node root = sim::load_yaml_file(o.file, "drift file");
+  const sim::Source f{o.file, {}, "--set"};
+  if (!root.IsMap()) f.fail(root, "", fmt::format("expected a mapping of drift keys ({})", fmt::join(drift_file_keys(), ", ")));
   const fs::path base = fs::path(o.file).parent_path();
   auto relative = [&](const std::string& p) { return fs::path(p).is_absolute() ? p : (base / p).lexically_normal().string(); };
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
-    const std::string& f = o.file;
     if (key == "name") {
       (void)get<std::string>(v, f, key, "a string");
     } else if (key == "model") {
@@ -69,7 +62,7 @@ void merge_file(DriftCliOptions& o) {
         try {
           (void)analysis::parse_drift_pair(pairs[i]);
         } catch (const std::invalid_argument& e) {
-          throw sim::ScenarioError(fmt::format("{}:{}: {}", f, v[i].Mark().line + 1, e.what()));
+          f.fail(v[i], key, e.what());
         }
       }
       if (o.pairs.empty()) o.pairs = pairs;
@@ -93,8 +86,7 @@ void merge_file(DriftCliOptions& o) {
     } else if (key == "out") {
       if (!o.out) o.out = get<std::string>(v, f, key, "a directory");
     } else {
-      throw sim::ScenarioError(fmt::format("{}:{}: unknown key '{}' (expected one of: {})", f, kv.first.Mark().line + 1, key,
-                                           fmt::join(drift_file_keys(), ", ")));
+      f.fail(kv.first, key, fmt::format("unknown key '{}' (expected one of: {})", key, fmt::join(drift_file_keys(), ", ")));
     }
   }
 }

@@ -264,7 +264,7 @@ check "drift from options alone: zero delta with --batch-invariant" test "$(awk 
 printf 'model: ../models/x.bin\npairs: [bf16:bf16]\nlenghts: [8]\n' >"$WORK/bad_drift.yaml"
 "$RLSIM" drift "$WORK/bad_drift.yaml" >/dev/null 2>"$WORK/bad_drift.err"
 check "drift: unknown key is bad input (2)" test $? -eq 2
-check "drift: error names file, line and key" grep -q "bad_drift.yaml:3: unknown key 'lenghts'" "$WORK/bad_drift.err"
+check "drift: error names file, line, column and key" grep -q "bad_drift.yaml:3:1: unknown key 'lenghts'" "$WORK/bad_drift.err"
 printf 'model: %s\npairs: [bf16:fp9]\n' "$ST/stories260K.bin" >"$WORK/bad_pair.yaml"
 "$RLSIM" drift "$WORK/bad_pair.yaml" >/dev/null 2>"$WORK/bad_pair.err"
 check "drift: unknown recipe is bad input (2), with the line" test $? -eq 2 -a -n "$(grep 'bad_pair.yaml:2:' "$WORK/bad_pair.err")"
