@@ -238,9 +238,10 @@ namespace {
 // positive definite). Record k is then simulated at x + dx. One Jacobian for all records, where
 // an iterated refit per record costs a Jacobian per iteration and, on this piecewise-smooth
 // objective, often rejects its first steps. Steps are clamped to +-2 in the free variables.
-void leave_one_out(Problem& full, const Eigen::VectorXd& x, const std::vector<TimeFigure>& figures, const sim::Calibration& start,
-                   RecordCache& cache, CalibrationFit& fit, const std::function<void(const std::string&)>& say) {
+void leave_one_out(Problem& full, const Eigen::VectorXd& x, const sim::Calibration& start, RecordCache& cache,
+                   CalibrationFit& fit, const std::function<void(const std::string&)>& say) {
   const auto& records = full.records;
+  const auto& figures = full.figures;
   const auto& params = full.params;
   Eigen::VectorXd f(full.values());
   full(x, f);
@@ -252,8 +253,8 @@ void leave_one_out(Problem& full, const Eigen::VectorXd& x, const std::vector<Ti
   for (std::size_t k = 0; k < records.size(); ++k) {
     Eigen::MatrixXd A = JtJ;
     Eigen::VectorXd g = Jtf;
-    for (std::size_t r = 0; r < full.figures.size(); ++r) {
-      const auto& fig = full.figures[r];
+    for (std::size_t r = 0; r < figures.size(); ++r) {
+      const auto& fig = figures[r];
       if (fig.record != k && fig.other != k) continue;
       const auto row = J.row(static_cast<Eigen::Index>(r));
       A -= row.transpose() * row;
@@ -316,7 +317,7 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
   fit.outcomes = compare(records, sims);
 
   // Which records constrain each parameter: their time figures move by > 0.5 % when it moves 10 %.
-  const auto figures = time_figures(records);
+  const auto& figures = full.figures;
   fit.constrained_by.resize(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     sim::Calibration c = fit.calibration;
@@ -333,7 +334,7 @@ CalibrationFit calibrate(const std::vector<ValidationRecord>& records, const std
   fit.evaluations = *full.evaluations;
   say(fmt::format("fit: {} iterations, {} evaluations, cost {:.3f}", fit.iterations, fit.evaluations, fit.cost));
 
-  if (o.leave_one_out && records.size() > 1) leave_one_out(full, x, figures, start, cache, fit, say);
+  if (o.leave_one_out && records.size() > 1) leave_one_out(full, x, start, cache, fit, say);
   return fit;
 }
 

@@ -212,6 +212,23 @@ TEST(Calibration, FitRecoversTheParameterThatGeneratedTheFigures) {
   EXPECT_GT(fit.values[0], prior + 0.5 * (20 - prior));  // moved most of the way from the prior
 }
 
+// calibrate reuses a record's simulation while the calibration_inputs it reads are unchanged:
+// every fitted parameter must be among the inputs of the records that use it, or a stale
+// simulation would stand in for a new one.
+TEST(Calibration, EveryFittedParameterIsACalibrationInput) {
+  const auto records = repository(sim::builtin_calibration());
+  const sim::Calibration base = sim::builtin_calibration();
+  for (const auto& p : calibration_parameters(records)) {
+    sim::Calibration moved = base;
+    double& v = p.ref(moved);
+    v = v * 0.9 + p.lower * 0.1 + 1e-9;
+    bool seen = false;
+    for (const auto& r : records)
+      seen = seen || sim::calibration_inputs(base, r.scenario) != sim::calibration_inputs(moved, r.scenario);
+    EXPECT_TRUE(seen) << p.name << " moves no record's calibration_inputs";
+  }
+}
+
 // Leave-one-out predicts each record from a refit without it: two records whose step times were
 // generated with step overheads of 10 s and 40 s pull the fitted overhead between them, and each
 // one, left out, is predicted with the other's value, further from its own figure.
