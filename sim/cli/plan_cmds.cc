@@ -203,9 +203,13 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
                        static_cast<double>(st.points()) / std::max(elapsed(), 1e-9), jobs, jobs == 1 ? "" : "s",
                        world.size() > 1 ? fmt::format(" x {} ranks", world.size()) : "");
     return 0;
-  } catch (const sim::ScenarioError&) {
-    if (root) throw;
-    return 2;  // every rank meets the same bad input; rank 0 alone reports it
+  } catch (const sim::ScenarioError& e) {
+    if (world.size() == 1) throw;  // main reports it
+    // Every rank meets the same bad input and rank 0 alone reports it, before any rank exits:
+    // mpirun ends the job as soon as one rank exits non-zero, which could cut rank 0 off before it
+    // has written the message. The broadcast holds the other ranks until rank 0 has.
+    if (root) err << "rlsim: error: " << e.what() << "\n" << std::flush;
+    return world.broadcast(2);
   }
 }
 
