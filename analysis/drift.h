@@ -46,15 +46,18 @@ DriftPair parse_drift_pair(std::string_view text);
 /// token ids start with BOS where the model has one.
 struct DriftOptions {
   std::vector<DriftPair> pairs;
-  std::vector<int> lengths;
-  std::vector<std::vector<int>> prompts;
-  int samples = 4;           // continuations per prompt
-  double temperature = 1.0;  // > 0: sampling and both log-probabilities use logits / T
-  std::uint64_t seed = 1;
-  bool batch_invariant = false;  // both sides use models::KernelMode::kBatchInvariant
-  double tis_cap = 2.0;          // C of token-level truncated importance sampling
-  int bootstrap = 1000;          // resamples of sequences for the 95 % intervals
+  std::vector<int> lengths{16, 32, 64, 128};  // rollout lengths measured, tokens. Default: 16, 32, 64, 128
+  std::vector<std::vector<int>> prompts;      // token ids of each prompt
+  int samples = 4;                            // continuations per prompt. Default: 4
+  double temperature = 1.0;                   // > 0: sampling and both log-probabilities use logits / T. Default: 1
+  std::uint64_t seed = 1;                     // Default: 1
+  bool batch_invariant = false;               // both sides use models::KernelMode::kBatchInvariant. Default: false
+  double tis_cap = 2.0;                       // C of token-level truncated importance sampling. Default: 2
+  int bootstrap = 1000;                       // resamples of sequences for the 95 % intervals. Default: 1000
 };
+
+/// Prompts of a drift experiment when neither the command line nor the drift file names a count.
+inline constexpr int kDefaultDriftPrompts = 8;
 
 /// One sampled token scored by both sides (Δ = logp_train - logp_rollout).
 struct DriftToken {

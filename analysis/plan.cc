@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "analysis/output_dir.h"
 #include "analysis/plots.h"
@@ -28,55 +29,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using sim::ScenarioError;
 
-// Errors of a study file: "file:line:column: what".
-struct StudySource {
-  std::string file;
-  [[noreturn]] void fail(const YAML::Node& n, const std::string& what) const {
-    const YAML::Mark m = n.Mark();
-    if (m.is_null()) throw ScenarioError(fmt::format("{}: {}", file, what));
-    throw ScenarioError(fmt::format("{}:{}:{}: {}", file, m.line + 1, m.column + 1, what));
-  }
-  void only(const YAML::Node& map, const std::string& where, const std::vector<std::string>& valid) const {
-    for (const auto& kv : map) {
-      if (!kv.first.IsScalar()) fail(kv.first, "a key must be a plain name");
-      const std::string k = kv.first.Scalar();
-      if (std::find(valid.begin(), valid.end(), k) == valid.end()) {
-        std::string list;
-        for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-        fail(kv.first, fmt::format("unknown key '{}{}' (valid keys here: {})", where.empty() ? "" : where + ".", k, list));
-      }
-    }
-  }
-};
-
-std::string flow_yaml(const YAML::Node& n) {
-  YAML::Emitter e;
-  e << YAML::Flow << n;
-  return e.c_str();
-}
-
-bool valid_dotted_key(const std::string& key) {
-  if (key.empty() || key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos) return false;
-  return std::all_of(key.begin(), key.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; });
-}
-
-// The values of one swept key as flow YAML; `unique`: a value may not repeat (a plain key; in a
-// group only whole settings must differ).
-std::vector<std::string> sweep_values(const StudySource& src, const YAML::Node& list, const std::string& key, bool unique) {
-  if (!list.IsSequence() || list.size() == 0)
-    src.fail(list, fmt::format("sweep '{}' must be a non-empty list of values, e.g. [1, 2, 4]", key));
-  std::vector<std::string> out;
-  std::set<std::string> seen;
-  for (const auto& v : list) {
-    if (v.IsNull()) src.fail(v, fmt::format("sweep '{}': an empty value", key));
-    std::string text = flow_yaml(v);
-    if (!seen.insert(text).second && unique) src.fail(v, fmt::format("sweep '{}': the value {} appears twice", key, text));
-    out.push_back(std::move(text));
-  }
-  return out;
-}
-
 std::string fixed(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
 
 const char* objective_name(Objective o) { return o == Objective::kStepTime ? "step_time" : "device_hours_per_step"; }
@@ -87,281 +39,28 @@ double objective_value(Objective o, const PointResult& p) {
 
 }  // namespace
 
-// Study -------------------------------------------------------------------------------------------
-
-std::string SweepAxis::label(std::size_t i) const { return values.at(i).front(); }
-
-std::size_t Study::points() const {
-  std::size_t n = 1;
-  for (const auto& a : sweep) n *= a.size();
-  return n;
-}
-
-std::vector<std::string> Study::columns() const {
-  std::vector<std::string> out;
-  for (const auto& a : sweep) out.insert(out.end(), a.keys.begin(), a.keys.end());
-  return out;
-}
-
-std::vector<std::size_t> Study::coordinates(std::size_t point) const {
-  std::vector<std::size_t> c(sweep.size());
-  for (std::size_t a = sweep.size(); a-- > 0;) {
-    c[a] = point % sweep[a].size();
-    point /= sweep[a].size();
-  }
-  return c;
-}
-
-std::vector<std::pair<std::string, std::string>> Study::settings(std::size_t point) const {
-  std::vector<std::pair<std::string, std::string>> out;
-  const auto c = coordinates(point);
-  for (std::size_t a = 0; a < sweep.size(); ++a) {
-    for (std::size_t k = 0; k < sweep[a].keys.size(); ++k) out.emplace_back(sweep[a].keys[k], sweep[a].values[c[a]][k]);
-  }
-  return out;
-}
-
-std::vector<std::string> Study::overrides(std::size_t point) const {
-  std::vector<std::string> out = sets;
-  for (const auto& [key, value] : settings(point)) out.push_back(key + "=" + value);
-  return out;
-}
-
-int Study::axis_index(const std::string& name) const {
-  for (std::size_t a = 0; a < sweep.size(); ++a) {
-    if (sweep[a].name == name) return static_cast<int>(a);
-  }
-  return -1;
-}
-
-namespace {
-Study parse_study(const std::string& path);
-}  // namespace
-
-Study load_study(const std::string& path) {
-  try {
-    return parse_study(path);
-  } catch (const YAML::Exception& e) {
-    // A value of the wrong kind met by yaml-cpp itself (a mapping where a name is expected...).
-    if (e.mark.is_null()) throw ScenarioError(fmt::format("{}: {}", path, e.msg));
-    throw ScenarioError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
-}
-
-namespace {
-
-using KeyNodes = std::vector<std::pair<std::string, YAML::Node>>;  // swept keys and where they stand
-
-// A sweep group (`name: {key: [values], key: [values]}`): keys swept together, value i with value i.
-void parse_sweep_group(const StudySource& src, const YAML::Node& group, SweepAxis& ax, KeyNodes& all_keys) {
-  if (group.size() == 0)
-    src.fail(group, fmt::format("sweep group '{}' is empty: give it dotted keys with lists of values", ax.name));
-  std::vector<std::vector<std::string>> per_key;
-  for (const auto& g : group) {
-    const std::string key = g.first.IsScalar() ? g.first.Scalar() : "";
-    if (!valid_dotted_key(key))
-      src.fail(g.first, fmt::format("sweep group '{}': '{}' is not a dotted scenario key", ax.name, key));
-    per_key.push_back(sweep_values(src, g.second, key, false));
-    if (per_key.back().size() != per_key.front().size()) {
-      src.fail(g.second,
-               fmt::format("sweep group '{}': '{}' has {} values but '{}' has {} (the keys of a group are swept together, "
-                           "value i with value i)",
-                           ax.name, key, per_key.back().size(), ax.keys.front(), per_key.front().size()));
-    }
-    ax.keys.push_back(key);
-    all_keys.emplace_back(key, g.first);
-  }
-  ax.values.assign(per_key.front().size(), {});
-  for (std::size_t i = 0; i < ax.values.size(); ++i) {
-    for (const auto& vals : per_key) ax.values[i].push_back(vals[i]);
-  }
-  std::set<std::vector<std::string>> seen;
-  for (std::size_t i = 0; i < ax.values.size(); ++i) {
-    if (!seen.insert(ax.values[i]).second)
-      src.fail(group, fmt::format("sweep group '{}': setting {} appears twice", ax.name, ax.label(i)));
-  }
-}
-
-// A swept key (`dotted.key: [values]`).
-void parse_sweep_key(const StudySource& src, const YAML::Node& key, const YAML::Node& values, SweepAxis& ax, KeyNodes& all_keys) {
-  if (!valid_dotted_key(ax.name))
-    src.fail(key, fmt::format("sweep: '{}' is not a dotted scenario key (e.g. cluster.nodes)", ax.name));
-  ax.keys = {ax.name};
-  for (auto& v : sweep_values(src, values, ax.name, true)) ax.values.push_back({std::move(v)});
-  all_keys.emplace_back(ax.name, key);
-}
-
-void parse_sweep(const StudySource& src, const YAML::Node& root, Study& st) {
-  const YAML::Node sweep = root["sweep"];
-  if (!sweep || !sweep.IsMap() || sweep.size() == 0) {
-    src.fail(sweep ? sweep : root,
-             "missing 'sweep': a mapping of dotted scenario keys to lists of values, e.g. rollout.precision: [bf16, fp8-block]");
-  }
-  KeyNodes all_keys;  // for the overlap check
-  for (const auto& kv : sweep) {
-    SweepAxis ax;
-    if (!kv.first.IsScalar()) src.fail(kv.first, "sweep: a key must be a dotted scenario key or a group name");
-    ax.name = kv.first.Scalar();
-    ax.line = kv.first.Mark().line + 1;
-    if (kv.second.IsMap()) {
-      parse_sweep_group(src, kv.second, ax, all_keys);
-    } else {
-      parse_sweep_key(src, kv.first, kv.second, ax, all_keys);
-    }
-    st.sweep.push_back(std::move(ax));
-  }
-  for (std::size_t i = 0; i < all_keys.size(); ++i) {
-    for (std::size_t j = 0; j < all_keys.size(); ++j) {
-      const auto& [a, an] = all_keys[i];
-      const auto& b = all_keys[j].first;
-      if (i < j && a == b) src.fail(all_keys[j].second, fmt::format("sweep: '{}' is swept twice", b));
-      if (i != j && b.starts_with(a + "."))
-        src.fail(all_keys[std::max(i, j)].second, fmt::format("sweep: '{}' lies inside '{}', which is swept too", b, a));
-    }
-  }
-  {
-    double n = 1;
-    for (const auto& a : st.sweep) n *= static_cast<double>(a.size());
-    if (n > static_cast<double>(kMaxStudyPoints)) {
-      src.fail(sweep, fmt::format("the sweep has {:.0f} points; at most {} are allowed (split the study)", n, kMaxStudyPoints));
-    }
-  }
-}
-
-void parse_objective_and_constraints(const StudySource& src, const YAML::Node& root, Study& st) {
-  if (const YAML::Node o = root["objective"]) {
-    const std::string v = o.IsScalar() ? o.Scalar() : "";
-    if (v == "step_time")
-      st.objective = Objective::kStepTime;
-    else if (v == "device_hours_per_step")
-      st.objective = Objective::kDeviceHoursPerStep;
-    else
-      src.fail(o, fmt::format("objective: unknown value '{}' (expected step_time or device_hours_per_step)", v));
-  }
-  if (const YAML::Node c = root["constraints"]) {
-    if (!c.IsMap()) src.fail(c, "constraints must be a mapping, e.g. {fits_memory: true, max_step_time: 900 s}");
-    src.only(c, "constraints",
-             {"fits_memory", "max_step_time", "max_device_hours_per_step", "max_devices", "precision_consistent"});
-    auto boolean = [&](const char* key, bool& out) {
-      if (const YAML::Node n = c[key]) {
-        if (!n.IsScalar() || !YAML::convert<bool>::decode(n, out))
-          src.fail(n, fmt::format("constraints.{} must be true or false", key));
-      }
-    };
-    boolean("fits_memory", st.constraints.fits_memory);
-    boolean("precision_consistent", st.constraints.precision_consistent);
-    if (const YAML::Node n = c["max_step_time"]) {
-      try {
-        if (!n.IsScalar()) throw std::invalid_argument("expected a time with its unit, e.g. 900 s");
-        st.constraints.max_step_time_s = sim::parse_quantity(n.Scalar(), sim::Dimension::kTime);
-      } catch (const std::invalid_argument& e) {
-        src.fail(n, std::string("constraints.max_step_time: ") + e.what());
-      }
-    }
-    if (const YAML::Node n = c["max_device_hours_per_step"]) {
-      double v = 0;
-      if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !(v > 0))
-        src.fail(n, "constraints.max_device_hours_per_step must be a positive number");
-      st.constraints.max_device_hours_per_step = v;
-    }
-    if (const YAML::Node n = c["max_devices"]) {
-      int v = 0;
-      if (!n.IsScalar() || !YAML::convert<int>::decode(n, v) || v < 1)
-        src.fail(n, "constraints.max_devices must be a positive integer");
-      st.constraints.max_devices = v;
-    }
-  }
-}
-
-void parse_plots_and_output(const StudySource& src, const YAML::Node& root, const std::string& path, Study& st) {
-  std::vector<std::string> multi;
-  for (const auto& a : st.sweep) {
-    if (a.size() > 1) multi.push_back(a.name);
-  }
-  if (multi.empty()) multi.push_back(st.sweep.front().name);
-  st.heatmap = {multi[0], multi.size() > 1 ? multi[1] : multi[0]};
-  if (const YAML::Node p = root["plots"]) {
-    if (!p.IsMap()) src.fail(p, "plots must be a mapping, e.g. {heatmap: [cluster.nodes, rollout.precision]}");
-    src.only(p, "plots", {"heatmap"});
-    if (const YAML::Node h = p["heatmap"]) {
-      if (!h.IsSequence() || h.size() < 1 || h.size() > 2)
-        src.fail(h, "plots.heatmap must list one or two sweep keys (x, then y)");
-      std::vector<std::string> names;
-      for (const auto& n : h) {
-        const std::string name = n.IsScalar() ? n.Scalar() : "";
-        if (st.axis_index(name) < 0) {
-          std::string list;
-          for (const auto& a : st.sweep) list += (list.empty() ? "" : ", ") + a.name;
-          src.fail(n, fmt::format("plots.heatmap: '{}' is not a sweep key or group (expected one of: {})", name, list));
-        }
-        names.push_back(name);
-      }
-      st.heatmap = {names[0], names.size() > 1 ? names[1] : names[0]};
-    }
-  }
-  st.out_dir = (fs::path("out") / fs::path(path).stem()).string();
-  if (const YAML::Node o = root["output"]) {
-    if (!o.IsMap()) src.fail(o, "output must be a mapping, e.g. {dir: out/my-study, plots: true}");
-    src.only(o, "output", {"dir", "plots"});
-    if (o["dir"]) {
-      if (!o["dir"].IsScalar() || o["dir"].Scalar().empty()) src.fail(o["dir"], "output.dir must be a folder name");
-      st.out_dir = o["dir"].Scalar();
-    }
-    if (const YAML::Node n = o["plots"]) {
-      if (!n.IsScalar() || !YAML::convert<bool>::decode(n, st.plots)) src.fail(n, "output.plots must be true or false");
-    }
-  }
-}
-
-Study parse_study(const std::string& path) {
-  const StudySource src{path};
-  const YAML::Node root = sim::load_yaml_file(path, "study file");
-  if (!root.IsMap())
-    throw ScenarioError(path + ":1:1: a study must be a YAML mapping with base: and sweep: (see SCENARIO.md, Study files)");
-  src.only(root, "", {"name", "base", "sweep", "objective", "constraints", "plots", "output"});
-
-  Study st;
-  st.file = path;
-  const fs::path dir = fs::path(path).parent_path();
-  if (root["name"] && !root["name"].IsScalar()) src.fail(root["name"], "name must be a string");
-  st.name = root["name"] ? root["name"].Scalar() : fs::path(path).filename().string();
-  if (!root["base"] || !root["base"].IsScalar())
-    src.fail(root["base"] ? root["base"] : root, "missing 'base': the scenario file the sweep starts from");
-  {
-    const fs::path b = root["base"].Scalar();
-    st.base = (b.is_absolute() ? b : dir / b).string();
-    if (!fs::is_regular_file(st.base))
-      src.fail(root["base"], fmt::format("base scenario '{}' not found (looked for {})", b.string(), st.base));
-  }
-  parse_sweep(src, root, st);
-  parse_objective_and_constraints(src, root, st);
-  parse_plots_and_output(src, root, path, st);
-  return st;
-}
-
-}  // namespace
-
 // Evaluation --------------------------------------------------------------------------------------
 
 namespace {
 
-// The loader names the override an error comes from "sweep KEY=VALUE"; one of the study's `sets`
-// is named as the user gave it, "--set KEY=VALUE".
-std::string relabel(const Study& st, const std::string& what) {
-  for (const auto& set : st.sets) {
-    if (what.starts_with("sweep " + set + ":")) return "--set " + what.substr(6);
+// Where a point's error lies, in the study's terms: an override that is one of the study's `sets`
+// is named as the user gave it ("--set KEY=VALUE"); a swept key keeps "sweep KEY=VALUE" and, when
+// `at_study_key`, is placed at the study file's line and column of that key.
+sim::InputLocation restate(const Study& st, const ScenarioError& e, bool at_study_key) {
+  sim::InputLocation w = e.where();
+  if (w.override_text.empty()) return w;
+  if (std::find(st.sets.begin(), st.sets.end(), w.override_text) != st.sets.end()) {
+    w.override_label = "--set";
+    return w;
   }
-  return what;
-}
-
-// An unknown key as an error of the study: at the study file's line of the swept key, else as
-// relabelled (a --set key, or the base file's own position).
-std::string key_error_message(const Study& st, const std::string& what) {
-  const std::string w = relabel(st, what);
-  if (w.starts_with("sweep ")) {
-    const std::string key = w.substr(6, w.find('=') - 6);
-    for (const auto& a : st.sweep) {
-      if (std::find(a.keys.begin(), a.keys.end(), key) != a.keys.end()) return fmt::format("{}:{}:1: {}", st.file, a.line, w);
+  if (!at_study_key) return w;
+  for (const auto& a : st.sweep) {
+    for (std::size_t k = 0; k < a.keys.size(); ++k) {
+      if (w.key == a.keys[k] || w.key.starts_with(a.keys[k] + ".")) {
+        w.file = st.file;
+        std::tie(w.line, w.column) = a.key_marks[k];
+        return w;
+      }
     }
   }
   return w;
@@ -373,7 +72,7 @@ void check_study_keys(const Study& study) {
   try {
     (void)sim::load_scenario(study.base, study.overrides(0), "sweep", study.calibration.get());
   } catch (const sim::ScenarioKeyError& e) {
-    throw ScenarioError(key_error_message(study, e.what()));
+    throw ScenarioError(restate(study, e, true), e.detail());
   } catch (const ScenarioError&) {
     // An invalid value at point 0 is a result of the study, recorded when the point is evaluated.
   }
@@ -403,9 +102,9 @@ PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& c
     sim::NullSink sink;
     r = sim::simulate(s, sink);
   } catch (const sim::ScenarioKeyError& e) {
-    throw sim::ScenarioKeyError(key_error_message(study, e.what()));
+    throw sim::ScenarioKeyError(restate(study, e, true), e.detail());
   } catch (const ScenarioError& e) {
-    p.error = relabel(study, e.what());
+    p.error = ScenarioError(restate(study, e, false), e.detail()).what();
     return p;
   }
   p.valid = true;

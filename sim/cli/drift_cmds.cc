@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <ostream>
 
 #include "analysis/drift.h"
@@ -19,76 +21,68 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Reads a scalar of type T from a drift file node, or fails naming file:line:column and what was
-// expected (the scenario reader's Source, so every input file reports errors the same way).
+// A list of scalars under `key` of the drift file, each read as T, or fails at the offending item.
 template <typename T>
-T get(const YAML::Node& n, const sim::Source& f, const std::string& key, const char* expected) {
-  try {
-    return n.as<T>();
-  } catch (const YAML::Exception&) {
-    f.fail(n, key, fmt::format("'{}' must be {}", key, expected));
-  }
-}
-
-template <typename T>
-std::vector<T> get_list(const YAML::Node& n, const sim::Source& f, const std::string& key, const char* expected) {
-  if (!n.IsSequence()) f.fail(n, key, fmt::format("'{}' must be a list of {}", key, expected));
+std::vector<T> list_of(sim::Map& m, const std::string& key, const char* expected) {
+  const YAML::Node n = m.get(key);
+  if (!n) return {};
+  if (!n.IsSequence() || n.size() == 0) m.src().fail(n, key, fmt::format("'{}' must be a non-empty list of {}", key, expected));
   std::vector<T> v;
-  for (const auto& e : n) v.push_back(get<T>(e, f, key, expected));
+  for (const auto& e : n) {
+    T x{};
+    if (!e.IsScalar() || !YAML::convert<T>::decode(e, x))
+      m.src().fail(e, key, fmt::format("'{}' must be a list of {}", key, expected));
+    v.push_back(x);
+  }
   return v;
 }
 
-// Fills every option the command line left unset from the drift file.
+// Fills every option the command line left unset from the drift file; every key of the file is
+// checked, whether or not the command line overrides it.
 void merge_file(DriftCliOptions& o) {
   const YAML::Node root = sim::load_yaml_file(o.file, "drift file");
   const sim::Source f{o.file, {}, "--set"};
   if (!root.IsMap()) f.fail(root, "", fmt::format("expected a mapping of drift keys ({})", fmt::join(drift_file_keys(), ", ")));
+  sim::Map m(f, root, "");
+  m.finish(drift_file_keys());
   const fs::path base = fs::path(o.file).parent_path();
-  auto relative = [&](const std::string& p) { return fs::path(p).is_absolute() ? p : (base / p).lexically_normal().string(); };
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    const YAML::Node& v = kv.second;
-    if (key == "name") {
-      (void)get<std::string>(v, f, key, "a string");
-    } else if (key == "model") {
-      if (!o.model) o.model = relative(get<std::string>(v, f, key, "a path (relative to the drift file)"));
-    } else if (key == "tokenizer") {
-      if (!o.tokenizer) o.tokenizer = relative(get<std::string>(v, f, key, "a path (relative to the drift file)"));
-    } else if (key == "prompt_file") {
-      if (!o.prompt_file) o.prompt_file = relative(get<std::string>(v, f, key, "a path (relative to the drift file)"));
-    } else if (key == "pairs") {
-      const auto pairs = get_list<std::string>(v, f, key, "TRAIN:ROLLOUT strings");
-      for (std::size_t i = 0; i < pairs.size(); ++i) {
-        try {
-          (void)analysis::parse_drift_pair(pairs[i]);
-        } catch (const std::invalid_argument& e) {
-          f.fail(v[i], key, e.what());
-        }
-      }
-      if (o.pairs.empty()) o.pairs = pairs;
-    } else if (key == "lengths") {
-      const auto lengths = get_list<int>(v, f, key, "positive integers");
-      if (o.lengths.empty()) o.lengths = lengths;
-    } else if (key == "prompts") {
-      if (!o.prompts) o.prompts = get<int>(v, f, key, "a positive integer");
-    } else if (key == "samples") {
-      if (!o.samples) o.samples = get<int>(v, f, key, "a positive integer");
-    } else if (key == "temperature") {
-      if (!o.temperature) o.temperature = get<double>(v, f, key, "a number > 0");
-    } else if (key == "seed") {
-      if (!o.seed) o.seed = get<std::uint64_t>(v, f, key, "a non-negative integer");
-    } else if (key == "batch_invariant") {
-      o.batch_invariant = o.batch_invariant || get<bool>(v, f, key, "true or false");
-    } else if (key == "tis_cap") {
-      if (!o.tis_cap) o.tis_cap = get<double>(v, f, key, "a number > 0");
-    } else if (key == "bootstrap") {
-      if (!o.bootstrap) o.bootstrap = get<int>(v, f, key, "a non-negative integer");
-    } else if (key == "out") {
-      if (!o.out) o.out = get<std::string>(v, f, key, "a directory");
-    } else {
-      f.fail(kv.first, key, fmt::format("unknown key '{}' (expected one of: {})", key, fmt::join(drift_file_keys(), ", ")));
+  auto path_key = [&](const std::string& key, std::optional<std::string>& out) {
+    const std::string p = m.str(key, "");
+    if (!p.empty() && !out) out = fs::path(p).is_absolute() ? p : (base / p).lexically_normal().string();
+  };
+  auto set_if_unset = [](auto& out, auto value, bool present) {
+    if (present && !out) out = value;
+  };
+  (void)m.str("name", "");
+  path_key("model", o.model);
+  path_key("tokenizer", o.tokenizer);
+  path_key("prompt_file", o.prompt_file);
+  const auto pairs = list_of<std::string>(m, "pairs", "TRAIN:ROLLOUT strings");
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    try {
+      (void)analysis::parse_drift_pair(pairs[i]);
+    } catch (const std::invalid_argument& e) {
+      f.fail(root["pairs"][i], "pairs", e.what());
     }
   }
+  if (o.pairs.empty()) o.pairs = pairs;
+  const auto lengths = list_of<int>(m, "lengths", "positive integers");
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 1) f.fail(root["lengths"][i], "lengths", "'lengths' must be a list of positive integers");
+  }
+  if (o.lengths.empty()) o.lengths = lengths;
+  constexpr auto kIntMax = std::numeric_limits<int>::max();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kPositive = std::numeric_limits<double>::min();
+  set_if_unset(o.prompts, static_cast<int>(m.integer("prompts", 0, 1, kIntMax)), m.has("prompts"));
+  set_if_unset(o.samples, static_cast<int>(m.integer("samples", 0, 1, kIntMax)), m.has("samples"));
+  set_if_unset(o.temperature, m.number("temperature", 0, kPositive, kInf), m.has("temperature"));
+  set_if_unset(o.seed, static_cast<std::uint64_t>(m.integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max())),
+               m.has("seed"));
+  o.batch_invariant = m.boolean("batch_invariant", false) || o.batch_invariant;
+  set_if_unset(o.tis_cap, m.number("tis_cap", 0, kPositive, kInf), m.has("tis_cap"));
+  set_if_unset(o.bootstrap, static_cast<int>(m.integer("bootstrap", 0, 0, kIntMax)), m.has("bootstrap"));
+  if (m.has("out")) set_if_unset(o.out, m.str("out", ""), true);
 }
 
 std::vector<std::string> read_prompt_file(const std::string& path) {
@@ -126,14 +120,14 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
       throw sim::ScenarioError(std::string("rlsim drift: ") + e.what());
     }
   }
-  d.lengths = o.lengths.empty() ? std::vector<int>{16, 32, 64, 128} : o.lengths;
-  d.samples = o.samples.value_or(4);
-  d.temperature = o.temperature.value_or(1.0);
-  d.seed = o.seed.value_or(1);
+  if (!o.lengths.empty()) d.lengths = o.lengths;
+  d.samples = o.samples.value_or(d.samples);
+  d.temperature = o.temperature.value_or(d.temperature);
+  d.seed = o.seed.value_or(d.seed);
   d.batch_invariant = o.batch_invariant;
-  d.tis_cap = o.tis_cap.value_or(2.0);
-  d.bootstrap = o.bootstrap.value_or(1000);
-  const int n_prompts = o.prompts.value_or(8);
+  d.tis_cap = o.tis_cap.value_or(d.tis_cap);
+  d.bootstrap = o.bootstrap.value_or(d.bootstrap);
+  const int n_prompts = o.prompts.value_or(analysis::kDefaultDriftPrompts);
   if (n_prompts <= 0) throw sim::ScenarioError("rlsim drift: prompts must be positive");
   if (d.bootstrap < 0) throw sim::ScenarioError("rlsim drift: bootstrap must be >= 0");
 

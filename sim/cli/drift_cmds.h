@@ -18,15 +18,16 @@ struct DriftCliOptions {
   std::optional<std::string> tokenizer;    // default: found beside the model
   std::optional<std::string> prompt_file;  // one prompt per line; default: built-in story openings
   std::vector<std::string> pairs;          // TRAIN:ROLLOUT (required)
-  std::vector<int> lengths;                // default 16,32,64,128
-  std::optional<int> prompts;              // default 8
-  std::optional<int> samples;              // default 4
-  std::optional<double> temperature;       // default 1
-  std::optional<std::uint64_t> seed;       // default 1
-  bool batch_invariant = false;            // or batch_invariant: true in the file
-  std::optional<double> tis_cap;           // default 2
-  std::optional<int> bootstrap;            // default 1000
-  std::optional<std::string> out;          // default: the file's out, else out/<file stem>, else out/drift
+  // Unset: the drift file's value, else the default of analysis::DriftOptions (kDefaultDriftPrompts).
+  std::vector<int> lengths;
+  std::optional<int> prompts;
+  std::optional<int> samples;
+  std::optional<double> temperature;
+  std::optional<std::uint64_t> seed;
+  bool batch_invariant = false;  // or batch_invariant: true in the file
+  std::optional<double> tis_cap;
+  std::optional<int> bootstrap;
+  std::optional<std::string> out;  // default: the file's out, else out/<file stem>, else out/drift
   bool no_plots = false;
   bool quiet = false;
 };

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "analysis/drift.h"
 #include "analysis/report.h"
 #include "analysis/validation.h"
 #include "models/graph/graph.h"
@@ -324,6 +325,7 @@ CLI::App* add_drift(CLI::App& app, cli::DriftCliOptions& dro) {
       "drift",
       "Measure the training-inference mismatch on a real model: the rollout recipe samples with the decode path (KV cache), the "
       "training recipe scores the same tokens with the prefill path; log-prob mismatch, KL, TIS clipping vs rollout length");
+  const analysis::DriftOptions kDriftDefaults;
   drift->add_option("file", dro.file,
                     fmt::format("Drift file (YAML) with any of the options below as keys: {}; options given here override it",
                                 fmt::join(cli::drift_file_keys(), ", ")));
@@ -336,20 +338,27 @@ CLI::App* add_drift(CLI::App& app, cli::DriftCliOptions& dro) {
       ->delimiter(',');
   drift
       ->add_option("--lengths", dro.lengths,
-                   "Response lengths to report, ascending (default 16,32,64,128); all samples run to the longest")
+                   fmt::format("Response lengths to report, ascending (default {}); all samples run to the longest",
+                               fmt::join(kDriftDefaults.lengths, ",")))
       ->delimiter(',');
-  drift->add_option("--prompts", dro.prompts, "Prompts (default 8; built-in story openings, cycled, or --prompt-file lines)");
+  drift->add_option("--prompts", dro.prompts,
+                    fmt::format("Prompts (default {}; built-in story openings, cycled, or --prompt-file lines)",
+                                analysis::kDefaultDriftPrompts));
   drift->add_option("--prompt-file", dro.prompt_file, "Prompts, one per line (BOS is prepended)");
-  drift->add_option("--samples", dro.samples, "Continuations sampled per prompt (default 4)");
-  drift->add_option("--temperature,-t", dro.temperature,
-                    "Sampling temperature > 0; log-probabilities are of logits / T (default 1)");
-  drift->add_option("--seed", dro.seed, "Sampling and bootstrap seed (default 1)");
+  drift->add_option("--samples", dro.samples,
+                    fmt::format("Continuations sampled per prompt (default {})", kDriftDefaults.samples));
+  drift->add_option(
+      "--temperature,-t", dro.temperature,
+      fmt::format("Sampling temperature > 0; log-probabilities are of logits / T (default {})", kDriftDefaults.temperature));
+  drift->add_option("--seed", dro.seed, fmt::format("Sampling and bootstrap seed (default {})", kDriftDefaults.seed));
   drift->add_flag("--batch-invariant", dro.batch_invariant,
                   "Batch-invariant kernels on both sides: same reduction order in prefill and decode (identical recipes then "
                   "give delta = 0)");
-  drift->add_option("--tis-cap", dro.tis_cap, "Cap C of token-level truncated importance sampling (default 2)");
-  drift->add_option("--bootstrap", dro.bootstrap,
-                    "Bootstrap resamples of sequences for the 95 % intervals (default 1000; 0: none)");
+  drift->add_option("--tis-cap", dro.tis_cap,
+                    fmt::format("Cap C of token-level truncated importance sampling (default {})", kDriftDefaults.tis_cap));
+  drift->add_option(
+      "--bootstrap", dro.bootstrap,
+      fmt::format("Bootstrap resamples of sequences for the 95 % intervals (default {}; 0: none)", kDriftDefaults.bootstrap));
   drift->add_option("--out,-o", dro.out, "Output directory (default: the file's out:, else out/<file stem>, else out/drift)");
   drift->add_flag("--no-plots", dro.no_plots, "Write the CSVs only");
   drift->add_flag("--quiet,-q", dro.quiet, "Print nothing on success");

@@ -73,9 +73,9 @@ const models::Link kDefaultHost{55e9, 10e-6};
 
 models::Device parse_device(Map m) {
   models::Device d;
-  d.name = m.str("name", "", true);
-  d.memory_bytes = m.quantity("memory", 0, Dimension::kBytes, true);
-  d.memory_bandwidth_bytes_per_s = m.quantity("memory_bandwidth", 0, Dimension::kBandwidth, true);
+  d.name = m.str("name", d.name, true);
+  d.memory_bytes = m.quantity("memory", d.memory_bytes, Dimension::kBytes, true);
+  d.memory_bandwidth_bytes_per_s = m.quantity("memory_bandwidth", d.memory_bandwidth_bytes_per_s, Dimension::kBandwidth, true);
   Map c(m.src(), m.require("compute"), m.path("compute"));
   std::vector<std::string> valid;
   for (auto t : {models::ComputeType::kFp32, models::ComputeType::kBf16, models::ComputeType::kFp16, models::ComputeType::kFp8,
@@ -106,36 +106,36 @@ models::Device parse_device(Map m) {
 models::ModelArch parse_model(Map m) {
   models::ModelArch a;
   constexpr std::int64_t kBig = 1 << 24;
-  a.name = m.str("name", "", true);
-  a.layers = static_cast<int>(m.integer("layers", 0, 1, 10000, true));
-  a.hidden = static_cast<int>(m.integer("hidden", 0, 1, kBig, true));
-  a.intermediate = static_cast<int>(m.integer("intermediate", 0, 1, kBig, true));
-  a.heads = static_cast<int>(m.integer("heads", 0, 1, 65536, true));
-  a.kv_heads = static_cast<int>(m.integer("kv_heads", 0, 1, 65536, true));
-  a.head_dim = static_cast<int>(m.integer("head_dim", 0, 1, 65536, true));
-  a.vocab = static_cast<int>(m.integer("vocab", 0, 1, kBig, true));
-  a.tied_embeddings = m.boolean("tied_embeddings", false);
-  a.qkv_bias = m.boolean("qkv_bias", false);
+  a.name = m.str("name", a.name, true);
+  a.layers = static_cast<int>(m.integer("layers", a.layers, 1, 10000, true));
+  a.hidden = static_cast<int>(m.integer("hidden", a.hidden, 1, kBig, true));
+  a.intermediate = static_cast<int>(m.integer("intermediate", a.intermediate, 1, kBig, true));
+  a.heads = static_cast<int>(m.integer("heads", a.heads, 1, 65536, true));
+  a.kv_heads = static_cast<int>(m.integer("kv_heads", a.kv_heads, 1, 65536, true));
+  a.head_dim = static_cast<int>(m.integer("head_dim", a.head_dim, 1, 65536, true));
+  a.vocab = static_cast<int>(m.integer("vocab", a.vocab, 1, kBig, true));
+  a.tied_embeddings = m.boolean("tied_embeddings", a.tied_embeddings);
+  a.qkv_bias = m.boolean("qkv_bias", a.qkv_bias);
   if (a.heads % a.kv_heads != 0) m.src().fail(m.get("kv_heads"), m.path("kv_heads"), "heads must be a multiple of kv_heads");
   if (m.has("moe")) {
     Map e(m.src(), m.get("moe"), m.path("moe"));
     models::MoeSpec moe;
-    moe.experts = static_cast<int>(e.integer("experts", 0, 1, 65536, true));
-    moe.active = static_cast<int>(e.integer("active", 0, 1, moe.experts, true));
-    moe.expert_intermediate = static_cast<int>(e.integer("expert_intermediate", 0, 1, kBig, true));
-    moe.shared_experts = static_cast<int>(e.integer("shared_experts", 0, 0, 1024));
-    moe.dense_layers = static_cast<int>(e.integer("dense_layers", 0, 0, a.layers));
+    moe.experts = static_cast<int>(e.integer("experts", moe.experts, 1, 65536, true));
+    moe.active = static_cast<int>(e.integer("active", moe.active, 1, moe.experts, true));
+    moe.expert_intermediate = static_cast<int>(e.integer("expert_intermediate", moe.expert_intermediate, 1, kBig, true));
+    moe.shared_experts = static_cast<int>(e.integer("shared_experts", moe.shared_experts, 0, 1024));
+    moe.dense_layers = static_cast<int>(e.integer("dense_layers", moe.dense_layers, 0, a.layers));
     e.finish({"experts", "active", "expert_intermediate", "shared_experts", "dense_layers"});
     a.moe = moe;
   }
   if (m.has("mla")) {
     Map e(m.src(), m.get("mla"), m.path("mla"));
     models::MlaSpec mla;
-    mla.q_lora_rank = static_cast<int>(e.integer("q_lora_rank", 0, 0, kBig));
-    mla.kv_lora_rank = static_cast<int>(e.integer("kv_lora_rank", 0, 1, kBig, true));
-    mla.qk_nope_head_dim = static_cast<int>(e.integer("qk_nope_head_dim", 0, 1, kBig, true));
-    mla.qk_rope_head_dim = static_cast<int>(e.integer("qk_rope_head_dim", 0, 1, kBig, true));
-    mla.v_head_dim = static_cast<int>(e.integer("v_head_dim", 0, 1, kBig, true));
+    mla.q_lora_rank = static_cast<int>(e.integer("q_lora_rank", mla.q_lora_rank, 0, kBig));
+    mla.kv_lora_rank = static_cast<int>(e.integer("kv_lora_rank", mla.kv_lora_rank, 1, kBig, true));
+    mla.qk_nope_head_dim = static_cast<int>(e.integer("qk_nope_head_dim", mla.qk_nope_head_dim, 1, kBig, true));
+    mla.qk_rope_head_dim = static_cast<int>(e.integer("qk_rope_head_dim", mla.qk_rope_head_dim, 1, kBig, true));
+    mla.v_head_dim = static_cast<int>(e.integer("v_head_dim", mla.v_head_dim, 1, kBig, true));
     e.finish({"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"});
     a.mla = mla;
   }
@@ -290,7 +290,7 @@ std::vector<std::int64_t> read_csv_column(const std::string& file, const std::st
 
 LengthDist parse_dist(Map m, const fs::path& base_dir) {
   LengthDist d;
-  d.kind = m.choice<LengthDist::Kind>("dist", LengthDist::Kind::kFixed,
+  d.kind = m.choice<LengthDist::Kind>("dist", d.kind,
                                       {{"fixed", LengthDist::Kind::kFixed},
                                        {"uniform", LengthDist::Kind::kUniform},
                                        {"lognormal", LengthDist::Kind::kLognormal},
@@ -300,12 +300,12 @@ LengthDist parse_dist(Map m, const fs::path& base_dir) {
   constexpr std::int64_t kMaxTokens = 10'000'000;
   switch (d.kind) {
     case LengthDist::Kind::kFixed:
-      d.value = m.integer("value", 0, 1, kMaxTokens, true);
+      d.value = m.integer("value", d.value, 1, kMaxTokens, true);
       m.finish({"dist", "value"});
       break;
     case LengthDist::Kind::kUniform:
-      d.min = m.integer("min", 0, 1, kMaxTokens, true);
-      d.max = m.integer("max", 0, d.min, kMaxTokens, true);
+      d.min = m.integer("min", d.min, 1, kMaxTokens, true);
+      d.max = m.integer("max", d.max, d.min, kMaxTokens, true);
       m.finish({"dist", "min", "max"});
       break;
     case LengthDist::Kind::kLognormal:
@@ -314,11 +314,11 @@ LengthDist parse_dist(Map m, const fs::path& base_dir) {
       if (m.has("median") == m.has("mean")) {
         m.src().fail(m.node(), m.path("median"), "a lognormal needs exactly one of 'median' and 'mean' (tokens)");
       }
-      d.sigma = m.number("sigma", 0, 0, 5);
+      d.sigma = m.number("sigma", d.sigma, 0, 5);
       if (!m.has("sigma")) m.require("sigma");
-      d.max = m.integer("max", 0, 1, kMaxTokens);
+      d.max = m.integer("max", d.max, 1, kMaxTokens);
       if (m.has("median")) {
-        d.median = m.number("median", 0, 1, 1e7);
+        d.median = m.number("median", d.median, 1, 1e7);
       } else {
         const double mean = m.number("mean", 0, 1, 1e7);
         try {
@@ -330,8 +330,8 @@ LengthDist parse_dist(Map m, const fs::path& base_dir) {
       m.finish({"dist", "median", "mean", "sigma", "max"});
       break;
     case LengthDist::Kind::kCsv: {
-      d.file = m.str("file", "", true);
-      d.column = m.str("column", "", true);
+      d.file = m.str("file", d.file, true);
+      d.column = m.str("column", d.column, true);
       const fs::path p = fs::path(d.file).is_absolute() ? fs::path(d.file) : base_dir / d.file;
       try {
         d.samples = read_csv_column(p.string(), d.column);
@@ -350,22 +350,25 @@ LengthDist parse_dist(Map m, const fs::path& base_dir) {
 // Overrides -------------------------------------------------------------------------------------
 
 void apply_override(YAML::Node& root, const std::string& text, Source& src) {
-  const std::string& label = src.label;
+  InputLocation where;
+  where.override_text = text;
+  where.override_label = src.label;
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
-    throw ScenarioError(label + " " + text + ": expected dotted.key=value, e.g. " + label + " cluster.nodes=2");
+    throw ScenarioError(where, "expected dotted.key=value, e.g. " + src.label + " cluster.nodes=2");
   }
   const std::string key = text.substr(0, eq);
+  where.key = key;
   YAML::Node value;
   try {
     value = YAML::Load(text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
-    throw ScenarioError(label + " " + text + ": the value is not valid YAML: " + e.msg);
+    throw ScenarioError(where, "the value is not valid YAML: " + e.msg);
   }
   std::vector<std::string> parts;
   std::stringstream ss(key);
   for (std::string part; std::getline(ss, part, '.');) {
-    if (part.empty()) throw ScenarioError(label + " " + text + ": empty component in key '" + key + "'");
+    if (part.empty()) throw ScenarioError(where, "empty component in key '" + key + "'");
     parts.push_back(part);
   }
   YAML::Node cur = root;
@@ -390,6 +393,17 @@ void apply_override(YAML::Node& root, const std::string& text, Source& src) {
 
 YAML::Node load_yaml_file(const std::string& path, const std::string& what) {
   return parse_yaml_text(read_file(path, what), path);
+}
+
+std::string InputLocation::prefix() const {
+  std::string out;
+  if (!file.empty() && line > 0) {
+    out = fmt::format("{}:{}:{}: ", file, line, column);
+  } else if (!file.empty() && override_text.empty()) {
+    out = file + ": ";
+  }
+  if (!override_text.empty()) out += override_label + " " + override_text + ": ";
+  return out;
 }
 
 std::string_view schedule_name(ScheduleMode m) {
@@ -470,8 +484,8 @@ void parse_cluster_section(const Source& src, Map& top, Scenario& s) {
   } else {
     s.cluster.device = parse_device(Map(src, dn, "cluster.device"));
   }
-  s.cluster.nodes = static_cast<int>(c.integer("nodes", 0, 1, 1 << 20, true));
-  s.cluster.devices_per_node = static_cast<int>(c.integer("devices_per_node", 0, 1, 1024, true));
+  s.cluster.nodes = static_cast<int>(c.integer("nodes", s.cluster.nodes, 1, 1 << 20, true));
+  s.cluster.devices_per_node = static_cast<int>(c.integer("devices_per_node", s.cluster.devices_per_node, 1, 1024, true));
   const auto& d = s.cluster.device;
   s.cluster.intra_node =
       c.has("intra_node") ? parse_link(Map(src, c.get("intra_node"), "cluster.intra_node"), d.intra_node) : d.intra_node;
@@ -493,8 +507,8 @@ void parse_placement_section(const Source& src, Map& top, Scenario& s) {
         p.choice<PlacementMode>("mode", PlacementMode::kColocated,
                                 {{"colocated", PlacementMode::kColocated}, {"disaggregated", PlacementMode::kDisaggregated}});
     if (s.placement.mode == PlacementMode::kDisaggregated) {
-      s.placement.rollout_devices = static_cast<int>(p.integer("rollout_devices", 0, 1, devices, true));
-      s.placement.train_devices = static_cast<int>(p.integer("train_devices", 0, 1, devices, true));
+      s.placement.rollout_devices = static_cast<int>(p.integer("rollout_devices", s.placement.rollout_devices, 1, devices, true));
+      s.placement.train_devices = static_cast<int>(p.integer("train_devices", s.placement.train_devices, 1, devices, true));
       if (s.placement.rollout_devices + s.placement.train_devices > devices) {
         src.fail(p.node(), "placement",
                  fmt::format("rollout_devices + train_devices = {} exceeds the cluster's {} devices",
@@ -514,12 +528,12 @@ void parse_schedule_section(const Source& src, Map& top, Scenario& s) {
   if (top.has("schedule")) {
     Map p(src, top.get("schedule"), "schedule");
     s.schedule.mode = p.choice<ScheduleMode>(
-        "mode", ScheduleMode::kSync,
+        "mode", s.schedule.mode,
         {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
     // SCENARIO.md's range is a fraction of a batch (verl's staleness_threshold, 0-1); rlsim also
     // takes whole batches ahead up to 16, AReaL's max_head_offpolicyness (eta <= 16 in its blog).
-    s.schedule.staleness = p.number("staleness", 0.5, 0.0, kMaxStaleness);
-    s.schedule.partial_rollout = p.boolean("partial_rollout", false);
+    s.schedule.staleness = p.number("staleness", s.schedule.staleness, 0.0, kMaxStaleness);
+    s.schedule.partial_rollout = p.boolean("partial_rollout", s.schedule.partial_rollout);
     p.finish({"mode", "staleness", "partial_rollout"});
     if (s.schedule.mode != ScheduleMode::kSync && s.placement.mode == PlacementMode::kColocated) {
       src.fail(p.get("mode"), "schedule.mode",
@@ -533,8 +547,9 @@ void parse_schedule_section(const Source& src, Map& top, Scenario& s) {
 // workload: prompts, samples and the two length distributions.
 void parse_workload_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
   Map w(src, top.require("workload"), "workload");
-  s.workload.prompts_per_step = static_cast<int>(w.integer("prompts_per_step", 0, 1, 1 << 24, true));
-  s.workload.samples_per_prompt = static_cast<int>(w.integer("samples_per_prompt", 0, 1, 1 << 16, true));
+  s.workload.prompts_per_step = static_cast<int>(w.integer("prompts_per_step", s.workload.prompts_per_step, 1, 1 << 24, true));
+  s.workload.samples_per_prompt =
+      static_cast<int>(w.integer("samples_per_prompt", s.workload.samples_per_prompt, 1, 1 << 16, true));
   s.workload.prompt_tokens = parse_dist(Map(src, w.require("prompt_tokens"), "workload.prompt_tokens"), base_dir);
   s.workload.response_tokens = parse_dist(Map(src, w.require("response_tokens"), "workload.response_tokens"), base_dir);
   w.finish({"prompts_per_step", "samples_per_prompt", "prompt_tokens", "response_tokens"});
@@ -550,28 +565,25 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
   std::optional<Map> m;
   if (top.has("rollout")) m.emplace(src, top.get("rollout"), "rollout");
   if (m) {
-    r.engine = m->choice<RolloutEngineKind>("engine", RolloutEngineKind::kVllm,
+    r.engine = m->choice<RolloutEngineKind>("engine", r.engine,
                                             {{"vllm", RolloutEngineKind::kVllm}, {"sglang", RolloutEngineKind::kSglang}});
-    r.tensor_parallel = static_cast<int>(m->integer("tensor_parallel", 1, 1, 4096));
-    r.expert_parallel = static_cast<int>(m->integer("expert_parallel", 1, 1, 4096));
+    r.tensor_parallel = static_cast<int>(m->integer("tensor_parallel", r.tensor_parallel, 1, 4096));
+    r.expert_parallel = static_cast<int>(m->integer("expert_parallel", r.expert_parallel, 1, 4096));
     if (m->has("precision")) r.precision = parse_recipe(src, m->get("precision"), "rollout.precision");
   }
   const bool vllm = r.engine == RolloutEngineKind::kVllm;
   // Eager mode (vLLM enforce_eager, verl's rollout default through mid-2025) launches every
   // kernel from Python; its per-layer cost is a calibrated parameter of its own.
-  r.enforce_eager = m && m->boolean("enforce_eager", false);
-  // SGLang RL memory blog: 1-3 GB CUDA graphs + 3-7 GB buffers per GPU; 5 GB taken.
-  const double buffers_default = 5e9;
-  r.activation_buffer_bytes = buffers_default;
+  if (m) r.enforce_eager = m->boolean("enforce_eager", r.enforce_eager);
   r.sleep_level = vllm ? 1 : 2;
   if (m) {
     // rollout.kv_cache is sugar for rollout.precision.kv_cache, one format string, one meaning
     // (vLLM's kv_cache_dtype=fp8 with its per-tensor k/v scales is fp8-e4m3/tensor).
     r.precision.kv_cache = format_value(*m, "kv_cache", r.precision.kv_cache);
-    r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", 256, 1, 1 << 20));
-    r.memory_utilization = m->number("memory_utilization", 0.85, 0.05, 1.0);
+    r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", r.max_num_seqs, 1, 1 << 20));
+    r.memory_utilization = m->number("memory_utilization", r.memory_utilization, 0.05, 1.0);
     r.sleep_level = static_cast<int>(m->integer("sleep_level", r.sleep_level, 1, 2));
-    r.activation_buffer_bytes = m->quantity("activation_buffers", buffers_default, Dimension::kBytes);
+    r.activation_buffer_bytes = m->quantity("activation_buffers", r.activation_buffer_bytes, Dimension::kBytes);
     auto& ov = s.cost_overrides;
     if (m->has("overheads")) {
       Map o(src, m->get("overheads"), "rollout.overheads");
@@ -611,30 +623,30 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
   t.precision = models::builtin_recipe("bf16");
   if (top.has("training")) {
     Map m(src, top.get("training"), "training");
-    t.backend = m.choice<TrainingBackend>("backend", TrainingBackend::kFsdp,
+    t.backend = m.choice<TrainingBackend>("backend", t.backend,
                                           {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
     if (m.has("precision")) t.precision = parse_recipe(src, m.get("precision"), "training.precision");
-    t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", 1, 1, 4096));
-    t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", 1, 1, 4096));
-    t.expert_parallel = static_cast<int>(m.integer("expert_parallel", 1, 1, 4096));
-    t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", 1, 1, 100));
-    t.mini_batches = static_cast<int>(m.integer("mini_batches", 1, 1, 1 << 20));
-    t.dynamic_batching = m.boolean("dynamic_batching", true);
-    t.micro_batch_tokens = m.integer("micro_batch_tokens", 16384, 1, 1LL << 40);
+    t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", t.tensor_parallel, 1, 4096));
+    t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", t.pipeline_parallel, 1, 4096));
+    t.expert_parallel = static_cast<int>(m.integer("expert_parallel", t.expert_parallel, 1, 4096));
+    t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", t.ppo_epochs, 1, 100));
+    t.mini_batches = static_cast<int>(m.integer("mini_batches", t.mini_batches, 1, 1 << 20));
+    t.dynamic_batching = m.boolean("dynamic_batching", t.dynamic_batching);
+    t.micro_batch_tokens = m.integer("micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
     t.logprob_micro_batch_tokens = m.integer("logprob_micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
-    t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", 8, 1, 1 << 20));
+    t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
     t.logprob_micro_batch_sequences =
         static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
-    t.recompute_old_logprob = m.boolean("recompute_old_logprob", true);
-    t.reference_model = m.boolean("reference_model", true);
-    t.activation_checkpointing = m.boolean("activation_checkpointing", true);
-    t.param_offload = m.boolean("param_offload", false);
+    t.recompute_old_logprob = m.boolean("recompute_old_logprob", t.recompute_old_logprob);
+    t.reference_model = m.boolean("reference_model", t.reference_model);
+    t.activation_checkpointing = m.boolean("activation_checkpointing", t.activation_checkpointing);
+    t.param_offload = m.boolean("param_offload", t.param_offload);
     if (m.has("optimizer")) {
       Map o(src, m.get("optimizer"), "training.optimizer");
-      t.optimizer.name = o.choice<std::string>("name", "adam", {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
-      t.optimizer.state = o.choice<Element>("state", Element::kFp32, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
-      t.optimizer.offload = o.boolean("offload", false);
-      t.optimizer.cpu_adam = o.boolean("cpu_adam", false);
+      t.optimizer.name = o.choice<std::string>("name", t.optimizer.name, {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
+      t.optimizer.state = o.choice<Element>("state", t.optimizer.state, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
+      t.optimizer.offload = o.boolean("offload", t.optimizer.offload);
+      t.optimizer.cpu_adam = o.boolean("cpu_adam", t.optimizer.cpu_adam);
       o.finish({"name", "state", "offload", "cpu_adam"});
       if (t.optimizer.offload && t.optimizer.cpu_adam) {
         src.fail(o.node(), "training.optimizer",
@@ -700,7 +712,7 @@ void check_device_rates(const Source& src, const YAML::Node& root, const Scenari
 void parse_weight_sync_section(const Source& src, Map& top, Scenario& s) {
   if (top.has("weight_sync")) {
     Map m(src, top.get("weight_sync"), "weight_sync");
-    s.weight_sync.method = m.choice<WeightSyncMethod>("method", WeightSyncMethod::kAuto,
+    s.weight_sync.method = m.choice<WeightSyncMethod>("method", s.weight_sync.method,
                                                       {{"auto", WeightSyncMethod::kAuto},
                                                        {"cuda-ipc", WeightSyncMethod::kCudaIpc},
                                                        {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}});
@@ -721,8 +733,8 @@ void parse_output_section(const Source& src, Map& top, const std::string& path, 
   if (top.has("output")) {
     Map m(src, top.get("output"), "output");
     s.output.dir = m.str("dir", s.output.dir);
-    s.output.plots = m.boolean("plots", true);
-    s.output.trace = m.boolean("trace", true);
+    s.output.plots = m.boolean("plots", s.output.plots);
+    s.output.trace = m.boolean("trace", s.output.trace);
     m.finish({"dir", "plots", "trace"});
   }
 }
@@ -744,9 +756,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   Scenario s;
   s.file = path;
   Map top(src, root, "");
-  s.name = top.str("name", "", true);
-  s.seed = static_cast<std::uint64_t>(top.integer("seed", 0, 0, INT64_MAX));
-  s.steps = static_cast<int>(top.integer("steps", 3, 1, 100000));
+  s.name = top.str("name", s.name, true);
+  s.seed = static_cast<std::uint64_t>(top.integer("seed", s.seed, 0, INT64_MAX));
+  s.steps = static_cast<int>(top.integer("steps", s.steps, 1, 100000));
 
   parse_model_section(src, top, base_dir, s);
   parse_cluster_section(src, top, s);

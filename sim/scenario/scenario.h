@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/hardware/device.h"
@@ -15,11 +16,38 @@
 
 namespace rlsim::sim {
 
-/// Bad input: the message starts with "file:line:column: " (or "--set key=value: " for an
-/// override) and says what was expected. The CLI prints it and exits with status 2.
+/// Where bad input was found, for callers that restate an error in their own terms (`rlsim plan`
+/// names a swept key at the study file's line). A field the reader does not know stays empty / 0.
+struct InputLocation {
+  std::string file;            // the input file; empty when the input is not a file
+  int line = 0;                // 1-based; 0 when unknown (an error in an override has none)
+  int column = 0;              // 1-based; 0 when unknown
+  std::string key;             // dotted path of the key at fault ("rollout.tensor_parallel"); empty: the whole input
+  std::string override_text;   // "key=value" of the override the error is in; empty when it is in the file
+  std::string override_label;  // how that override is named in messages ("--set", "sweep")
+
+  /// The prefix of a message at this location: "file:line:column: " (file and line known),
+  /// "file: " (file only), then "LABEL KEY=VALUE: " for an override; empty when nothing is known.
+  std::string prefix() const;
+};
+
+/// Bad input: the message is where().prefix() followed by detail(), saying what was expected. The
+/// CLI prints it and exits with status 2.
 class ScenarioError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  /// An error whose message carries its own location (or has none): where() is empty.
+  explicit ScenarioError(const std::string& message) : std::runtime_error(message), detail_(message) {}
+  /// An error at `where`: the message is where.prefix() + detail.
+  ScenarioError(InputLocation where, std::string detail)
+      : std::runtime_error(where.prefix() + detail), where_(std::move(where)), detail_(std::move(detail)) {}
+
+  const InputLocation& where() const noexcept { return where_; }
+  /// The message without the location prefix.
+  const std::string& detail() const noexcept { return detail_; }
+
+ private:
+  InputLocation where_;
+  std::string detail_;
 };
 
 /// A ScenarioError for a key the format does not know (a typo, never a value out of range):
@@ -52,10 +80,10 @@ struct CostOverrides {
 };
 
 struct ClusterConfig {
-  models::Device device;
-  int nodes = 1;
-  int devices_per_node = 1;
-  models::Link intra_node;  // resolved: cluster override, else the device's default
+  models::Device device;     // cluster.device (required): a catalog name or an inline device
+  int nodes = 1;             // cluster.nodes (required)
+  int devices_per_node = 1;  // cluster.devices_per_node (required)
+  models::Link intra_node;   // resolved: cluster override, else the device's default
   models::Link inter_node;
   models::Link host_link;
   int devices() const { return nodes * devices_per_node; }
@@ -63,49 +91,54 @@ struct ClusterConfig {
 
 enum class PlacementMode { kColocated, kDisaggregated };
 struct PlacementConfig {
-  PlacementMode mode = PlacementMode::kColocated;
-  int rollout_devices = 0;  // resolved: all devices when colocated
-  int train_devices = 0;
+  PlacementMode mode = PlacementMode::kColocated;  // Default: colocated
+  int rollout_devices = 0;                         // required when disaggregated; resolved: all devices when colocated
+  int train_devices = 0;                           // required when disaggregated; resolved: all devices when colocated
 };
 
 enum class ScheduleMode { kSync, kOneStepOff, kAsync };
 inline constexpr double kMaxStaleness = 16;
 struct ScheduleConfig {
-  ScheduleMode mode = ScheduleMode::kSync;
+  ScheduleMode mode = ScheduleMode::kSync;  // Default: sync
   /// Async: between two weight updates at most (1 + staleness) x prompts_per_step prompt groups
   /// may start (verl fully_async staleness_threshold; above 1, whole batches ahead as AReaL's
-  /// max_head_offpolicyness). At most kMaxStaleness.
+  /// max_head_offpolicyness). At most kMaxStaleness. Default: 0.5.
   double staleness = 0.5;
+  /// Async: sequences in flight at a weight update pause and resume under the new weights
+  /// (verl fully_async partial_rollout), instead of finishing under the old ones. Default: false.
   bool partial_rollout = false;
 };
 
 struct WorkloadConfig {
-  int prompts_per_step = 0;
-  int samples_per_prompt = 0;
-  LengthDist prompt_tokens;
-  LengthDist response_tokens;
+  int prompts_per_step = 0;    // required
+  int samples_per_prompt = 0;  // required (GRPO group size, verl rollout.n)
+  LengthDist prompt_tokens;    // required
+  LengthDist response_tokens;  // required
   int sequences_per_step() const { return prompts_per_step * samples_per_prompt; }
 };
 
 enum class RolloutEngineKind { kVllm, kSglang };
 struct RolloutConfig {
-  RolloutEngineKind engine = RolloutEngineKind::kVllm;
-  int tensor_parallel = 1;
-  int expert_parallel = 1;
-  models::Recipe precision;  // its kv_cache is the engine's KV format (rollout.kv_cache sets it)
-  int max_num_seqs = 256;
-  double memory_utilization = 0.85;
+  RolloutEngineKind engine = RolloutEngineKind::kVllm;  // Default: vllm
+  int tensor_parallel = 1;                              // Default: 1
+  int expert_parallel = 1;                              // Default: 1
+  /// Default: bf16. Its kv_cache is the engine's KV format (rollout.kv_cache sets it).
+  models::Recipe precision;
+  int max_num_seqs = 256;            // Default: 256 (vLLM's max_num_seqs)
+  double memory_utilization = 0.85;  // Default: 0.85 (vLLM gpu_memory_utilization, fraction of device memory)
   /// Colocated placement: what the engine does with its memory while the trainer runs (vLLM
   /// sleep mode): 1 = weights offloaded to host memory and copied back at wake-up, KV cache
   /// discarded; 2 = weights and KV cache discarded (the weight sync refills them). Default: 1 for
   /// vLLM (its default level), 2 for SGLang (release_memory_occupation drops weights).
   int sleep_level = 1;
-  bool enforce_eager = false;          // no CUDA graphs: per-layer launch overhead 200 us instead of 20 us
-  double activation_buffer_bytes = 0;  // CUDA graphs, activations, sampler workspace
-  double iteration_overhead_s = 0;     // scheduler + sampling per engine step
-  double layer_overhead_s = 0;         // non-GEMM kernels per layer per step (norms, rope, launch)
-  double moe_layer_overhead_s = 0;     // extra kernels per MoE layer per step (router, top-k, permute)
-  double sequence_overhead_s = 0;      // per running sequence per step (scheduler bookkeeping, sampler)
+  bool enforce_eager = false;  // no CUDA graphs: its own per-layer launch overhead. Default: false
+  /// CUDA graphs, activations, sampler workspace per device. Default: 5 GB (SGLang RL memory blog:
+  /// 1-3 GB CUDA graphs + 3-7 GB buffers per GPU).
+  double activation_buffer_bytes = 5e9;
+  double iteration_overhead_s = 0;  // scheduler + sampling per engine step
+  double layer_overhead_s = 0;      // non-GEMM kernels per layer per step (norms, rope, launch)
+  double moe_layer_overhead_s = 0;  // extra kernels per MoE layer per step (router, top-k, permute)
+  double sequence_overhead_s = 0;   // per running sequence per step (scheduler bookkeeping, sampler)
   /// Fraction of the weight-streaming bandwidth paged-attention decode reaches reading the KV
   /// cache (scattered blocks of a few KB, one head group per program) (0-1]; from the calibration.
   double attention_memory_efficiency = 1;
@@ -119,35 +152,36 @@ struct RolloutConfig {
 
 enum class TrainingBackend { kFsdp, kMegatron };
 struct OptimizerConfig {
-  std::string name = "adam";
-  models::Element state = models::Element::kFp32;
+  std::string name = "adam";                       // adam | adamw | sgd. Default: adam
+  models::Element state = models::Element::kFp32;  // fp32 | bf16. Default: fp32
   /// States live in host memory between actor updates and come back for the step, which runs on
-  /// the device (verl fsdp_config.optimizer_offload, actor.megatron.optimizer_offload).
+  /// the device (verl fsdp_config.optimizer_offload, actor.megatron.optimizer_offload). Default: false.
   bool offload = false;
   /// States stay in host memory and Adam runs on the host CPU; gradients go down and parameters
   /// come back every optimizer step (Megatron-Core optimizer_cpu_offload, offload fraction 1).
+  /// Default: false.
   bool cpu_adam = false;
 };
 struct TrainingConfig {
-  TrainingBackend backend = TrainingBackend::kFsdp;
-  models::Recipe precision;
-  int tensor_parallel = 1;
-  int pipeline_parallel = 1;
-  int expert_parallel = 1;
-  int ppo_epochs = 1;
-  int mini_batches = 1;
+  TrainingBackend backend = TrainingBackend::kFsdp;  // Default: fsdp
+  models::Recipe precision;                          // Default: bf16
+  int tensor_parallel = 1;                           // Default: 1
+  int pipeline_parallel = 1;                         // Default: 1
+  int expert_parallel = 1;                           // Default: 1
+  int ppo_epochs = 1;                                // Default: 1
+  int mini_batches = 1;                              // optimizer steps per PPO epoch. Default: 1
   /// verl use_dynamic_bsz: micro-batches packed up to a token budget per device (true), or a
-  /// fixed number of sequences per micro-batch (false, ppo_micro_batch_size_per_gpu).
+  /// fixed number of sequences per micro-batch (false, ppo_micro_batch_size_per_gpu). Default: true.
   bool dynamic_batching = true;
-  std::int64_t micro_batch_tokens = 16384;          // ppo_max_token_len_per_gpu (dynamic batching)
-  std::int64_t logprob_micro_batch_tokens = 16384;  // log_prob_max_token_len_per_gpu (default: micro_batch_tokens)
-  int micro_batch_sequences = 8;                    // ppo_micro_batch_size_per_gpu (fixed batching)
-  int logprob_micro_batch_sequences = 8;            // log_prob_micro_batch_size_per_gpu (default: micro_batch_sequences)
-  bool recompute_old_logprob = true;
-  bool reference_model = true;
-  bool activation_checkpointing = true;
+  std::int64_t micro_batch_tokens = 16384;          // ppo_max_token_len_per_gpu (dynamic batching). Default: 16384
+  std::int64_t logprob_micro_batch_tokens = 16384;  // log_prob_max_token_len_per_gpu. Default: micro_batch_tokens
+  int micro_batch_sequences = 8;                    // ppo_micro_batch_size_per_gpu (fixed batching). Default: 8
+  int logprob_micro_batch_sequences = 8;            // log_prob_micro_batch_size_per_gpu. Default: micro_batch_sequences
+  bool recompute_old_logprob = true;                // old log-probs recomputed by the trainer. Default: true
+  bool reference_model = true;                      // a KL reference forward (verl use_kl_loss). Default: true
+  bool activation_checkpointing = true;             // verl enable_gradient_checkpointing. Default: true
   /// Parameters (actor and reference) live in host memory outside the training phases and the
-  /// weight sync (verl fsdp_config.param_offload / megatron.param_offload).
+  /// weight sync (verl fsdp_config.param_offload / megatron.param_offload). Default: false.
   bool param_offload = false;
   OptimizerConfig optimizer;
   Efficiency efficiency;
@@ -157,8 +191,9 @@ struct TrainingConfig {
 
 enum class WeightSyncMethod { kAuto, kCudaIpc, kNcclBroadcast };
 struct WeightSyncConfig {
+  /// Default: auto (CUDA IPC when colocated, NCCL broadcast when disaggregated).
   WeightSyncMethod method = WeightSyncMethod::kAuto;
-  double bucket_bytes = 512.0 * 1024 * 1024;
+  double bucket_bytes = 512.0 * 1024 * 1024;  // Default: 512 MiB
   /// Host-side cost per weight matrix in the sync path (name mapping, gather launch, bucket
   /// packing) and per matrix quantised on the fly; from the calibration (seconds).
   double per_matrix_s = 0;
@@ -166,16 +201,16 @@ struct WeightSyncConfig {
 };
 
 struct OutputConfig {
-  std::string dir;  // resolved: output.dir, else out/<file stem>
-  bool plots = true;
-  bool trace = true;
+  std::string dir;    // Default: out/<file stem>
+  bool plots = true;  // Default: true
+  bool trace = true;  // Default: true (Chrome trace JSON)
 };
 
 struct Scenario {
   std::string name;
-  std::string file;  // path of the scenario file as given
-  std::uint64_t seed = 0;
-  int steps = 3;
+  std::string file;        // path of the scenario file as given
+  std::uint64_t seed = 0;  // Default: 0
+  int steps = 3;           // RL steps simulated. Default: 3
   models::ModelArch model;
   ClusterConfig cluster;
   PlacementConfig placement;

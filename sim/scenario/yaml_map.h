@@ -20,9 +20,9 @@
 
 namespace rlsim::sim {
 
-[[noreturn]] inline void throw_error(const std::string& msg, bool unknown_key) {
-  if (unknown_key) throw ScenarioKeyError(msg);
-  throw ScenarioError(msg);
+[[noreturn]] inline void throw_error(InputLocation where, std::string detail, bool unknown_key) {
+  if (unknown_key) throw ScenarioKeyError(std::move(where), std::move(detail));
+  throw ScenarioError(std::move(where), std::move(detail));
 }
 
 /// Where nodes come from: one file, plus the dotted paths that --set replaced.
@@ -31,10 +31,20 @@ struct Source {
   std::map<std::string, std::string> overrides;  // dotted path -> "path=value"
   std::string label = "--set";                   // how an override is named in messages
 
+  /// Throws ScenarioError (ScenarioKeyError when `unknown_key`) for `what` about `node` at dotted
+  /// `path`: located at the override that set `path` (or a parent of it), else at the node's
+  /// file:line:column.
   [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what,
                          bool unknown_key = false) const {
+    InputLocation where;
+    where.file = file;
+    where.key = path;
     for (const auto& [p, text] : overrides) {
-      if (path == p || path.starts_with(p + ".")) throw_error(label + " " + text + ": " + what, unknown_key);
+      if (path == p || path.starts_with(p + ".")) {
+        where.override_text = text;
+        where.override_label = label;
+        throw_error(std::move(where), what, unknown_key);
+      }
     }
     // An error on a mapping whose members were overridden mentions those overrides.
     std::string with;
@@ -43,8 +53,11 @@ struct Source {
     }
     if (!with.empty()) with += ")";
     const YAML::Mark m = node.Mark();
-    if (m.is_null()) throw_error(fmt::format("{}: {}{}", file, what, with), unknown_key);
-    throw_error(fmt::format("{}:{}:{}: {}{}", file, m.line + 1, m.column + 1, what, with), unknown_key);
+    if (!m.is_null()) {
+      where.line = m.line + 1;
+      where.column = m.column + 1;
+    }
+    throw_error(std::move(where), what + with, unknown_key);
   }
 };
 

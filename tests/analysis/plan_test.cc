@@ -156,10 +156,10 @@ TEST_F(PlanTest, BadStudiesNameFileLineAndWhatWasExpected) {
             std::string::npos);
   EXPECT_NE(study_error(head + "sweep:\n  cluster..nodes: [1]\n").find("is not a dotted scenario key"), std::string::npos);
   EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nobjective: speed\n")
-                .find("study.yaml:4:12: objective: unknown value 'speed'"),
+                .find("study.yaml:4:12: 'objective': unknown value 'speed'"),
             std::string::npos);
   EXPECT_NE(study_error(head + "sweep:\n  cluster.nodes: [1]\nconstraints: {max_step_time: 900}\n")
-                .find("study.yaml:4:30: constraints.max_step_time"),
+                .find("study.yaml:4:30: 'constraints.max_step_time'"),
             std::string::npos);
   EXPECT_NE(
       study_error(head + "sweep:\n  cluster.nodes: [1]\nconstraints: {fits: true}\n").find("unknown key 'constraints.fits'"),
@@ -170,7 +170,7 @@ TEST_F(PlanTest, BadStudiesNameFileLineAndWhatWasExpected) {
   EXPECT_NE(study_error("base: nowhere.yaml\nsweep:\n  cluster.nodes: [1]\n")
                 .find("study.yaml:1:7: base scenario 'nowhere.yaml' not found"),
             std::string::npos);
-  EXPECT_NE(study_error("sweep:\n  cluster.nodes: [1]\n").find("missing 'base'"), std::string::npos);
+  EXPECT_NE(study_error("sweep:\n  cluster.nodes: [1]\n").find("missing required key 'base'"), std::string::npos);
   EXPECT_NE(study_error(head).find("missing 'sweep'"), std::string::npos);
   EXPECT_NE(study_error(head + "sweep: {a.b: [1, 2]\n").find("YAML syntax error"), std::string::npos);
   // 100 x 100 x 101 = 1,010,000 points: over the limit.

@@ -324,12 +324,12 @@ check "plan: --set applies to every point" bash -c "! cmp -s '$WORK/plan1/result
 sed 's/rollout.precision:/rollout.precison:/' "$WORK/study.yaml" >"$WORK/study_typo.yaml"
 "$RLSIM" plan "$WORK/study_typo.yaml" --out "$WORK/plan_typo" >/dev/null 2>"$WORK/plan_typo.err"
 check "plan: a misspelt swept key is bad input (2)" test $? -eq 2
-check "plan: ... naming the study's line and the key" grep -q "study_typo.yaml:5:1: sweep rollout.precison=bf16: unknown key 'rollout.precison'" "$WORK/plan_typo.err"
+check "plan: ... naming the study's line and the key" grep -q "study_typo.yaml:5:3: sweep rollout.precison=bf16: unknown key 'rollout.precison'" "$WORK/plan_typo.err"
 check "plan: ... and writing nothing" test ! -e "$WORK/plan_typo"
 printf 'base: base.yaml\nsweep:\n  cluster.nodes: [1, 2]\nconstraints: {max_step_time: 900}\n' >"$WORK/study_bad.yaml"
 "$RLSIM" plan "$WORK/study_bad.yaml" --out "$WORK/plan_bad" >/dev/null 2>"$WORK/plan_bad.err"
 check "plan: a time without unit is bad input (2) at file:line:column" \
-  test $? -eq 2 -a -n "$(grep 'study_bad.yaml:4:30: constraints.max_step_time' "$WORK/plan_bad.err")"
+  test $? -eq 2 -a -n "$(grep "study_bad.yaml:4:30: 'constraints.max_step_time'" "$WORK/plan_bad.err")"
 "$RLSIM" run "$WORK/study.yaml" --out "$WORK/run_study" >/dev/null 2>"$WORK/run_study.err"
 check "run on a study file: exit 2, pointing to rlsim plan" test $? -eq 2 -a -n "$(grep 'rlsim plan' "$WORK/run_study.err")"
 "$RLSIM" plan --help >"$WORK/plan_help.txt"

@@ -160,6 +160,35 @@ TEST(Loader, OverridesApplyAndReportThemselves) {
   EXPECT_NE(error_of(kMinimal, {"novalue"}).find("expected dotted.key=value"), std::string::npos);
 }
 
+// The location of an error is data as well as text, so callers (rlsim plan) restate it without
+// parsing the message.
+TEST(Loader, ErrorsCarryTheirLocation) {
+  TempScenario t(std::string(kMinimal) + "rollout:\n  tensor_paralel: 2\n");
+  try {
+    load_scenario(t.path());
+    ADD_FAILURE() << "no error";
+  } catch (const ScenarioKeyError& e) {
+    EXPECT_EQ(e.where().file, t.path());
+    EXPECT_EQ(e.where().line, 13);
+    EXPECT_EQ(e.where().column, 3);
+    EXPECT_EQ(e.where().key, "rollout.tensor_paralel");
+    EXPECT_TRUE(e.where().override_text.empty());
+    EXPECT_EQ(e.detail().rfind("unknown key 'rollout.tensor_paralel'", 0), 0u) << e.detail();
+    EXPECT_EQ(std::string(e.what()), e.where().prefix() + e.detail());
+  }
+  TempScenario ok(kMinimal);
+  try {
+    load_scenario(ok.path(), {"cluster.nodes=two"}, "sweep");
+    ADD_FAILURE() << "no error";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(e.where().key, "cluster.nodes");
+    EXPECT_EQ(e.where().override_text, "cluster.nodes=two");
+    EXPECT_EQ(e.where().override_label, "sweep");
+    EXPECT_EQ(e.where().line, 0) << "an override has no line in the file";
+    EXPECT_EQ(e.where().prefix(), "sweep cluster.nodes=two: ");
+  }
+}
+
 TEST(Loader, InlineRecipeOverridesBase) {
   TempScenario t(
       std::string(kMinimal) +
