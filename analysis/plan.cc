@@ -110,20 +110,20 @@ PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& c
   p.valid = true;
   const PrecisionFlowVerdict flow = cache.verdict(s);
   // The figures of summary.json, so a point reads the same as `rlsim run` of its scenario.
-  const json j = summary_json(s, r, flow);
-  p.steps = j["steps"].get<int>();
-  p.step_time_s = j["step_time_s"]["mean"].get<double>();
-  p.step_time_max_s = j["step_time_s"]["max"].get<double>();
-  for (std::size_t i = 0; i < sim::kPhases.size(); ++i) p.phase_s[i] = j["phases_s"][sim::kPhases[i]].get<double>();
-  p.rollout_share = j["rollout_share"].get<double>();
-  p.generated_tokens_per_s = j["generated_tokens_per_s"].get<double>();
-  p.peak_rollout_bytes = j["peak_memory_bytes"]["rollout"].get<double>();
-  p.peak_training_bytes = j["peak_memory_bytes"]["training"].get<double>();
-  p.device_memory_bytes = j["device_memory_bytes"].get<double>();
-  p.fits = j["fits"].get<bool>();
-  if (r.oom) {
-    p.oom_role = r.oom->role;
-    p.oom_reason = r.oom->reason;
+  const RunSummary u = summarize(s, r, flow);
+  p.steps = u.steps;
+  p.step_time_s = u.step_time_mean_s;
+  p.step_time_max_s = u.step_time_max_s;
+  p.phase_s.assign(u.phase_mean_s.s.begin(), u.phase_mean_s.s.end());
+  p.rollout_share = u.rollout_share;
+  p.generated_tokens_per_s = u.generated_tokens_per_s;
+  p.peak_rollout_bytes = u.peak_rollout_bytes;
+  p.peak_training_bytes = u.peak_training_bytes;
+  p.device_memory_bytes = u.device_memory_bytes;
+  p.fits = u.fits;
+  if (u.oom) {
+    p.oom_role = sim::role_name(u.oom->role);
+    p.oom_reason = u.oom->reason;
   }
   p.devices = s.cluster.devices();
   p.device_hours_per_step = p.step_time_s * p.devices / 3600.0;
@@ -248,7 +248,7 @@ std::string results_csv(const Study& study, const std::vector<PointResult>& resu
   std::vector<std::string> head = {"point"};
   for (const auto& k : study.columns()) head.push_back(k);
   head.insert(head.end(), {"status", "step_time_s", "step_time_max_s"});
-  for (const auto& ph : sim::kPhases) head.push_back(ph + "_s");
+  for (const auto ph : sim::kPhases) head.push_back(std::string(sim::phase_name(ph)) + "_s");
   head.insert(head.end(), {"rollout_share", "generated_tokens_per_s", "peak_memory_rollout_bytes", "peak_memory_training_bytes",
                            "device_memory_bytes", "fits", "oom_role", "devices", "device_hours_per_step", "verify",
                            "verify_mismatches", "meets_constraints", "violations", "rank", "pareto", "oom_reason", "error"});
@@ -298,7 +298,7 @@ namespace {
 
 json metrics_json(const PointResult& p) {
   json phases = json::object();
-  for (std::size_t i = 0; i < sim::kPhases.size(); ++i) phases[sim::kPhases[i]] = p.phase_s[i];
+  for (std::size_t i = 0; i < sim::kPhases.size(); ++i) phases[std::string(sim::kPhaseNames[i])] = p.phase_s[i];
   return {{"step_time_s", p.step_time_s},
           {"phases_s", phases},
           {"rollout_share", p.rollout_share},

@@ -13,12 +13,7 @@ namespace rlsim::analysis {
 namespace {
 
 // Fixed phase colours so every run's timeline reads the same.
-int phase_colour(const std::string& phase) {
-  for (std::size_t i = 0; i < sim::kPhases.size(); ++i) {
-    if (sim::kPhases[i] == phase) return static_cast<int>(i) + 1;
-  }
-  return 8;
-}
+int phase_colour(sim::Phase phase) { return static_cast<int>(phase) + 1; }
 
 // A tick list "('a' 0, 'b' 1, ...)".
 std::string tick_list(const std::vector<std::string>& ticks) {
@@ -100,7 +95,7 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
   // x, y, xlow, xhigh, ylow, yhigh, colour
   std::vector<std::tuple<double, double, double, double, double, double, int>> boxes;
   for (const auto& p : r.phases) {
-    const double y = p.role == "rollout" ? 3 : p.role == "training" ? 2 : 1;
+    const double y = p.role == sim::Role::kRollout ? 3 : p.role == sim::Role::kTraining ? 2 : 1;
     const double a = p.start * 1e-9, b = p.end * 1e-9;
     boxes.emplace_back((a + b) / 2, y, a, b, y - 0.35, y + 0.35, phase_colour(p.phase));
   }
@@ -120,7 +115,7 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
     gp << "set key outside right\n";
     gp << "plot '-' using 1:2:3:4:5:6:7 with boxxyerrorbars lc variable notitle";
     for (std::size_t i = 0; i < sim::kPhases.size(); ++i) {
-      gp << ", NaN with boxes lt " << i + 1 << " title '" << sim::kPhases[i] << "' noenhanced";
+      gp << ", NaN with boxes lt " << i + 1 << " title '" << sim::kPhaseNames[i] << "' noenhanced";
     }
     gp << "\n";
     gp.send1d(boxes);

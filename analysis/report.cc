@@ -30,12 +30,9 @@ double mean_of(const std::vector<double>& v) {
 }
 double max_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
-std::vector<double> phase_values(const sim::SimResult& r, const std::string& phase) {
+std::vector<double> phase_values(const sim::SimResult& r, sim::Phase phase) {
   std::vector<double> v;
-  for (const auto& st : r.steps) {
-    const auto it = st.phase_s.find(phase);
-    v.push_back(it == st.phase_s.end() ? 0.0 : it->second);
-  }
+  for (const auto& st : r.steps) v.push_back(st.phase_s[phase]);
   return v;
 }
 
@@ -47,9 +44,9 @@ std::vector<double> step_values(const sim::SimResult& r) {
 
 std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
   if (!r.fits()) return "memory: " + r.oom->reason;
-  std::string best;
+  sim::Phase best = sim::Phase::kRollout;
   double best_v = -1;
-  for (const auto& p : sim::kPhases) {
+  for (const auto p : sim::kPhases) {
     const double v = mean_of(phase_values(r, p));
     if (v > best_v) {
       best_v = v;
@@ -58,7 +55,7 @@ std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
   }
   const double step = mean_of(step_values(r));
   std::string why;
-  if (best == "rollout") {
+  if (best == sim::Phase::kRollout) {
     const bool mem = r.decode_memory_bound_s >= r.decode_compute_bound_s;
     why = mem ? fmt::format("decode is memory-bound (weights {} + KV reads per iteration at {} x {:.2f})",
                             format_quantity(r.rollout_cost.weight_bytes_per_device, Dimension::kBytes),
@@ -66,13 +63,14 @@ std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
                             s.rollout.efficiency.memory)
               : "decode is compute-bound";
     if (r.kv_limited) why += fmt::format("; KV capacity limits the batch to {} sequences", r.max_running);
-  } else if (best == "actor_update" || best == "old_logprob" || best == "reference") {
+  } else if (best == sim::Phase::kActorUpdate || best == sim::Phase::kOldLogprob || best == sim::Phase::kReference) {
     why = fmt::format(
         "training GEMMs at {} x {:.2f} on {} devices",
         format_quantity(s.cluster.device.rate(s.training.precision.linear.compute(s.training.precision.mode)), Dimension::kFlops),
         s.training.efficiency.compute, s.placement.train_devices);
   }
-  return fmt::format("{} ({:.0f} % of the step){}", best, step > 0 ? 100.0 * best_v / step : 0.0, why.empty() ? "" : ": " + why);
+  return fmt::format("{} ({:.0f} % of the step){}", sim::phase_name(best), step > 0 ? 100.0 * best_v / step : 0.0,
+                     why.empty() ? "" : ": " + why);
 }
 
 }  // namespace
@@ -129,128 +127,157 @@ void add_warnings(const sim::Scenario& s, sim::SimResult& r) {
   }
 }
 
-nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r, const PrecisionFlowVerdict& flow) {
-  using nlohmann::json;
-  json j;
-  j["scenario"] = s.name;
-  j["steps"] = static_cast<int>(r.steps.size());
-  j["fits"] = r.fits();
+RunSummary summarize(const sim::Scenario& s, const sim::SimResult& r, PrecisionFlowVerdict flow) {
+  RunSummary u;
+  u.scenario = s.name;
+  u.steps = static_cast<int>(r.steps.size());
+  u.fits = r.fits();
   const auto steps = step_values(r);
-  j["step_time_s"] = {{"mean", mean_of(steps)}, {"max", max_of(steps)}};
-  json phases = json::object();
-  json phases_max = json::object();
-  for (const auto& p : sim::kPhases) {
-    phases[p] = mean_of(phase_values(r, p));
-    phases_max[p] = max_of(phase_values(r, p));
+  u.step_time_mean_s = mean_of(steps);
+  u.step_time_max_s = max_of(steps);
+  for (const auto p : sim::kPhases) {
+    u.phase_mean_s[p] = mean_of(phase_values(r, p));
+    u.phase_max_s[p] = max_of(phase_values(r, p));
   }
-  j["phases_s"] = phases;
-  j["phases_max_s"] = phases_max;
-  const double step_mean = mean_of(steps);
-  j["rollout_share"] = step_mean > 0 ? mean_of(phase_values(r, "rollout")) / step_mean : 0.0;
+  u.rollout_share = u.step_time_mean_s > 0 ? u.phase_mean_s[sim::Phase::kRollout] / u.step_time_mean_s : 0.0;
   std::int64_t tokens = 0;
   double wall = 0;
   for (const auto& st : r.steps) {
     tokens += st.generated_tokens;
     wall += st.step_s();
   }
-  j["generated_tokens_per_s"] = wall > 0 ? static_cast<double>(tokens) / wall : 0.0;
-  j["peak_memory_bytes"] = {{"rollout", r.peak_rollout_bytes}, {"training", r.peak_training_bytes}};
-  j["device_memory_bytes"] = s.cluster.device.memory_bytes;
+  for (const auto& st : r.steps) u.preemptions += st.preemptions;
+  u.generated_tokens_per_s = wall > 0 ? static_cast<double>(tokens) / wall : 0.0;
+  u.peak_rollout_bytes = r.peak_rollout_bytes;
+  u.peak_training_bytes = r.peak_training_bytes;
+  u.device_memory_bytes = s.cluster.device.memory_bytes;
+  u.verify = std::move(flow);
+  u.warnings = r.warnings;
+  u.oom = r.oom;
+  u.bottleneck = bottleneck(s, r);
+  u.engines = r.engines;
+  u.rollout_tensor_parallel = s.rollout.tensor_parallel;
+  u.rollout_precision = s.rollout.precision.name;
+  u.kv_cache = s.rollout.precision.kv_cache.str();
+  u.compute_type = std::string(models::compute_name(r.rollout_cost.compute_type));
+  u.rollout_weight_bytes_per_device = r.rollout_cost.weight_bytes_per_device;
+  u.kv_capacity_tokens_per_engine = r.kv_capacity_tokens;
+  u.max_running_sequences = r.max_running;
+  u.kv_limited = r.kv_limited;
+  u.weight_sync = r.sync;
+  u.rollout_idle_ratio = r.rollout_idle_ratio();
+  u.trainer_idle_ratio = r.trainer_idle_ratio();
+  double sum = 0, seqs = 0, stale = 0;
+  for (const auto& st : r.steps) {
+    const double n = static_cast<double>(s.workload.sequences_per_step());
+    sum += st.staleness_mean * n;
+    seqs += n;
+    stale += static_cast<double>(st.stale_sequences);
+    u.staleness_max = std::max(u.staleness_max, st.staleness_max);
+    u.partial_rollout_interruptions += st.interruptions;
+  }
+  u.staleness_mean = seqs > 0 ? sum / seqs : 0.0;
+  u.stale_fraction = seqs > 0 ? stale / seqs : 0.0;
+  u.tokens_generated = r.tokens_generated;
+  u.tokens_recomputed = r.tokens_recomputed;
+  u.left_in_flight_sequences = r.left_in_flight;
+  u.events = r.events;
+  u.schedule = std::string(sim::schedule_name(s.schedule.mode));
+  u.placement = std::string(sim::placement_name(s.placement.mode));
+  return u;
+}
+
+nlohmann::json summary_json(const RunSummary& u) {
+  using nlohmann::json;
+  json j;
+  j["scenario"] = u.scenario;
+  j["steps"] = u.steps;
+  j["fits"] = u.fits;
+  j["step_time_s"] = {{"mean", u.step_time_mean_s}, {"max", u.step_time_max_s}};
+  json phases = json::object();
+  json phases_max = json::object();
+  for (const auto p : sim::kPhases) {
+    const std::string name(sim::phase_name(p));
+    phases[name] = u.phase_mean_s[p];
+    phases_max[name] = u.phase_max_s[p];
+  }
+  j["phases_s"] = phases;
+  j["phases_max_s"] = phases_max;
+  j["rollout_share"] = u.rollout_share;
+  j["generated_tokens_per_s"] = u.generated_tokens_per_s;
+  j["peak_memory_bytes"] = {{"rollout", u.peak_rollout_bytes}, {"training", u.peak_training_bytes}};
+  j["device_memory_bytes"] = u.device_memory_bytes;
   json by_kind = json::object();
-  for (const auto& [key, count] : flow.groups) by_kind[key] = count;
-  j["verify"] = {{"verdict", flow.verdict}, {"mismatches", flow.mismatches}, {"by_kind", by_kind}};
-  j["warnings"] = r.warnings;
-  if (r.oom) {
+  for (const auto& [key, count] : u.verify.groups) by_kind[key] = count;
+  j["verify"] = {{"verdict", u.verify.verdict}, {"mismatches", u.verify.mismatches}, {"by_kind", by_kind}};
+  j["warnings"] = u.warnings;
+  if (u.oom) {
     json b = json::object();
-    for (const auto& [tag, bytes] : r.oom->breakdown) b[tag] = bytes;
-    j["oom"] = {{"role", r.oom->role},
-                {"device_group", r.oom->device_group},
-                {"reason", r.oom->reason},
-                {"capacity_bytes", r.oom->capacity_bytes},
-                {"required_bytes", r.oom->required_bytes},
-                {"breakdown", b}};
+    for (const auto& [tag, bytes] : u.oom->breakdown) b[tag] = bytes;
+    j["oom"] = {
+        {"role", std::string(sim::role_name(u.oom->role))}, {"device_group", u.oom->device_group},     {"reason", u.oom->reason},
+        {"capacity_bytes", u.oom->capacity_bytes},          {"required_bytes", u.oom->required_bytes}, {"breakdown", b}};
   }
-  std::int64_t pre = 0;
-  for (const auto& st : r.steps) pre += st.preemptions;
-  j["preemptions"] = pre;
-  j["bottleneck"] = bottleneck(s, r);
-  j["rollout"] = {{"engines", r.engines},
-                  {"tensor_parallel", s.rollout.tensor_parallel},
-                  {"precision", s.rollout.precision.name},
-                  {"kv_cache", s.rollout.precision.kv_cache.str()},
-                  {"compute_type", std::string(models::compute_name(r.rollout_cost.compute_type))},
-                  {"weight_bytes_per_device", r.rollout_cost.weight_bytes_per_device},
-                  {"kv_capacity_tokens_per_engine", r.kv_capacity_tokens},
-                  {"max_running_sequences", r.max_running},
-                  {"kv_limited", r.kv_limited}};
-  j["weight_sync_s"] = {{"gather", r.sync.gather}, {"transfer", r.sync.transfer}, {"quantize", r.sync.quantize},
-                        {"repack", r.sync.repack}, {"load", r.sync.load},         {"total", r.sync.total()}};
-  j["idle_ratio"] = {{"rollout", r.rollout_idle_ratio()}, {"trainer", r.trainer_idle_ratio()}};
-  {
-    double sum = 0, seqs = 0, stale = 0;
-    int worst = 0;
-    std::int64_t interrupted = 0;
-    for (const auto& st : r.steps) {
-      const double n = static_cast<double>(s.workload.sequences_per_step());
-      sum += st.staleness_mean * n;
-      seqs += n;
-      stale += static_cast<double>(st.stale_sequences);
-      worst = std::max(worst, st.staleness_max);
-      interrupted += st.interruptions;
-    }
-    j["staleness"] = {{"mean", seqs > 0 ? sum / seqs : 0.0},
-                      {"max", worst},
-                      {"stale_fraction", seqs > 0 ? stale / seqs : 0.0},
-                      {"partial_rollout_interruptions", interrupted}};
-  }
-  j["tokens"] = {
-      {"generated", r.tokens_generated}, {"recomputed", r.tokens_recomputed}, {"left_in_flight_sequences", r.left_in_flight}};
-  j["events"] = r.events;
-  j["schedule"] = std::string(sim::schedule_name(s.schedule.mode));
-  j["placement"] = std::string(sim::placement_name(s.placement.mode));
+  j["preemptions"] = u.preemptions;
+  j["bottleneck"] = u.bottleneck;
+  j["rollout"] = {{"engines", u.engines},
+                  {"tensor_parallel", u.rollout_tensor_parallel},
+                  {"precision", u.rollout_precision},
+                  {"kv_cache", u.kv_cache},
+                  {"compute_type", u.compute_type},
+                  {"weight_bytes_per_device", u.rollout_weight_bytes_per_device},
+                  {"kv_capacity_tokens_per_engine", u.kv_capacity_tokens_per_engine},
+                  {"max_running_sequences", u.max_running_sequences},
+                  {"kv_limited", u.kv_limited}};
+  const auto& w = u.weight_sync;
+  j["weight_sync_s"] = {{"gather", w.gather}, {"transfer", w.transfer}, {"quantize", w.quantize},
+                        {"repack", w.repack}, {"load", w.load},         {"total", w.total()}};
+  j["idle_ratio"] = {{"rollout", u.rollout_idle_ratio}, {"trainer", u.trainer_idle_ratio}};
+  j["staleness"] = {{"mean", u.staleness_mean},
+                    {"max", u.staleness_max},
+                    {"stale_fraction", u.stale_fraction},
+                    {"partial_rollout_interruptions", u.partial_rollout_interruptions}};
+  j["tokens"] = {{"generated", u.tokens_generated},
+                 {"recomputed", u.tokens_recomputed},
+                 {"left_in_flight_sequences", u.left_in_flight_sequences}};
+  j["events"] = u.events;
+  j["schedule"] = u.schedule;
+  j["placement"] = u.placement;
   return j;
 }
 
-void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResult& r, const PrecisionFlowVerdict& flow) {
+void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& u) {
   out << fmt::format("rlsim: {}\n", s.name);
   out << fmt::format("  model {} ({:.2f} B params, {:.2f} B active) on {} x {} x {} ({}, {})\n", s.model.name,
                      static_cast<double>(s.model.params().total()) / 1e9, static_cast<double>(s.model.active_params()) / 1e9,
-                     s.cluster.nodes, s.cluster.devices_per_node, s.cluster.device.name, sim::placement_name(s.placement.mode),
-                     sim::schedule_name(s.schedule.mode));
-  out << fmt::format("  rollout {} (kv {}), {} engines x TP{}; training {} on {} devices\n", s.rollout.precision.name,
-                     s.rollout.precision.kv_cache.str(), r.engines, s.rollout.tensor_parallel, s.training.precision.name,
-                     s.placement.train_devices);
-  if (!r.fits()) {
-    out << "  DOES NOT FIT: " << r.oom->reason << "\n";
-    for (const auto& [tag, bytes] : r.oom->breakdown) {
+                     s.cluster.nodes, s.cluster.devices_per_node, s.cluster.device.name, u.placement, u.schedule);
+  out << fmt::format("  rollout {} (kv {}), {} engines x TP{}; training {} on {} devices\n", u.rollout_precision, u.kv_cache,
+                     u.engines, u.rollout_tensor_parallel, s.training.precision.name, s.placement.train_devices);
+  if (!u.fits) {
+    out << "  DOES NOT FIT: " << u.oom->reason << "\n";
+    for (const auto& [tag, bytes] : u.oom->breakdown) {
       out << fmt::format("    {:<22} {:>12}\n", tag, format_quantity(bytes, Dimension::kBytes));
     }
   }
-  if (!r.steps.empty()) {
+  if (u.steps > 0) {
     out << fmt::format("  {:<14} {:>12} {:>12}\n", "phase", "mean s", "max s");
-    for (const auto& p : sim::kPhases) {
-      const auto v = phase_values(r, p);
-      out << fmt::format("  {:<14} {:>12.2f} {:>12.2f}\n", p, mean_of(v), max_of(v));
+    for (const auto p : sim::kPhases) {
+      out << fmt::format("  {:<14} {:>12.2f} {:>12.2f}\n", sim::phase_name(p), u.phase_mean_s[p], u.phase_max_s[p]);
     }
-    const auto st = step_values(r);
-    out << fmt::format("  {:<14} {:>12.2f} {:>12.2f}\n", "step", mean_of(st), max_of(st));
-    const auto j = summary_json(s, r, flow);
-    out << fmt::format("  rollout share {:.1f} %, generated {:.0f} tokens/s, {} preemptions\n",
-                       100.0 * j["rollout_share"].get<double>(), j["generated_tokens_per_s"].get<double>(),
-                       j["preemptions"].get<std::int64_t>());
+    out << fmt::format("  {:<14} {:>12.2f} {:>12.2f}\n", "step", u.step_time_mean_s, u.step_time_max_s);
+    out << fmt::format("  rollout share {:.1f} %, generated {:.0f} tokens/s, {} preemptions\n", 100.0 * u.rollout_share,
+                       u.generated_tokens_per_s, u.preemptions);
     out << fmt::format(
         "  idle ratio: rollout devices {:.1f} %, trainer {:.1f} %; staleness of consumed samples: mean {:.2f}, max {}\n",
-        100 * r.rollout_idle_ratio(), 100 * r.trainer_idle_ratio(), j["staleness"]["mean"].get<double>(),
-        j["staleness"]["max"].get<int>());
-  }
-  const double cap = s.cluster.device.memory_bytes;
-  if (!r.steps.empty())
+        100 * u.rollout_idle_ratio, 100 * u.trainer_idle_ratio, u.staleness_mean, u.staleness_max);
+    const double cap = u.device_memory_bytes;
     out << fmt::format("  peak memory per device: rollout {} / {} ({:.0f} %), training {} / {} ({:.0f} %)\n",
-                       format_quantity(r.peak_rollout_bytes, Dimension::kBytes), format_quantity(cap, Dimension::kBytes),
-                       100 * r.peak_rollout_bytes / cap, format_quantity(r.peak_training_bytes, Dimension::kBytes),
-                       format_quantity(cap, Dimension::kBytes), 100 * r.peak_training_bytes / cap);
-  out << "  bottleneck: " << bottleneck(s, r) << "\n";
-  const auto& pf = flow;
+                       format_quantity(u.peak_rollout_bytes, Dimension::kBytes), format_quantity(cap, Dimension::kBytes),
+                       100 * u.peak_rollout_bytes / cap, format_quantity(u.peak_training_bytes, Dimension::kBytes),
+                       format_quantity(cap, Dimension::kBytes), 100 * u.peak_training_bytes / cap);
+  }
+  out << "  bottleneck: " << u.bottleneck << "\n";
+  const auto& pf = u.verify;
   if (pf.verdict == "inconsistent") {
     std::string parts;
     for (const auto& [key, count] : pf.groups) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", key, count);
@@ -260,7 +287,7 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResu
     out << "  precision flow: consistent (the rollout graph embeds in the training forward graph with equal precision on every "
            "edge)\n";
   }
-  for (const auto& w : r.warnings) out << "  warning: " << w << "\n";
+  for (const auto& w : u.warnings) out << "  warning: " << w << "\n";
 }
 
 std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const sim::RecordingSink& trace) {
@@ -300,8 +327,9 @@ std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const 
   return root.dump(1) + "\n";
 }
 
-void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow,
-                   const sim::RecordingSink& trace) {
+RunSummary write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow,
+                         const sim::RecordingSink& trace) {
+  RunSummary summary;
   write_directory(dir, [&](const fs::path& tmp) {
     // Plots first: a failure to draw becomes a warning in summary.json, not a lost run.
     if (s.output.plots) {
@@ -314,24 +342,20 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
       std::string t =
           "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,"
           "step_overhead_s\n";
-      auto phase = [](const sim::StepRecord& st, const std::string& p) {
-        const auto it = st.phase_s.find(p);
-        return it == st.phase_s.end() ? 0.0 : it->second;
-      };
       for (const auto& st : r.steps) {
         t += fmt::format("{},{:.6f}", st.step, st.step_s());
-        for (const auto& p : sim::kPhases) {
-          if (p != "step_overhead") t += fmt::format(",{:.6f}", phase(st, p));
+        for (const auto p : sim::kPhases) {
+          if (p != sim::Phase::kStepOverhead) t += fmt::format(",{:.6f}", st.phase_s[p]);
         }
-        t += fmt::format(",{},{:.6f}\n", st.generated_tokens, phase(st, "step_overhead"));
+        t += fmt::format(",{},{:.6f}\n", st.generated_tokens, st.phase_s[sim::Phase::kStepOverhead]);
       }
       write_text(tmp / "steps.csv", t);
     }
     {
       std::string t = "step,phase,role,start_s,end_s,duration_s\n";
       for (const auto& p : r.phases) {
-        t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, p.phase, p.role, sim::to_seconds(p.start),
-                         sim::to_seconds(p.end), p.seconds());
+        t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, sim::phase_name(p.phase), sim::role_name(p.role),
+                         sim::to_seconds(p.start), sim::to_seconds(p.end), p.seconds());
       }
       write_text(tmp / "phases.csv", t);
     }
@@ -339,8 +363,8 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
       std::string t = "time_s,device_group,tag,delta_bytes,total_bytes,capacity_bytes\n";
       for (const auto& l : r.ledgers) {
         for (const auto& e : l.events()) {
-          t += fmt::format("{:.6f},{},{},{:.0f},{:.0f},{:.0f}\n", sim::to_seconds(e.time), csv_field(l.group()), e.tag,
-                           e.delta_bytes, e.total_bytes, l.capacity());
+          t += fmt::format("{:.6f},{},{},{:.0f},{:.0f},{:.0f}\n", sim::to_seconds(e.time), csv_field(l.group()),
+                           sim::memory_tag_name(e.tag), e.delta_bytes, e.total_bytes, l.capacity());
         }
       }
       write_text(tmp / "memory.csv", t);
@@ -357,8 +381,10 @@ void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResul
       write_text(tmp / "requests.csv", t);
     }
     if (s.output.trace) write_text(tmp / "trace.json", chrome_trace(s, r, trace));
-    write_text(tmp / "summary.json", summary_json(s, r, flow).dump(2) + "\n");
+    summary = summarize(s, r, flow);
+    write_text(tmp / "summary.json", summary_json(summary).dump(2) + "\n");
   });
+  return summary;
 }
 
 }  // namespace rlsim::analysis

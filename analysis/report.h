@@ -3,9 +3,13 @@
 // human-readable summary on stdout. Public header of analysis/.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sim/engine/trace.h"
 #include "sim/pipeline/pipeline.h"
@@ -21,20 +25,59 @@ struct PrecisionFlowVerdict {
   std::vector<std::pair<std::string, std::size_t>> groups;  // "kind tensor" -> mismatching edges
 };
 
-/// The summary object of summary.json (keys of SCENARIO.md plus rlsim's own extras); `flow` is
-/// its "verify" entry.
-nlohmann::json summary_json(const sim::Scenario& s, const sim::SimResult& r, const PrecisionFlowVerdict& flow = {});
+/// The figures of one run, computed once from the scenario and the simulation: summary.json, the
+/// stdout summary and a `rlsim plan` row are all written from it. Times in seconds, memory in
+/// bytes per device; means are over the simulated steps.
+struct RunSummary {
+  std::string scenario;
+  int steps = 0;
+  bool fits = true;
+  double step_time_mean_s = 0, step_time_max_s = 0;
+  sim::PhaseSeconds phase_mean_s, phase_max_s;
+  double rollout_share = 0;           // mean rollout phase / mean step
+  double generated_tokens_per_s = 0;  // tokens of the consumed batches / summed step time
+  double peak_rollout_bytes = 0, peak_training_bytes = 0, device_memory_bytes = 0;
+  PrecisionFlowVerdict verify;
+  std::vector<std::string> warnings;
+  std::optional<sim::OomReport> oom;
+  std::int64_t preemptions = 0;
+  std::string bottleneck;  // the longest phase, its share of the step and why
+  // The rollout engines.
+  int engines = 0;
+  int rollout_tensor_parallel = 0;
+  std::string rollout_precision, kv_cache, compute_type;
+  double rollout_weight_bytes_per_device = 0, kv_capacity_tokens_per_engine = 0;
+  int max_running_sequences = 0;
+  bool kv_limited = false;
+  sim::SyncTimes weight_sync;
+  double rollout_idle_ratio = 0, trainer_idle_ratio = 0;
+  // Off-policyness of the consumed samples.
+  double staleness_mean = 0;
+  int staleness_max = 0;
+  double stale_fraction = 0;
+  std::int64_t partial_rollout_interruptions = 0;
+  std::int64_t tokens_generated = 0, tokens_recomputed = 0, left_in_flight_sequences = 0;
+  std::uint64_t events = 0;
+  std::string schedule, placement;
+};
+
+/// Summarises a run; `flow` becomes its verify entry, r.warnings its warnings.
+RunSummary summarize(const sim::Scenario& s, const sim::SimResult& r, PrecisionFlowVerdict flow = {});
+
+/// The summary object of summary.json (keys of SCENARIO.md plus rlsim's own extras).
+nlohmann::json summary_json(const RunSummary& sum);
 
 /// Prints the per-phase breakdown, step time, rollout share, tokens/s, memory per role against
 /// capacity, the bottleneck, the precision-flow verdict and warnings.
-void print_summary(std::ostream& out, const sim::Scenario& s, const sim::SimResult& r, const PrecisionFlowVerdict& flow);
+void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& sum);
 
 /// Writes every output file into `dir`: first into a sibling temporary directory, then renamed
 /// over `dir` (an existing `dir` is replaced), so a reader never sees a half-written set.
 /// Plots are drawn only when `plots` and gnuplot is installed (a warning is added otherwise).
-/// Throws std::runtime_error on I/O failure (the temporary directory is removed).
-void write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow,
-                   const sim::RecordingSink& trace);
+/// Returns the run's summary (with those warnings), as written to summary.json. Throws
+/// std::runtime_error on I/O failure (the temporary directory is removed).
+RunSummary write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow,
+                         const sim::RecordingSink& trace);
 
 /// Chrome trace JSON (an object with "traceEvents"; opens in Perfetto / chrome://tracing).
 std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const sim::RecordingSink& trace);

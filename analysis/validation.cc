@@ -31,7 +31,7 @@ namespace {
 const std::vector<std::string>& figure_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n{"step_time", "rollout_share", "peak_memory.rollout", "peak_memory.training"};
-    for (const auto& p : sim::kPhases) n.push_back("phase." + p);
+    for (const auto p : sim::kPhases) n.push_back("phase." + std::string(sim::phase_name(p)));
     return n;
   }();
   return names;
@@ -139,13 +139,13 @@ std::map<std::string, double> simulated_figures(const sim::SimResult& r) {
   const std::size_t first = r.steps.size() > 1 ? 1 : 0;
   const double n = static_cast<double>(r.steps.size() - first);
   double step = 0;
-  std::map<std::string, double> phase;
+  sim::PhaseSeconds phase;
   for (std::size_t i = first; i < r.steps.size(); ++i) {
     step += r.steps[i].step_s();
-    for (const auto& [p, v] : r.steps[i].phase_s) phase[p] += v;
+    for (const auto p : sim::kPhases) phase[p] += r.steps[i].phase_s[p];
   }
   out["step_time"] = step / n;
-  for (const auto& p : sim::kPhases) out["phase." + p] = phase[p] / n;
+  for (const auto p : sim::kPhases) out["phase." + std::string(sim::phase_name(p))] = phase[p] / n;
   out["rollout_share"] = out["step_time"] > 0 ? out["phase.rollout"] / out["step_time"] : 0.0;
   out["peak_memory.rollout"] = r.peak_rollout_bytes;
   out["peak_memory.training"] = r.peak_training_bytes;

@@ -71,9 +71,9 @@ int cmd_run(const RunOptions& o) {
   analysis::add_warnings(s, r);
   const analysis::PrecisionFlowVerdict flow = analysis::check_precision_flow(s);
   if (!o.quiet && elapsed() > 1.0) std::cerr << fmt::format("rlsim: writing outputs to {}\n", s.output.dir);
-  analysis::write_outputs(s.output.dir, s, r, flow, sink);
+  const analysis::RunSummary summary = analysis::write_outputs(s.output.dir, s, r, flow, sink);
   if (!o.quiet) {
-    analysis::print_summary(std::cout, s, r, flow);
+    analysis::print_summary(std::cout, s, summary);
     std::cout << fmt::format("  outputs: {}/ (summary.json, steps.csv, phases.csv, memory.csv, requests.csv{}{})\n", s.output.dir,
                              s.output.trace ? ", trace.json" : "", s.output.plots ? ", timeline.png, memory.png" : "");
     std::cout << fmt::format("  simulated {} events in {:.3f} s wall\n", r.events, elapsed());

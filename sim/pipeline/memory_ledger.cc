@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace rlsim::sim {
 
@@ -9,14 +10,16 @@ MemoryLedger::MemoryLedger(std::string group, double capacity_bytes) : group_(st
   if (!(capacity_bytes > 0)) throw std::invalid_argument("MemoryLedger: capacity must be positive");
 }
 
-MemoryLedger::AllocId MemoryLedger::allocate(TimeNs t, const std::string& tag, double bytes) {
-  if (!(bytes >= 0)) throw std::invalid_argument("MemoryLedger: negative allocation for " + tag);
+MemoryLedger::AllocId MemoryLedger::allocate(TimeNs t, MemoryTag tag, double bytes) {
+  if (!(bytes >= 0)) throw std::invalid_argument("MemoryLedger: negative allocation for " + std::string(memory_tag_name(tag)));
   const AllocId id = next_id_++;
   live_.emplace(id, Alloc{tag, bytes});
   in_use_ += bytes;
   events_.push_back(Event{t, tag, bytes, in_use_});
-  double& pp = phase_peak_[phase_];
-  pp = std::max(pp, in_use_);
+  if (phase_) {
+    double& pp = phase_peak_[static_cast<std::size_t>(*phase_)];
+    pp = std::max(pp, in_use_);
+  }
   if (in_use_ > peak_) {
     peak_ = in_use_;
     peak_breakdown_ = live_breakdown();
@@ -41,14 +44,9 @@ void MemoryLedger::free_all(TimeNs t) {
   while (!live_.empty()) free(t, live_.begin()->first);
 }
 
-double MemoryLedger::peak_in(const std::string& phase) const {
-  const auto it = phase_peak_.find(phase);
-  return it == phase_peak_.end() ? 0.0 : it->second;
-}
-
 std::map<std::string, double> MemoryLedger::live_breakdown() const {
   std::map<std::string, double> out;
-  for (const auto& [_, a] : live_) out[a.tag] += a.bytes;
+  for (const auto& [_, a] : live_) out[std::string(memory_tag_name(a.tag))] += a.bytes;
   return out;
 }
 

@@ -2,6 +2,7 @@
 // device of a symmetric group (all colocated devices, or one rollout / training device).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "sim/engine/time.h"
+#include "sim/pipeline/labels.h"
 
 namespace rlsim::sim {
 
@@ -21,25 +23,25 @@ class MemoryLedger {
 
   struct Event {
     TimeNs time;
-    std::string tag;
+    MemoryTag tag;
     double delta_bytes;  // + allocate, - free
     double total_bytes;  // in use after the event
   };
 
   struct Oom {
     TimeNs time = 0;
-    std::string phase;  // phase label active when it happened
-    std::string tag;    // the allocation that did not fit
+    std::optional<Role> phase;  // the role active when it happened; none: before the first phase
+    MemoryTag tag;              // the allocation that did not fit
     double requested_bytes = 0;
     double capacity_bytes = 0;
-    std::map<std::string, double> breakdown;  // live bytes by tag, including the request
+    std::map<std::string, double> breakdown;  // live bytes by tag name, including the request
   };
 
   /// `capacity_bytes` > 0 (std::invalid_argument otherwise).
   MemoryLedger(std::string group, double capacity_bytes);
 
   /// Records an allocation of `bytes` (>= 0) under `tag` at time `t` (non-decreasing across calls).
-  AllocId allocate(TimeNs t, const std::string& tag, double bytes);
+  AllocId allocate(TimeNs t, MemoryTag tag, double bytes);
 
   /// Frees an allocation; throws std::logic_error for an unknown or already freed id.
   void free(TimeNs t, AllocId id);
@@ -47,15 +49,15 @@ class MemoryLedger {
   /// Frees every live allocation at time `t` (end of simulation), in allocation order.
   void free_all(TimeNs t);
 
-  /// Sets the phase label that subsequent peaks are attributed to (e.g. "rollout", "training").
-  void set_phase(const std::string& phase) { phase_ = phase; }
+  /// Sets the role that subsequent peaks are attributed to (kRollout or kTraining).
+  void set_phase(Role phase) { phase_ = phase; }
 
   double in_use() const { return in_use_; }
   double capacity() const { return capacity_; }
   double peak() const { return peak_; }
   /// Peak in-use bytes while `phase` was set (0 if never).
-  double peak_in(const std::string& phase) const;
-  /// Live bytes by tag at the overall peak.
+  double peak_in(Role phase) const { return phase_peak_[static_cast<std::size_t>(phase)]; }
+  /// Live bytes by tag name at the overall peak.
   const std::map<std::string, double>& peak_breakdown() const { return peak_breakdown_; }
   std::map<std::string, double> live_breakdown() const;
   std::size_t live_allocations() const { return live_.size(); }
@@ -65,15 +67,15 @@ class MemoryLedger {
 
  private:
   struct Alloc {
-    std::string tag;
+    MemoryTag tag;
     double bytes;
   };
   std::string group_;
   double capacity_;
   double in_use_ = 0;
   double peak_ = 0;
-  std::string phase_ = "init";
-  std::map<std::string, double> phase_peak_;
+  std::optional<Role> phase_;
+  std::array<double, kRoleNames.size()> phase_peak_{};
   std::map<std::string, double> peak_breakdown_;
   std::map<AllocId, Alloc> live_;
   AllocId next_id_ = 0;

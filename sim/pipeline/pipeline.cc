@@ -49,8 +49,8 @@ class Simulation {
   class AsyncSchedule;
   // Runs a sequence of (phase, role, seconds) as consecutive events, then `done`.
   struct Stage {
-    std::string phase;
-    std::string role;
+    Phase phase;
+    Role role;
     double seconds;
     std::function<void()> before;  // memory actions at the stage start
     std::function<void()> after;   // memory actions at the stage end
@@ -63,19 +63,26 @@ class Simulation {
   // Allocates the rollout weights on the rollout ledger now, unless they are live already.
   void ensure_rollout_weights() {
     if (rollout_w_live_) return;
-    rollout_w_ = rollout_ledger().allocate(queue_.now(), "rollout_weights", r_.rollout_cost.weight_bytes_per_device);
+    rollout_w_ = rollout_ledger().allocate(queue_.now(), MemoryTag::kRolloutWeights, r_.rollout_cost.weight_bytes_per_device);
     rollout_w_live_ = true;
   }
   // Allocates the actor (and reference) parameters on the training ledger now.
   void allocate_params() {
-    params_ = train_ledger().allocate(queue_.now(), "train_params", r_.train_memory.params);
+    params_ = train_ledger().allocate(queue_.now(), MemoryTag::kTrainParams, r_.train_memory.params);
     if (r_.train_memory.reference > 0)
-      reference_ = train_ledger().allocate(queue_.now(), "reference_params", r_.train_memory.reference);
+      reference_ = train_ledger().allocate(queue_.now(), MemoryTag::kReferenceParams, r_.train_memory.reference);
   }
   TrainBatch batch_of(const std::vector<Request*>& reqs) const;
   // Attributes subsequent peaks of the role's device group to the role (colocated: one group).
-  void set_phase(const std::string& role) { (role == "rollout" ? rollout_ledger() : train_ledger()).set_phase(role); }
-  void record_phase(int step, const std::string& phase, const std::string& role, TimeNs start, TimeNs end);
+  // A weight sync counts as training on the ledgers.
+  void set_phase(Role role) {
+    if (role == Role::kRollout) {
+      rollout_ledger().set_phase(Role::kRollout);
+    } else {
+      train_ledger().set_phase(Role::kTraining);
+    }
+  }
+  void record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end);
   bool check_fit();
 
   const Scenario& s_;
@@ -144,15 +151,15 @@ void Simulation::sample_step(int step) {
   batches_[static_cast<std::size_t>(step)] = batch_of(consumed);
 }
 
-void Simulation::record_phase(int step, const std::string& phase, const std::string& role, TimeNs start, TimeNs end) {
+void Simulation::record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end) {
   r_.phases.push_back(PhaseSpan{step, phase, role, start, end});
   auto& rec = r_.steps[static_cast<std::size_t>(step)];
   rec.phase_s[phase] += to_seconds(end - start);
-  sink_.span(Span{role == "rollout" ? "rollout"
-                  : role == "sync"  ? "weight sync"
-                                    : "trainer",
-                  phase,
-                  role,
+  sink_.span(Span{role == Role::kRollout ? "rollout"
+                  : role == Role::kSync  ? "weight sync"
+                                         : "trainer",
+                  std::string(phase_name(phase)),
+                  std::string(role_name(role)),
                   start,
                   end - start,
                   {{"step", static_cast<double>(step)}}});
@@ -161,20 +168,20 @@ void Simulation::record_phase(int step, const std::string& phase, const std::str
 void Simulation::start_rollout(int step, std::function<void()> done) {
   auto& reqs = step_requests_[static_cast<std::size_t>(step)];
   const TimeNs start = queue_.now();
-  set_phase("rollout");
+  set_phase(Role::kRollout);
   auto& led = rollout_ledger();
   if (colocated()) {
     // Wake-up: the KV cache and buffers are re-allocated (weights came back with the sync).
     ensure_rollout_weights();
-    kv_ = led.allocate(start, "kv_cache", kv_pool_bytes_);
-    buffers_ = led.allocate(start, "rollout_buffers", s_.rollout.activation_buffer_bytes);
+    kv_ = led.allocate(start, MemoryTag::kKvCache, kv_pool_bytes_);
+    buffers_ = led.allocate(start, MemoryTag::kRolloutBuffers, s_.rollout.activation_buffer_bytes);
   }
   for (auto& q : reqs) q.version = version_;
   const int engines = r_.engines;
   auto remaining = std::make_shared<int>(engines);
   auto finish = [this, step, start, remaining, done] {
     if (--*remaining > 0) return;
-    record_phase(step, "rollout", "rollout", start, queue_.now());
+    record_phase(step, Phase::kRollout, Role::kRollout, start, queue_.now());
     done();
   };
   const auto n = static_cast<int>(reqs.size());
@@ -195,7 +202,7 @@ void Simulation::run_stages(int step, std::vector<Stage> stages, std::size_t i, 
   }
   const TimeNs start = queue_.now();
   Stage& st = stages[i];
-  set_phase(st.role == "rollout" ? "rollout" : "training");
+  set_phase(st.role);
   if (st.before) st.before();
   const TimeNs end = start + to_ns(st.seconds);
   queue_.schedule_at(end, [this, step, stages = std::move(stages), i, start, done = std::move(done)]() mutable {
@@ -203,7 +210,7 @@ void Simulation::run_stages(int step, std::vector<Stage> stages, std::size_t i, 
     if (s.after) s.after();
     if (s.seconds > 0) {
       record_phase(step, s.phase, s.role, start, queue_.now());
-      if (s.role == "rollout") {
+      if (s.role == Role::kRollout) {
         for (auto& b : r_.engine_busy_s) b += s.seconds;
       } else {
         r_.trainer_busy_s += s.seconds;
@@ -222,7 +229,7 @@ std::vector<Simulation::Stage> Simulation::sleep_stages() {
   auto& led = rollout_ledger();
   const double w = r_.rollout_cost.weight_bytes_per_device;
   const bool offload = s_.rollout.sleep_level == 1;
-  out.push_back(Stage{"offload", "rollout", offload ? copy_s(w, s_.cluster.host_link) : 0.0,
+  out.push_back(Stage{Phase::kOffload, Role::kRollout, offload ? copy_s(w, s_.cluster.host_link) : 0.0,
                       [this, &led] {
                         led.free(queue_.now(), kv_);
                         led.free(queue_.now(), buffers_);
@@ -240,7 +247,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   const TrainTimes t = trainer_.phase_times(b);
   const TrainMemory& m = r_.train_memory;
   auto& led = train_ledger();
-  auto transient = [this, &led](const char* tag, double bytes) {
+  auto transient = [this, &led](MemoryTag tag, double bytes) {
     // allocate at the stage start, free at its end
     auto id = std::make_shared<MemoryLedger::AllocId>();
     return std::make_pair(std::function<void()>([this, &led, tag, bytes, id] { *id = led.allocate(queue_.now(), tag, bytes); }),
@@ -248,46 +255,50 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   };
   std::vector<Stage> out;
   // Reward, advantages and moving the batch to the trainer: a fixed cost per step (calibrated).
-  out.push_back(Stage{"step_overhead", "training", s_.training.step_overhead_s, nullptr, nullptr});
+  out.push_back(Stage{Phase::kStepOverhead, Role::kTraining, s_.training.step_overhead_s, nullptr, nullptr});
   const auto& host = s_.cluster.host_link;
   if (s_.training.param_offload) {
     // Parameters (actor and reference) come back from host memory for the training phases.
-    out.push_back(Stage{"offload", "training", copy_s(m.params + m.reference, host), [this] { allocate_params(); }, nullptr});
+    out.push_back(
+        Stage{Phase::kOffload, Role::kTraining, copy_s(m.params + m.reference, host), [this] { allocate_params(); }, nullptr});
   }
   const bool cpu_opt = trainer_.cpu_optimizer();
   const bool offload = s_.training.optimizer.offload;
   const double offload_s = offload ? trainer_.optimizer_offload_s() : 0.0;
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
   {
-    auto [a, f] = transient("activations", fwd_act);
-    out.push_back(
-        Stage{"old_logprob", "training", t.old_logprob, t.old_logprob > 0 ? a : nullptr, t.old_logprob > 0 ? f : nullptr});
+    auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
+    out.push_back(Stage{Phase::kOldLogprob, Role::kTraining, t.old_logprob, t.old_logprob > 0 ? a : nullptr,
+                        t.old_logprob > 0 ? f : nullptr});
   }
   {
-    auto [a, f] = transient("activations", fwd_act);
-    out.push_back(Stage{"reference", "training", t.reference, t.reference > 0 ? a : nullptr, t.reference > 0 ? f : nullptr});
+    auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
+    out.push_back(
+        Stage{Phase::kReference, Role::kTraining, t.reference, t.reference > 0 ? a : nullptr, t.reference > 0 ? f : nullptr});
   }
   if (offload) {
-    out.push_back(Stage{"offload", "training", offload_s,
-                        [this, &led, m] { optimizer_ = led.allocate(queue_.now(), "optimizer", m.optimizer); }, nullptr});
+    out.push_back(Stage{Phase::kOffload, Role::kTraining, offload_s,
+                        [this, &led, m] { optimizer_ = led.allocate(queue_.now(), MemoryTag::kOptimizer, m.optimizer); },
+                        nullptr});
   }
   {
     auto grads_act = std::make_shared<std::vector<MemoryLedger::AllocId>>();
-    out.push_back(Stage{"actor_update", "training", t.actor_update,
+    out.push_back(Stage{Phase::kActorUpdate, Role::kTraining, t.actor_update,
                         [this, &led, m, grads_act] {
-                          grads_act->push_back(led.allocate(queue_.now(), "grads", m.grads));
-                          grads_act->push_back(led.allocate(queue_.now(), "activations", m.activations));
-                          grads_act->push_back(led.allocate(queue_.now(), "logits", m.logits));
-                          grads_act->push_back(led.allocate(queue_.now(), "fsdp_gather_buffer", m.gather_buffer));
+                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kGrads, m.grads));
+                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kActivations, m.activations));
+                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kLogits, m.logits));
+                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kFsdpGatherBuffer, m.gather_buffer));
                         },
                         [this, &led, grads_act] {
                           for (auto id : *grads_act) led.free(queue_.now(), id);
                         }});
   }
   if (offload) {
-    out.push_back(Stage{"offload", "training", offload_s, nullptr, [this, &led] { led.free(queue_.now(), optimizer_); }});
+    out.push_back(
+        Stage{Phase::kOffload, Role::kTraining, offload_s, nullptr, [this, &led] { led.free(queue_.now(), optimizer_); }});
   }
-  if (cpu_opt) out.push_back(Stage{"offload", "training", trainer_.cpu_optimizer_s(), nullptr, nullptr});
+  if (cpu_opt) out.push_back(Stage{Phase::kOffload, Role::kTraining, trainer_.cpu_optimizer_s(), nullptr, nullptr});
   return out;
 }
 
@@ -298,7 +309,7 @@ std::vector<Simulation::Stage> Simulation::sync_stages(int) {
   if (colocated()) {
     // Wake-up of the weights (sleep level 1 copies them back from host memory; level 2 only
     // re-allocates, the sync below fills them).
-    out.push_back(Stage{"offload", "sync", rollout_w_on_host_ ? copy_s(w, s_.cluster.host_link) : 0.0,
+    out.push_back(Stage{Phase::kOffload, Role::kSync, rollout_w_on_host_ ? copy_s(w, s_.cluster.host_link) : 0.0,
                         [this] { ensure_rollout_weights(); }, [this] { rollout_w_on_host_ = false; }});
   }
   // verl (FSDP and Megatron) and slime stream the weights (the training recipe's sync format) in
@@ -307,19 +318,21 @@ std::vector<Simulation::Stage> Simulation::sync_stages(int) {
   const double full_model = static_cast<double>(s_.model.params().total()) * models::param_widths(s_.training.precision).sync;
   const double gather_bytes = std::min(full_model, 2.0 * s_.weight_sync.bucket_bytes);
   auto gather_id = std::make_shared<MemoryLedger::AllocId>();
-  out.push_back(
-      Stage{"weight_sync", "sync", r_.sync.total(),
-            [this, &tl, gather_bytes, gather_id] { *gather_id = tl.allocate(queue_.now(), "sync_gather_buffer", gather_bytes); },
-            [this, &tl, gather_id] {
-              tl.free(queue_.now(), *gather_id);
-              ++version_;
-            }});
+  out.push_back(Stage{Phase::kWeightSync, Role::kSync, r_.sync.total(),
+                      [this, &tl, gather_bytes, gather_id] {
+                        *gather_id = tl.allocate(queue_.now(), MemoryTag::kSyncGatherBuffer, gather_bytes);
+                      },
+                      [this, &tl, gather_id] {
+                        tl.free(queue_.now(), *gather_id);
+                        ++version_;
+                      }});
   if (s_.training.param_offload) {
     const TrainMemory& m = r_.train_memory;
-    out.push_back(Stage{"offload", "sync", copy_s(m.params + m.reference, s_.cluster.host_link), nullptr, [this, &tl, m] {
-                          tl.free(queue_.now(), params_);
-                          if (m.reference > 0) tl.free(queue_.now(), reference_);
-                        }});
+    out.push_back(
+        Stage{Phase::kOffload, Role::kSync, copy_s(m.params + m.reference, s_.cluster.host_link), nullptr, [this, &tl, m] {
+                tl.free(queue_.now(), params_);
+                if (m.reference > 0) tl.free(queue_.now(), reference_);
+              }});
   }
   return out;
 }
@@ -331,7 +344,7 @@ bool Simulation::check_fit() {
   const auto& rc = r_.rollout_cost;
   if (kv_bytes <= 0) {
     r_.oom =
-        OomReport{"rollout",
+        OomReport{Role::kRollout,
                   rollout_ledger().group(),
                   fmt::format("rollout weights ({} per device, engine of {} devices) and buffers ({}) exceed the engine's "
                               "budget of {} (memory_utilization {:g} x {}): no room for a KV cache; spread the engine "
@@ -340,14 +353,15 @@ bool Simulation::check_fit() {
                               gb(budget), s_.rollout.memory_utilization, gb(dev.memory_bytes)),
                   budget,
                   rc.weight_bytes_per_device + s_.rollout.activation_buffer_bytes,
-                  {{"rollout_weights", rc.weight_bytes_per_device}, {"rollout_buffers", s_.rollout.activation_buffer_bytes}}};
+                  {{std::string(memory_tag_name(MemoryTag::kRolloutWeights)), rc.weight_bytes_per_device},
+                   {std::string(memory_tag_name(MemoryTag::kRolloutBuffers)), s_.rollout.activation_buffer_bytes}}};
     return false;
   }
   kv_pool_bytes_ = kv_bytes;
   r_.kv_capacity_tokens = std::floor(kv_bytes / rc.kv_bytes_per_token_device);
   const double longest = static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
   if (longest > r_.kv_capacity_tokens) {
-    r_.oom = OomReport{"rollout",
+    r_.oom = OomReport{Role::kRollout,
                        rollout_ledger().group(),
                        fmt::format("KV cache holds {:.0f} tokens per engine, less than one sequence of up to {:.0f} tokens "
                                    "(the engine refuses to start: max_model_len exceeds KV capacity)",
@@ -355,7 +369,7 @@ bool Simulation::check_fit() {
                        kv_bytes,
                        longest * rc.kv_bytes_per_token_device,
                        {{"rollout_weights", rc.weight_bytes_per_device},
-                        {"kv_cache", kv_bytes},
+                        {std::string(memory_tag_name(MemoryTag::kKvCache)), kv_bytes},
                         {"rollout_buffers", s_.rollout.activation_buffer_bytes}}};
     return false;
   }
@@ -581,7 +595,8 @@ class Simulation::AsyncSchedule {
 
   // The trainer's wait for samples (a batch, or the drain before a sync): exposed rollout time.
   void record_wait(int k) {
-    if (sim_.queue_.now() > waiting_since_) sim_.record_phase(k, "rollout", "rollout", waiting_since_, sim_.queue_.now());
+    if (sim_.queue_.now() > waiting_since_)
+      sim_.record_phase(k, Phase::kRollout, Role::kRollout, waiting_since_, sim_.queue_.now());
   }
 
   void begin_sync(int k) {
@@ -713,15 +728,15 @@ SimResult Simulation::run() {
   // latter on the host when optimizer.offload is set, brought in around the actor update;
   // parameters on the host when training.param_offload is set, brought in for training and sync).
   auto& tl = train_ledger();
-  tl.set_phase("training");
+  tl.set_phase(Role::kTraining);
   if (!s_.training.param_offload) allocate_params();
   if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer())
-    optimizer_ = tl.allocate(0, "optimizer", r_.train_memory.optimizer);
+    optimizer_ = tl.allocate(0, MemoryTag::kOptimizer, r_.train_memory.optimizer);
   if (!colocated()) {
-    rollout_ledger().set_phase("rollout");
+    rollout_ledger().set_phase(Role::kRollout);
     ensure_rollout_weights();
-    rollout_ledger().allocate(0, "kv_cache", kv_pool_bytes_);
-    rollout_ledger().allocate(0, "rollout_buffers", s_.rollout.activation_buffer_bytes);
+    rollout_ledger().allocate(0, MemoryTag::kKvCache, kv_pool_bytes_);
+    rollout_ledger().allocate(0, MemoryTag::kRolloutBuffers, s_.rollout.activation_buffer_bytes);
   }
 
   switch (s_.schedule.mode) {
@@ -759,19 +774,20 @@ SimResult Simulation::run() {
       const auto& o = *l.oom();
       double total = 0;
       for (const auto& [_, b] : o.breakdown) total += b;
-      const bool rollout_role = colocated() ? o.phase == "rollout" : &l == &ledgers_.front();
-      r_.oom = OomReport{rollout_role ? "rollout" : "training",
-                         l.group(),
-                         fmt::format("{} needs {} on a {} device during {} (allocating {} of '{}')", l.group(), gb(total),
-                                     gb(o.capacity_bytes), o.phase, gb(o.requested_bytes), o.tag),
-                         o.capacity_bytes,
-                         total,
-                         o.breakdown};
+      const bool rollout_role = colocated() ? o.phase == Role::kRollout : &l == &ledgers_.front();
+      r_.oom = OomReport{
+          rollout_role ? Role::kRollout : Role::kTraining,
+          l.group(),
+          fmt::format("{} needs {} on a {} device during {} (allocating {} of '{}')", l.group(), gb(total), gb(o.capacity_bytes),
+                      o.phase ? role_name(*o.phase) : "init", gb(o.requested_bytes), memory_tag_name(o.tag)),
+          o.capacity_bytes,
+          total,
+          o.breakdown};
     }
   }
   if (colocated()) {
-    r_.peak_rollout_bytes = ledgers_.front().peak_in("rollout");
-    r_.peak_training_bytes = ledgers_.front().peak_in("training");
+    r_.peak_rollout_bytes = ledgers_.front().peak_in(Role::kRollout);
+    r_.peak_training_bytes = ledgers_.front().peak_in(Role::kTraining);
   } else {
     r_.peak_rollout_bytes = ledgers_.front().peak();
     r_.peak_training_bytes = ledgers_.back().peak();

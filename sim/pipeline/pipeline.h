@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/engine/trace.h"
+#include "sim/pipeline/labels.h"
 #include "sim/pipeline/memory_ledger.h"
 #include "sim/pipeline/rollout.h"
 #include "sim/pipeline/trainer.h"
@@ -16,17 +17,11 @@
 
 namespace rlsim::sim {
 
-/// Phase names, in the order of SCENARIO.md's phases_s and steps.csv; `step_overhead` (the
-/// calibrated fixed time per step outside the other phases: reward, advantages, data movement)
-/// is rlsim's addition, last.
-inline const std::vector<std::string> kPhases{"rollout",     "old_logprob", "reference",    "actor_update",
-                                              "weight_sync", "offload",     "step_overhead"};
-
 /// One phase occurrence.
 struct PhaseSpan {
   int step = 0;
-  std::string phase;  // one of kPhases
-  std::string role;   // "rollout" | "training" | "sync"
+  Phase phase = Phase::kRollout;
+  Role role = Role::kRollout;
   TimeNs start = 0;
   TimeNs end = 0;
   double seconds() const { return to_seconds(end - start); }
@@ -37,7 +32,7 @@ struct StepRecord {
   int step = 0;
   TimeNs start = 0;
   TimeNs end = 0;
-  std::map<std::string, double> phase_s;  // wall time of each phase in this step
+  PhaseSeconds phase_s;  // wall time of each phase in this step
   std::int64_t generated_tokens = 0;
   std::int64_t preemptions = 0;
   std::int64_t interruptions = 0;  // partial rollout: pauses across a weight update, summed over sequences
@@ -51,7 +46,7 @@ struct StepRecord {
 
 /// Out-of-memory result: which role, in which phase, and what was live.
 struct OomReport {
-  std::string role;  // "rollout" | "training"
+  Role role = Role::kRollout;  // kRollout or kTraining
   std::string device_group;
   std::string reason;
   double capacity_bytes = 0;

@@ -225,7 +225,7 @@ TEST_F(PlanTest, APointReadsAsRlsimRunOfItsScenario) {
       sim::load_scenario((dir_ / "base.yaml").string(), {"cluster.device=h200", "rollout.precision=int4-w4a16-g32"});
   sim::NullSink sink;
   sim::SimResult r = sim::simulate(s, sink);
-  const auto j = analysis::summary_json(s, r, analysis::check_precision_flow(s));
+  const auto j = analysis::summary_json(analysis::summarize(s, r, analysis::check_precision_flow(s)));
   EXPECT_EQ(p.step_time_s, j["step_time_s"]["mean"].get<double>());
   EXPECT_EQ(p.phase_s[0], j["phases_s"]["rollout"].get<double>());
   EXPECT_EQ(p.peak_training_bytes, j["peak_memory_bytes"]["training"].get<double>());

@@ -112,8 +112,7 @@ TEST(Validation, SimulatedFiguresAreSteadyStateMeans) {
     st.step = i;
     st.start = sim::to_ns(10.0 * i);
     st.end = st.start + sim::to_ns(i == 0 ? 9.0 : (i == 1 ? 4.0 : 6.0));
-    for (const auto& p : sim::kPhases) st.phase_s[p] = 0;
-    st.phase_s["rollout"] = i == 0 ? 8.0 : 2.0;
+    st.phase_s[sim::Phase::kRollout] = i == 0 ? 8.0 : 2.0;
     r.steps.push_back(st);
   }
   const auto f = simulated_figures(r);

@@ -39,21 +39,21 @@ TEST(Collectives, GroupLinkCrossesNodes) {
 
 TEST(MemoryLedger, BalancesAndReportsOom) {
   MemoryLedger l("dev", 100.0);
-  l.set_phase("rollout");
-  const auto a = l.allocate(0, "weights", 40);
-  const auto b = l.allocate(1, "kv", 50);
+  l.set_phase(Role::kRollout);
+  const auto a = l.allocate(0, MemoryTag::kRolloutWeights, 40);
+  const auto b = l.allocate(1, MemoryTag::kKvCache, 50);
   EXPECT_DOUBLE_EQ(l.in_use(), 90);
   EXPECT_FALSE(l.oom());
-  l.set_phase("training");
+  l.set_phase(Role::kTraining);
   l.free(2, b);
-  const auto c = l.allocate(3, "activations", 70);  // 110 > 100
+  const auto c = l.allocate(3, MemoryTag::kActivations, 70);  // 110 > 100
   ASSERT_TRUE(l.oom());
-  EXPECT_EQ(l.oom()->phase, "training");
-  EXPECT_EQ(l.oom()->tag, "activations");
-  EXPECT_DOUBLE_EQ(l.oom()->breakdown.at("weights"), 40);
+  EXPECT_EQ(l.oom()->phase, Role::kTraining);
+  EXPECT_EQ(l.oom()->tag, MemoryTag::kActivations);
+  EXPECT_DOUBLE_EQ(l.oom()->breakdown.at("rollout_weights"), 40);
   EXPECT_DOUBLE_EQ(l.oom()->breakdown.at("activations"), 70);
-  EXPECT_DOUBLE_EQ(l.peak_in("rollout"), 90);
-  EXPECT_DOUBLE_EQ(l.peak_in("training"), 110);
+  EXPECT_DOUBLE_EQ(l.peak_in(Role::kRollout), 90);
+  EXPECT_DOUBLE_EQ(l.peak_in(Role::kTraining), 110);
   l.free(4, c);
   l.free(5, a);
   EXPECT_EQ(l.live_allocations(), 0u);

@@ -42,11 +42,9 @@ TEST(Pipeline, SyncStepIsTheSumOfItsPhases) {
   ASSERT_TRUE(r.fits());
   ASSERT_EQ(r.steps.size(), 3u);
   for (const auto& st : r.steps) {
-    double sum = 0;
-    for (const auto& [_, v] : st.phase_s) sum += v;
-    EXPECT_NEAR(st.step_s(), sum, 1e-6);
-    EXPECT_GT(st.phase_s.at("rollout"), 0);
-    EXPECT_GT(st.phase_s.at("actor_update"), 0);
+    EXPECT_NEAR(st.step_s(), st.phase_s.total(), 1e-6);
+    EXPECT_GT(st.phase_s[Phase::kRollout], 0);
+    EXPECT_GT(st.phase_s[Phase::kActorUpdate], 0);
   }
   for (std::size_t i = 1; i < r.steps.size(); ++i) EXPECT_EQ(r.steps[i].start, r.steps[i - 1].end);
 }
@@ -87,11 +85,11 @@ TEST(Pipeline, LowerPrecisionRolloutIsFasterAndSmaller) {
   EXPECT_LT(fp8.rollout_cost.weight_bytes_per_device, 0.6 * bf16.rollout_cost.weight_bytes_per_device);
   EXPECT_LT(int4.rollout_cost.weight_bytes_per_device, fp8.rollout_cost.weight_bytes_per_device);
   EXPECT_GT(fp8.kv_capacity_tokens, bf16.kv_capacity_tokens);
-  EXPECT_LT(fp8.steps[0].phase_s.at("rollout"), bf16.steps[0].phase_s.at("rollout"));
+  EXPECT_LT(fp8.steps[0].phase_s[Phase::kRollout], bf16.steps[0].phase_s[Phase::kRollout]);
   EXPECT_EQ(fp8.rollout_cost.compute_type, models::ComputeType::kFp8);
   EXPECT_EQ(int4.rollout_cost.compute_type, models::ComputeType::kBf16);  // W4A16 on Hopper
   // The same sampled workload: training time does not depend on the rollout format.
-  EXPECT_DOUBLE_EQ(fp8.steps[0].phase_s.at("actor_update"), bf16.steps[0].phase_s.at("actor_update"));
+  EXPECT_DOUBLE_EQ(fp8.steps[0].phase_s[Phase::kActorUpdate], bf16.steps[0].phase_s[Phase::kActorUpdate]);
 }
 
 TEST(Pipeline, ModelTooLargeIsAnOomResult) {
@@ -99,7 +97,7 @@ TEST(Pipeline, ModelTooLargeIsAnOomResult) {
   const SimResult r = simulate(load_text(kBase, {"model=kimi-k2"}), sink);
   EXPECT_FALSE(r.fits());
   ASSERT_TRUE(r.oom);
-  EXPECT_EQ(r.oom->role, "rollout");
+  EXPECT_EQ(r.oom->role, Role::kRollout);
   EXPECT_GT(r.oom->breakdown.at("rollout_weights"), 1e12);  // ~2 TB of BF16 weights on one device
   EXPECT_TRUE(r.steps.empty());
 }
@@ -109,7 +107,7 @@ TEST(Pipeline, ColocatedReservationOomIncludesTrainingState) {
   // The engine reserves 95 % of the device while the FSDP actor keeps its shards resident.
   const SimResult r = simulate(load_text(kBase, {"rollout.memory_utilization=0.95"}), sink);
   ASSERT_FALSE(r.fits());
-  EXPECT_EQ(r.oom->role, "rollout");
+  EXPECT_EQ(r.oom->role, Role::kRollout);
   EXPECT_GT(r.oom->breakdown.at("optimizer"), 0);
   EXPECT_GT(r.oom->required_bytes, r.oom->capacity_bytes);
 }
@@ -127,8 +125,8 @@ TEST(Pipeline, OneStepOffOverlapsRolloutAndTraining) {
   // Overlap cannot beat the busier side: total >= sum of rollouts and >= sum of training phases.
   double rollouts = 0, train = 0;
   for (const auto& st : off.steps) {
-    rollouts += st.phase_s.at("rollout");
-    train += st.phase_s.at("actor_update");
+    rollouts += st.phase_s[Phase::kRollout];
+    train += st.phase_s[Phase::kActorUpdate];
   }
   EXPECT_GE(off_total, rollouts - 1e-6);
   EXPECT_GE(off_total, train);
@@ -152,7 +150,7 @@ TEST(Pipeline, SyncGatherBufferIsTwoBuckets) {
   auto gather_peak = [](const SimResult& r) {
     double peak = 0;
     for (const auto& e : r.ledgers.back().events()) {
-      if (e.tag == "sync_gather_buffer" && e.delta_bytes > 0) peak = std::max(peak, e.delta_bytes);
+      if (e.tag == MemoryTag::kSyncGatherBuffer && e.delta_bytes > 0) peak = std::max(peak, e.delta_bytes);
     }
     return peak;
   };
@@ -279,15 +277,15 @@ TEST(Placement, ColocatedSleepLevelOneCopiesWeightsOverTheHostLink) {
   const double w = r1.rollout_cost.weight_bytes_per_device;
   // Level 1: weights go to host memory after the rollout and come back before the sync.
   const double expect = 2 * copy_s(w, l1.cluster.host_link);
-  EXPECT_NEAR(r1.steps[0].phase_s.at("offload"), expect, 1e-6);
-  EXPECT_EQ(r2.steps[0].phase_s.count("offload") ? r2.steps[0].phase_s.at("offload") : 0.0, 0.0);
+  EXPECT_NEAR(r1.steps[0].phase_s[Phase::kOffload], expect, 1e-6);
+  EXPECT_EQ(r2.steps[0].phase_s[Phase::kOffload], 0.0);
   // Either way the KV cache is gone while the trainer runs: the memory ledger shows it.
   const auto& ev = r1.ledgers.front().events();
   bool kv_freed_before_training = false;
   for (std::size_t i = 0; i < ev.size(); ++i) {
-    if (ev[i].tag == "kv_cache" && ev[i].delta_bytes < 0) {
+    if (ev[i].tag == MemoryTag::kKvCache && ev[i].delta_bytes < 0) {
       for (std::size_t j = i; j < ev.size(); ++j) {
-        if (ev[j].tag == "grads" && ev[j].delta_bytes > 0) kv_freed_before_training = true;
+        if (ev[j].tag == MemoryTag::kGrads && ev[j].delta_bytes > 0) kv_freed_before_training = true;
       }
       break;
     }
@@ -307,7 +305,7 @@ TEST(Placement, OptimizerAndParamOffloadCostTimeAndMemory) {
   const TrainerCostModel tc(off);
   const double per_step =
       2 * tc.optimizer_offload_s() + 2 * copy_s(ro.train_memory.params + ro.train_memory.reference, off.cluster.host_link);
-  EXPECT_NEAR(ro.steps[1].phase_s.at("offload") - rb.steps[1].phase_s.at("offload"), per_step, 1e-6);
+  EXPECT_NEAR(ro.steps[1].phase_s[Phase::kOffload] - rb.steps[1].phase_s[Phase::kOffload], per_step, 1e-6);
 }
 
 TEST(MoE, ExpertParallelReplacesFfnAllReduceByAllToAll) {
@@ -477,9 +475,9 @@ TEST(Placement, OptimizerOffloadAndCpuAdamAreDistinct) {
   EXPECT_FALSE(td.cpu_optimizer());
   EXPECT_TRUE(tc.cpu_optimizer());
   // The update of the CPU-Adam run lacks the device step the other one has.
-  EXPECT_GT(rd.steps[1].phase_s.at("actor_update"), rc.steps[1].phase_s.at("actor_update"));
+  EXPECT_GT(rd.steps[1].phase_s[Phase::kActorUpdate], rc.steps[1].phase_s[Phase::kActorUpdate]);
   // Its offload phase holds the host step: gradients down, parameters up, Adam at the CPU rate.
-  EXPECT_GE(rc.steps[1].phase_s.at("offload"), tc.cpu_optimizer_s() - 1e-9);
+  EXPECT_GE(rc.steps[1].phase_s[Phase::kOffload], tc.cpu_optimizer_s() - 1e-9);
   const double shard = tc.memory(TrainBatch{}).grads / 4.0;
   EXPECT_NEAR(tc.cpu_optimizer_s(),
               std::max(shard * 6.0 / cpu.cluster.host_link.bandwidth_bytes_per_s, shard * 8 / kCpuAdamParamsPerSPerNode) +
@@ -495,7 +493,7 @@ TEST(Pipeline, StepOverheadIsAPhaseOfEveryStep) {
   NullSink sa, sb;
   const SimResult ra = simulate(a, sa), rb = simulate(b, sb);
   for (std::size_t i = 0; i < ra.steps.size(); ++i) {
-    EXPECT_DOUBLE_EQ(ra.steps[i].phase_s.at("step_overhead"), 2.0);
+    EXPECT_DOUBLE_EQ(ra.steps[i].phase_s[Phase::kStepOverhead], 2.0);
     EXPECT_NEAR(rb.steps[i].step_s() - ra.steps[i].step_s(), 10.0, 1e-6);
   }
 }

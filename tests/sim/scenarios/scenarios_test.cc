@@ -23,9 +23,9 @@ sim::SimResult run(const std::string& file, const std::vector<std::string>& over
   return sim::simulate(s, sink);
 }
 
-double mean_phase(const sim::SimResult& r, const std::string& phase) {
+double mean_phase(const sim::SimResult& r, sim::Phase phase) {
   double sum = 0;
-  for (const auto& st : r.steps) sum += st.phase_s.at(phase);
+  for (const auto& st : r.steps) sum += st.phase_s[phase];
   return sum / static_cast<double>(r.steps.size());
 }
 
@@ -39,12 +39,12 @@ TEST_P(EveryScenario, RunsFitsAndConserves) {
   ASSERT_EQ(static_cast<int>(r.steps.size()), s.steps);
   for (const auto& q : r.requests) ASSERT_EQ(q.generated, q.response_tokens);
   for (const auto& l : r.ledgers) EXPECT_EQ(l.live_allocations(), 0u);
-  const auto j = analysis::summary_json(s, r);
-  EXPECT_GT(j["step_time_s"]["mean"].get<double>(), 0);
-  EXPECT_GT(j["rollout_share"].get<double>(), 0);
-  EXPECT_LT(j["rollout_share"].get<double>(), 1);
-  EXPECT_LE(j["peak_memory_bytes"]["rollout"].get<double>(), s.cluster.device.memory_bytes);
-  EXPECT_LE(j["peak_memory_bytes"]["training"].get<double>(), s.cluster.device.memory_bytes);
+  const analysis::RunSummary u = analysis::summarize(s, r);
+  EXPECT_GT(u.step_time_mean_s, 0);
+  EXPECT_GT(u.rollout_share, 0);
+  EXPECT_LT(u.rollout_share, 1);
+  EXPECT_LE(u.peak_rollout_bytes, s.cluster.device.memory_bytes);
+  EXPECT_LE(u.peak_training_bytes, s.cluster.device.memory_bytes);
   // Conservation: tokens decoded = tokens of consumed sequences (+ those left in flight, async),
   // and no device is busy longer than the wall clock.
   std::int64_t consumed = 0;
@@ -91,7 +91,7 @@ TEST_P(GoldenSummary, MatchesTheRepository) {
   sim::NullSink sink;
   sim::SimResult r = sim::simulate(s, sink);
   analysis::add_warnings(s, r);
-  const std::string text = analysis::summary_json(s, r, analysis::check_precision_flow(s)).dump(2) + "\n";
+  const std::string text = analysis::summary_json(analysis::summarize(s, r, analysis::check_precision_flow(s))).dump(2) + "\n";
   const fs::path golden =
       fs::path(RLSIM_SOURCE_DIR) / "tests/golden" / (GetParam().substr(0, GetParam().size() - 5) + ".summary.json");
   if (std::getenv("RLSIM_UPDATE_GOLDEN")) {
@@ -124,13 +124,13 @@ TEST(PublishedFigures, VerlFp8RolloutSpeedupQwen3_8B) {
   const auto fp8 = run("verl-dapo-qwen3-8b-fp8.yaml");
   ASSERT_TRUE(bf16.fits());
   ASSERT_TRUE(fp8.fits());
-  const double speedup = mean_phase(bf16, "rollout") / mean_phase(fp8, "rollout") - 1.0;
+  const double speedup = mean_phase(bf16, sim::Phase::kRollout) / mean_phase(fp8, sim::Phase::kRollout) - 1.0;
   RecordProperty("fp8_rollout_speedup_percent", std::to_string(100 * speedup));
   std::cout << "[ figure ] FP8 rollout speedup " << 100 * speedup << " % (published 12-18 %)\n";
   EXPECT_GE(speedup, 0.07);
   EXPECT_LE(speedup, 0.23);
   // The training phases are untouched by the rollout precision.
-  EXPECT_DOUBLE_EQ(mean_phase(bf16, "actor_update"), mean_phase(fp8, "actor_update"));
+  EXPECT_DOUBLE_EQ(mean_phase(bf16, sim::Phase::kActorUpdate), mean_phase(fp8, sim::Phase::kActorUpdate));
 }
 
 double mean_step(const sim::SimResult& r, std::size_t from = 0) {
@@ -179,11 +179,11 @@ TEST(PublishedFigures, VerlDeepSeekV3_96xH20) {
   for (const auto& q : r.requests) resp += static_cast<double>(q.response_tokens);
   resp /= static_cast<double>(r.requests.size());
   figure("DeepSeek-V3 mean response tokens", resp, 1960);
-  figure("DeepSeek-V3 rollout s", mean_phase(r, "rollout"), 1050);
+  figure("DeepSeek-V3 rollout s", mean_phase(r, sim::Phase::kRollout), 1050);
   figure("DeepSeek-V3 step s", mean_step(r), 1700);
   figure("DeepSeek-V3 GPU memory GB", r.peak_training_bytes / 1e9, 66);
   EXPECT_NEAR(resp, 1960, 0.05 * 1960);
-  EXPECT_NEAR(mean_phase(r, "rollout"), 1050, 0.25 * 1050);
+  EXPECT_NEAR(mean_phase(r, sim::Phase::kRollout), 1050, 0.25 * 1050);
   EXPECT_NEAR(mean_step(r), 1700, 0.25 * 1700);
   EXPECT_NEAR(std::max(r.peak_training_bytes, r.peak_rollout_bytes) / 1e9, 66, 0.15 * 66);
 }
@@ -213,10 +213,10 @@ TEST(PublishedFigures, SlimeKimiK2Int4OneNodeBeatsFp8TwoNodes_H200) {
   ASSERT_TRUE(int4.fits());
   ASSERT_TRUE(fp8.fits());
   ASSERT_FALSE(fp8_one.fits());
-  EXPECT_EQ(fp8_one.oom->role, "rollout");
-  const double speedup = mean_phase(fp8, "rollout") / mean_phase(int4, "rollout");
-  std::cout << "[ figure ] Kimi-K2 rollout: INT4 1 node " << mean_phase(int4, "rollout") << " s, FP8 2 nodes "
-            << mean_phase(fp8, "rollout") << " s (INT4 " << speedup << "x faster; published: faster)\n";
+  EXPECT_EQ(fp8_one.oom->role, sim::Role::kRollout);
+  const double speedup = mean_phase(fp8, sim::Phase::kRollout) / mean_phase(int4, sim::Phase::kRollout);
+  std::cout << "[ figure ] Kimi-K2 rollout: INT4 1 node " << mean_phase(int4, sim::Phase::kRollout) << " s, FP8 2 nodes "
+            << mean_phase(fp8, sim::Phase::kRollout) << " s (INT4 " << speedup << "x faster; published: faster)\n";
   EXPECT_GT(speedup, 1.05);
 }
 
@@ -229,8 +229,8 @@ TEST(PublishedFigures, Ascend950DtMxfp8BesideH200) {
   const auto gpu = run("h200-qwen3-8b-fp8-block.yaml");
   ASSERT_TRUE(npu.fits());
   ASSERT_TRUE(gpu.fits());
-  const double rollout = mean_phase(npu, "rollout") / mean_phase(gpu, "rollout");
-  const double train = mean_phase(npu, "actor_update") / mean_phase(gpu, "actor_update");
+  const double rollout = mean_phase(npu, sim::Phase::kRollout) / mean_phase(gpu, sim::Phase::kRollout);
+  const double train = mean_phase(npu, sim::Phase::kActorUpdate) / mean_phase(gpu, sim::Phase::kActorUpdate);
   std::cout << "[ figure ] 950DT / H200: rollout " << rollout << "x, actor update " << train << "x\n";
   EXPECT_GE(rollout, 1.0);
   EXPECT_LE(rollout, 1.3);
