@@ -16,6 +16,7 @@
 #include "models/precision/recipe.h"
 #include "models/runtime/model.h"
 #include "sim/cli/drift_cmds.h"
+#include "sim/cli/messages.h"
 #include "sim/cli/plan_cmds.h"
 #include "sim/cli/precision_cmds.h"
 #include "sim/cli/runtime_cmds.h"
@@ -502,16 +503,16 @@ int main(int argc, char** argv) {
     if (*validate) return cli::cmd_validate(vao, std::cout, std::cerr);
     if (*calibrate) return cli::cmd_calibrate(cao, std::cout, std::cerr);
   } catch (const sim::ScenarioError& e) {
-    std::cerr << "rlsim: error: " << e.what() << "\n";
+    std::cerr << cli::input_error_line(e);
     return 2;
   } catch (const models::ModelFileError& e) {
-    std::cerr << "rlsim: error: " << e.what() << "\n";
+    std::cerr << cli::input_error_line(e);
     return 2;
   } catch (const models::GraphError& e) {
-    std::cerr << "rlsim: error: " << e.what() << "\n";
+    std::cerr << cli::input_error_line(e);
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "rlsim: internal error: " << e.what() << "\n";
+    std::cerr << cli::internal_error_line(e);
     return 3;
   }
   return 0;

@@ -19,6 +19,7 @@
 
 #include "analysis/plan.h"
 #include "analysis/validation.h"
+#include "sim/cli/messages.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::cli {
@@ -208,7 +209,7 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
     // Every rank meets the same bad input and rank 0 alone reports it, before any rank exits:
     // mpirun ends the job as soon as one rank exits non-zero, which could cut rank 0 off before it
     // has written the message. The broadcast holds the other ranks until rank 0 has.
-    if (root) err << "rlsim: error: " << e.what() << "\n" << std::flush;
+    if (root) err << input_error_line(e) << std::flush;
     return world.broadcast(2);
   }
 }

@@ -126,7 +126,7 @@ TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
   // before it splits mini-batches, and a rank's mini-batches then pace the update together: the
   // balance of the whole batch is what both kinds of pass see. (Balancing each mini-batch on its
   // own predicts twice the published actor update of verl's 128 x H20 fully-async baseline.)
-  b.update_imbalance = b.forward_imbalance = dp_imbalance(work, dp, 1);
+  b.imbalance = dp_imbalance(work, dp);
   return b;
 }
 

@@ -20,28 +20,20 @@ double master_copy_bytes(const TrainingConfig& t) {
 }
 }  // namespace
 
-double dp_imbalance(const std::vector<double>& work, int ranks, int groups) {
+double dp_imbalance(const std::vector<double>& work, int ranks) {
   double total = 0;
   for (double w : work) total += w;
   if (ranks <= 1 || total <= 0) return 1.0;
-  groups = std::max(1, groups);
-  const std::size_t n = work.size();
-  double sum_max = 0;
-  std::vector<double> mb;
-  for (int g = 0; g < groups; ++g) {
-    const std::size_t lo = n * static_cast<std::size_t>(g) / static_cast<std::size_t>(groups);
-    const std::size_t hi = n * static_cast<std::size_t>(g + 1) / static_cast<std::size_t>(groups);
-    mb.assign(work.begin() + static_cast<std::ptrdiff_t>(lo), work.begin() + static_cast<std::ptrdiff_t>(hi));
-    std::sort(mb.begin(), mb.end(), std::greater<>());
-    // Min-heap of rank loads: each sequence goes to the least-loaded rank.
-    std::vector<double> load(static_cast<std::size_t>(ranks), 0.0);
-    for (double w : mb) {
-      std::pop_heap(load.begin(), load.end(), std::greater<>());
-      load.back() += w;
-      std::push_heap(load.begin(), load.end(), std::greater<>());
-    }
-    sum_max += *std::max_element(load.begin(), load.end());
+  std::vector<double> sorted = work;
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  // Min-heap of rank loads: each sequence goes to the least-loaded rank.
+  std::vector<double> load(static_cast<std::size_t>(ranks), 0.0);
+  for (double w : sorted) {
+    std::pop_heap(load.begin(), load.end(), std::greater<>());
+    load.back() += w;
+    std::push_heap(load.begin(), load.end(), std::greater<>());
   }
+  const double sum_max = *std::max_element(load.begin(), load.end());
   return std::max(1.0, sum_max * ranks / total);
 }
 
@@ -68,13 +60,11 @@ double TrainerCostModel::compute_s(const TrainBatch& b, double flop_factor) cons
   // Routed-expert GEMMs (grouped, over the tokens each expert received) run at their own rate.
   const double dense_flops = 2.0 * (matmul_params_ - active_expert_params_) * b.tokens + b.attention_flops;
   const double expert_flops = 2.0 * active_expert_params_ * b.tokens;
-  // The slowest data-parallel rank sets the pace (TrainBatch::update_imbalance for passes with a
-  // backward, flop_factor > 1; forward_imbalance for forward-only passes, which also run at the
-  // forward-pass efficiency).
+  // The slowest data-parallel rank sets the pace (TrainBatch::imbalance); forward-only passes
+  // (flop_factor 1) run at the forward-pass efficiency.
   const bool update = flop_factor > 1.5;
-  const double imbalance = update ? b.update_imbalance : b.forward_imbalance;
   const double forward = update ? 1.0 : s_.training.efficiency.forward;
-  return imbalance / forward * flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) /
+  return b.imbalance / forward * flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) /
          devices_;
 }
 

@@ -17,18 +17,16 @@ struct TrainBatch {
   double attention_flops = 0;  // sum over sequences of causal_attention_flops(length), full model
   double max_sequence = 0;     // longest sequence (tokens), sizes the activation peak
   /// Data-parallel load imbalance (>= 1): the slowest DP rank's work times the DP size over the
-  /// total work, for the actor update (per mini-batch) and for forward-only passes (whole batch).
-  /// Whole sequences go to ranks (dp_imbalance); 1 when the batch was not split.
-  double update_imbalance = 1;
-  double forward_imbalance = 1;
+  /// total work, whole sequences going to ranks (dp_imbalance); 1 when the batch was not split.
+  /// verl balances the whole batch before it splits mini-batches, so every pass sees this one.
+  double imbalance = 1;
 };
 
 /// Imbalance of spreading sequences of `work` (any additive cost, e.g. FLOPs) over `ranks`
-/// data-parallel ranks in `groups` consecutive mini-batches, each balanced on its own by the
-/// longest-processing-time rule (a sequence to the least-loaded rank, longest first; Graham 1969,
-/// within 4/3 of optimal; verl balances ranks by token count the same way, seqlen_balancing.py):
-/// sum over mini-batches of (max rank load x ranks) / total work. 1 for an empty batch or one rank.
-double dp_imbalance(const std::vector<double>& work, int ranks, int groups);
+/// data-parallel ranks by the longest-processing-time rule (a sequence to the least-loaded rank,
+/// longest first; Graham 1969, within 4/3 of optimal; verl balances ranks by token count the same
+/// way, seqlen_balancing.py): max rank load x ranks / total work. 1 for an empty batch or one rank.
+double dp_imbalance(const std::vector<double>& work, int ranks);
 
 /// Time of the training phases of one step (seconds) and what bounds them.
 struct TrainTimes {

@@ -379,18 +379,18 @@ TEST(MultiNode, EngineAcrossNodesPaysInterNodeAllReduce) {
 
 // Longest-first assignment to the least-loaded rank; the slowest rank sets the pace.
 TEST(DataParallel, ImbalanceOfLongestFirstAssignment) {
-  EXPECT_DOUBLE_EQ(dp_imbalance({4, 1, 1, 1, 1}, 2, 1), 1.0);  // 4 | 1+1+1+1
-  EXPECT_DOUBLE_EQ(dp_imbalance({1, 5, 1, 1}, 2, 1), 1.25);    // 5 | 3: 5 x 2 / 8
-  // Two mini-batches balanced one by one: 5 | 3, then 4 | 4.
-  EXPECT_DOUBLE_EQ(dp_imbalance({5, 1, 1, 1, 2, 2, 2, 2}, 2, 2), (5.0 + 4.0) * 2 / 16);
-  EXPECT_DOUBLE_EQ(dp_imbalance({7, 3, 2}, 1, 1), 1.0);
-  EXPECT_DOUBLE_EQ(dp_imbalance({}, 8, 1), 1.0);
+  EXPECT_DOUBLE_EQ(dp_imbalance({4, 1, 1, 1, 1}, 2), 1.0);  // 4 | 1+1+1+1
+  EXPECT_DOUBLE_EQ(dp_imbalance({1, 5, 1, 1}, 2), 1.25);    // 5 | 3: 5 x 2 / 8
+  // Longest first, each to the lighter rank: 5 | 3, 5 | 3+3, 5+3 | 6 -> 8 x 2 / 14.
+  EXPECT_DOUBLE_EQ(dp_imbalance({3, 5, 3, 3}, 2), 8.0 * 2 / 14);
+  EXPECT_DOUBLE_EQ(dp_imbalance({7, 3, 2}, 1), 1.0);
+  EXPECT_DOUBLE_EQ(dp_imbalance({}, 8), 1.0);
   // More ranks than sequences: the longest sequence is a rank's whole load.
-  EXPECT_DOUBLE_EQ(dp_imbalance({6, 2}, 4, 1), 6.0 * 4 / 8);
+  EXPECT_DOUBLE_EQ(dp_imbalance({6, 2}, 4), 6.0 * 4 / 8);
 }
 
-// The slowest rank sets a pass's compute time: forward-only passes scale by the whole batch's
-// imbalance and run at the forward-pass efficiency, the update by the mini-batches' imbalance.
+// The slowest rank sets a pass's compute time, forward-only or update; forward-only passes also
+// run at the forward-pass efficiency.
 TEST(DataParallel, ImbalanceAndForwardEfficiencyScaleCompute) {
   const Scenario s = load_text(kBase);
   const TrainerCostModel t(s);
@@ -398,10 +398,9 @@ TEST(DataParallel, ImbalanceAndForwardEfficiencyScaleCompute) {
   b.tokens = 1e6;
   b.attention_flops = 1e15;
   TrainBatch skewed = b;
-  skewed.forward_imbalance = 1.5;
-  skewed.update_imbalance = 2.0;
+  skewed.imbalance = 1.5;
   EXPECT_NEAR(t.compute_s(skewed, 1.0), 1.5 * t.compute_s(b, 1.0), 1e-12);
-  EXPECT_NEAR(t.compute_s(skewed, 3.0), 2.0 * t.compute_s(b, 3.0), 1e-12);
+  EXPECT_NEAR(t.compute_s(skewed, 3.0), 1.5 * t.compute_s(b, 3.0), 1e-12);
   // Same FLOPs: a forward-only pass costs 1 / efficiency.forward of a third of the update.
   EXPECT_NEAR(t.compute_s(b, 1.0), t.compute_s(b, 3.0) / 3.0 / s.training.efficiency.forward, 1e-12);
 }
