@@ -293,8 +293,11 @@ std::vector<DriftMetric> drift_metrics(const std::vector<std::vector<DriftToken>
   return out;
 }
 
-std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, const DriftOptions& o, std::ostream* progress) {
-  const models::TransformerConfig& c = weights.config;
+namespace {
+
+// Rejects options run_drift cannot honour on this model (std::invalid_argument); nothing may
+// throw inside its parallel region.
+void check_drift_options(const models::TransformerConfig& c, const DriftOptions& o) {
   if (o.pairs.empty()) throw std::invalid_argument("no pairs to run");
   if (o.lengths.empty()) throw std::invalid_argument("no lengths");
   for (std::size_t i = 0; i < o.lengths.size(); ++i) {
@@ -311,7 +314,6 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
   for (std::size_t p = 0; p < o.prompts.size(); ++p) {
     if (o.prompts[p].empty()) throw std::invalid_argument(fmt::format("prompt {} has no tokens", p));
     for (int t : o.prompts[p]) {
-      // Checked here: nothing may throw inside the parallel region below.
       if (t < 0 || t >= c.vocab)
         throw std::invalid_argument(fmt::format("prompt {} has token {} outside the model's vocabulary of {}", p, t, c.vocab));
     }
@@ -321,18 +323,69 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
                                               p, o.prompts[p].size(), L, c.max_seq));
     }
   }
-  const models::KernelMode mode = o.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault;
-  // Sequences run in parallel, each thread with its own rollout engine (KV cache), when those
-  // copies are small (dense FP32 + packed weights, KV cache at max_seq, under 2 GiB together);
-  // otherwise one at a time with the kernels' own threads. A sequence's numbers do not depend
-  // on which thread runs it, or on how many threads the kernels use.
-  const double kv_bytes = 8.0 * c.layers * c.max_seq * static_cast<double>(c.kv_heads) * c.head_dim;
-  const double copy_bytes = 8.0 * static_cast<double>(weights.parameters()) + kv_bytes;
+}
+
+// Sequences run in parallel, each thread with its own rollout engine (KV cache), when those
+// copies are small (dense FP32 + packed weights, FP32 K and V at max_seq, under 2 GiB together);
+// otherwise one at a time with the kernels' own threads. A sequence's numbers do not depend on
+// which thread runs it, or on how many threads the kernels use.
+int drift_threads(const models::ModelWeights& weights) {
+  const models::TransformerConfig& c = weights.config;
+  constexpr double kFloat = sizeof(float);
+  const double kv_bytes = 2 * kFloat * c.layers * c.max_seq * static_cast<double>(c.kv_heads) * c.head_dim;
+  const double copy_bytes = 2 * kFloat * static_cast<double>(weights.parameters()) + kv_bytes;
 #ifdef _OPENMP
-  const int threads = copy_bytes * omp_get_max_threads() <= 2.0 * (1 << 30) ? omp_get_max_threads() : 1;
+  return copy_bytes * omp_get_max_threads() <= 2.0 * (1 << 30) ? omp_get_max_threads() : 1;
 #else
-  const int threads = 1;
+  (void)copy_bytes;
+  return 1;
 #endif
+}
+
+// The scored tokens of one sequence: `seq` is prompt (P tokens) + response; row t of
+// `rollout_logits` (L x vocab) is what the rollout sampled response[t] from, row P - 1 + t of
+// `scored` what the trainer gives it.
+std::vector<DriftToken> score_sequence(const std::vector<int>& seq, std::size_t P, int prompt, int sample,
+                                       const std::vector<float>& rollout_logits, const models::MatrixRM& scored, int L, int vocab,
+                                       double temperature) {
+  std::vector<DriftToken> toks;
+  toks.reserve(static_cast<std::size_t>(L));
+  std::vector<double> lr, lt;
+  for (int t = 0; t < L; ++t) {
+    const std::span<const float> r_row(rollout_logits.data() + static_cast<std::ptrdiff_t>(t) * vocab,
+                                       static_cast<std::size_t>(vocab));
+    const std::span<const float> t_row(scored.row(static_cast<Eigen::Index>(P) - 1 + t).data(), static_cast<std::size_t>(vocab));
+    log_softmax(r_row, temperature, lr);
+    log_softmax(t_row, temperature, lt);
+    DriftToken d;
+    d.prompt = prompt;
+    d.sample = sample;
+    d.position = t;
+    d.token = seq[P + static_cast<std::size_t>(t)];
+    d.logp_rollout = lr[static_cast<std::size_t>(d.token)];
+    d.logp_train = lt[static_cast<std::size_t>(d.token)];
+    double kl = 0, mpd = 0;
+    for (std::size_t v = 0; v < lr.size(); ++v) {
+      const double pr = std::exp(lr[v]), pt = std::exp(lt[v]);
+      kl += pr * (lr[v] - lt[v]);
+      mpd = std::max(mpd, std::fabs(pt - pr));
+    }
+    d.kl = std::max(0.0, kl);  // >= 0 exactly; rounding may leave -1e-17
+    d.max_vocab_prob_diff = mpd;
+    d.prob_diff = std::fabs(std::exp(d.logp_train) - std::exp(d.logp_rollout));
+    toks.push_back(d);
+  }
+  return toks;
+}
+
+}  // namespace
+
+std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, const DriftOptions& o, std::ostream* progress) {
+  const models::TransformerConfig& c = weights.config;
+  check_drift_options(c, o);
+  const int L = o.lengths.back();
+  const models::KernelMode mode = o.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault;
+  const int threads = drift_threads(weights);
   const std::size_t n_seq = o.prompts.size() * static_cast<std::size_t>(o.samples);
   std::vector<DriftPairResult> results;
   for (const DriftPair& pair : o.pairs) {
@@ -348,7 +401,6 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
       if (threads > 1) copy.emplace(rollout_model);
       models::Transformer& rollout = copy ? *copy : rollout_model;
       std::vector<float> rollout_logits(static_cast<std::size_t>(L) * static_cast<std::size_t>(c.vocab));
-      std::vector<double> lr, lt;
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t i = 0; i < n_seq; ++i) {
         const std::size_t p = i / static_cast<std::size_t>(o.samples);
@@ -374,33 +426,7 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
         auto t2 = std::chrono::steady_clock::now();
         train_s += std::chrono::duration<double>(t2 - t1).count();
         train_tokens += static_cast<std::int64_t>(seq.size() - 1);
-        std::vector<DriftToken>& toks = res.sequences[i];
-        toks.reserve(static_cast<std::size_t>(L));
-        for (int t = 0; t < L; ++t) {
-          const std::span<const float> r_row(rollout_logits.data() + static_cast<std::ptrdiff_t>(t) * c.vocab,
-                                             static_cast<std::size_t>(c.vocab));
-          const std::span<const float> t_row(scored.row(static_cast<Eigen::Index>(P) - 1 + t).data(),
-                                             static_cast<std::size_t>(c.vocab));
-          log_softmax(r_row, o.temperature, lr);
-          log_softmax(t_row, o.temperature, lt);
-          DriftToken d;
-          d.prompt = static_cast<int>(p);
-          d.sample = k;
-          d.position = t;
-          d.token = seq[P + static_cast<std::size_t>(t)];
-          d.logp_rollout = lr[static_cast<std::size_t>(d.token)];
-          d.logp_train = lt[static_cast<std::size_t>(d.token)];
-          double kl = 0, mpd = 0;
-          for (std::size_t v = 0; v < lr.size(); ++v) {
-            const double pr = std::exp(lr[v]), pt = std::exp(lt[v]);
-            kl += pr * (lr[v] - lt[v]);
-            mpd = std::max(mpd, std::fabs(pt - pr));
-          }
-          d.kl = std::max(0.0, kl);  // >= 0 exactly; rounding may leave -1e-17
-          d.max_vocab_prob_diff = mpd;
-          d.prob_diff = std::fabs(std::exp(d.logp_train) - std::exp(d.logp_rollout));
-          toks.push_back(d);
-        }
+        res.sequences[i] = score_sequence(seq, P, static_cast<int>(p), k, rollout_logits, scored, L, c.vocab, o.temperature);
       }
     }
     // Each side's rate over the threads that ran it: tokens / (its summed seconds / threads).

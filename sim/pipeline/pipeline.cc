@@ -84,6 +84,7 @@ class Simulation {
   }
   void record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end);
   bool check_fit();
+  void report_memory();
 
   const Scenario& s_;
   TraceSink& sink_;
@@ -681,6 +682,33 @@ void Simulation::run_async() {
   schedule.run();
 }
 
+// The first out-of-memory any ledger met, as a result, and the peaks per role.
+void Simulation::report_memory() {
+  for (const auto& l : ledgers_) {
+    if (l.oom() && !r_.oom) {
+      const auto& o = *l.oom();
+      double total = 0;
+      for (const auto& [_, b] : o.breakdown) total += b;
+      const bool rollout_role = colocated() ? o.phase == Role::kRollout : &l == &ledgers_.front();
+      r_.oom = OomReport{
+          rollout_role ? Role::kRollout : Role::kTraining,
+          l.group(),
+          fmt::format("{} needs {} on a {} device during {} (allocating {} of '{}')", l.group(), gb(total), gb(o.capacity_bytes),
+                      o.phase ? role_name(*o.phase) : "init", gb(o.requested_bytes), memory_tag_name(o.tag)),
+          o.capacity_bytes,
+          total,
+          o.breakdown};
+    }
+  }
+  if (colocated()) {
+    r_.peak_rollout_bytes = ledgers_.front().peak_in(Role::kRollout);
+    r_.peak_training_bytes = ledgers_.front().peak_in(Role::kTraining);
+  } else {
+    r_.peak_rollout_bytes = ledgers_.front().peak();
+    r_.peak_training_bytes = ledgers_.back().peak();
+  }
+}
+
 SimResult Simulation::run() {
   const int devices = s_.cluster.devices();
   r_.rollout_cost = RolloutCostModel::build(s_);
@@ -769,29 +797,7 @@ SimResult Simulation::run() {
   for (auto& l : ledgers_) {
     l.free_all(queue_.now());
   }
-  for (const auto& l : ledgers_) {
-    if (l.oom() && !r_.oom) {
-      const auto& o = *l.oom();
-      double total = 0;
-      for (const auto& [_, b] : o.breakdown) total += b;
-      const bool rollout_role = colocated() ? o.phase == Role::kRollout : &l == &ledgers_.front();
-      r_.oom = OomReport{
-          rollout_role ? Role::kRollout : Role::kTraining,
-          l.group(),
-          fmt::format("{} needs {} on a {} device during {} (allocating {} of '{}')", l.group(), gb(total), gb(o.capacity_bytes),
-                      o.phase ? role_name(*o.phase) : "init", gb(o.requested_bytes), memory_tag_name(o.tag)),
-          o.capacity_bytes,
-          total,
-          o.breakdown};
-    }
-  }
-  if (colocated()) {
-    r_.peak_rollout_bytes = ledgers_.front().peak_in(Role::kRollout);
-    r_.peak_training_bytes = ledgers_.front().peak_in(Role::kTraining);
-  } else {
-    r_.peak_rollout_bytes = ledgers_.front().peak();
-    r_.peak_training_bytes = ledgers_.back().peak();
-  }
+  report_memory();
   for (int k = 0; k < s_.steps; ++k) {
     auto reqs = consumed_[static_cast<std::size_t>(k)];
     std::sort(reqs.begin(), reqs.end(), [](const Request* a, const Request* b) { return a->index < b->index; });
