@@ -49,6 +49,17 @@ constexpr const ComputeTraits& traits(ComputeType c) { return kComputeTraits[sta
 /// Element (storage) formats. kE8M0 only ever appears as a shared scale (OCP MX).
 enum class Element : std::uint8_t { kFp32, kBf16, kFp16, kFp8E4M3, kFp8E5M2, kInt8, kInt4, kFp4E2M1, kHif8, kHif4, kE8M0 };
 
+/// Bit layout of a binary floating-point element (sign bit, exp_bits, man_bits); exp_bits 0 for
+/// an element with a codec of its own (fp32, integers, hif8, e8m0).
+struct FloatLayout {
+  int exp_bits = 0;
+  int man_bits = 0;
+  int bias = 0;
+  bool ieee_specials = false;  // all-ones exponent = Inf / NaN (IEEE, E5M2)
+  bool e4m3_nan = false;       // only S.1111.111 is NaN; the rest of the top binade is finite (E4M3)
+  bool has_nan = true;         // false: no NaN encoding (E2M1)
+};
+
 /// Facts of one element format.
 struct ElementTraits {
   Element element;
@@ -60,26 +71,27 @@ struct ElementTraits {
   int intrinsic_block;      // elements sharing built-in metadata (HiF4: 64), else 1
   int intrinsic_meta_bits;  // metadata bits per intrinsic block (HiF4: 32), else 0
   bool scale_only;          // only valid as a scale element (E8M0)
+  FloatLayout layout;       // binary float elements encoded by the generic float codec
 };
 
 inline constexpr std::array<ElementTraits, 11> kElementTraits{{
-    {Element::kFp32, "fp32", 32, true, 3.4028234663852886e38, ComputeType::kFp32, 1, 0, false},
-    {Element::kBf16, "bf16", 16, true, 3.3895313892515355e38, ComputeType::kBf16, 1, 0, false},
-    {Element::kFp16, "fp16", 16, true, 65504.0, ComputeType::kFp16, 1, 0, false},
+    {Element::kFp32, "fp32", 32, true, 3.4028234663852886e38, ComputeType::kFp32, 1, 0, false, {}},
+    {Element::kBf16, "bf16", 16, true, 3.3895313892515355e38, ComputeType::kBf16, 1, 0, false, {8, 7, 127, true, false, true}},
+    {Element::kFp16, "fp16", 16, true, 65504.0, ComputeType::kFp16, 1, 0, false, {5, 10, 15, true, false, true}},
     // OFP8 v1.0 table 1: E4M3 max 448 (S.1111.110), no infinities; E5M2 max 57344.
-    {Element::kFp8E4M3, "fp8-e4m3", 8, true, 448.0, ComputeType::kFp8, 1, 0, false},
-    {Element::kFp8E5M2, "fp8-e5m2", 8, true, 57344.0, ComputeType::kFp8, 1, 0, false},
-    {Element::kInt8, "int8", 8, false, 127.0, ComputeType::kInt8, 1, 0, false},
+    {Element::kFp8E4M3, "fp8-e4m3", 8, true, 448.0, ComputeType::kFp8, 1, 0, false, {4, 3, 7, false, true, true}},
+    {Element::kFp8E5M2, "fp8-e5m2", 8, true, 57344.0, ComputeType::kFp8, 1, 0, false, {5, 2, 15, true, false, true}},
+    {Element::kInt8, "int8", 8, false, 127.0, ComputeType::kInt8, 1, 0, false, {}},
     // Symmetric [-7, 7] as slime / Kimi-K2 W4A16 use; weights dequantise to BF16 for the GEMM.
-    {Element::kInt4, "int4", 4, false, 7.0, ComputeType::kBf16, 1, 0, false},
+    {Element::kInt4, "int4", 4, false, 7.0, ComputeType::kBf16, 1, 0, false, {}},
     // OCP MX v1.0 sec. 5.3.3: E2M1 values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}.
-    {Element::kFp4E2M1, "fp4-e2m1", 4, true, 6.0, ComputeType::kFp4, 1, 0, false},
-    // HiFloat8 (arXiv 2409.16626 sec. 2): max normal 2^15 = 32768.
-    {Element::kHif8, "hif8", 8, true, 32768.0, ComputeType::kFp8, 1, 0, false},
+    {Element::kFp4E2M1, "fp4-e2m1", 4, true, 6.0, ComputeType::kFp4, 1, 0, false, {2, 1, 1, false, false, false}},
+    // HiFloat8 (arXiv 2409.16626 sec. 2): max normal 2^15 = 32768; tapered, its own codec.
+    {Element::kHif8, "hif8", 8, true, 32768.0, ComputeType::kFp8, 1, 0, false, {}},
     // HiF4 (arXiv 2602.11287): S1E1M2 elements (max 1.75) in 64-blocks with 32 bits of metadata.
-    {Element::kHif4, "hif4", 4, true, 1.75, ComputeType::kFp4, 64, 32, false},
+    {Element::kHif4, "hif4", 4, true, 1.75, ComputeType::kFp4, 64, 32, false, {1, 2, 1, false, false, false}},
     // OCP MX v1.0 sec. 5.4: E8M0 power-of-two scale, bias 127, 0xFF = NaN.
-    {Element::kE8M0, "e8m0", 8, true, 1.7014118346046923e38, ComputeType::kFp32, 1, 0, true},
+    {Element::kE8M0, "e8m0", 8, true, 1.7014118346046923e38, ComputeType::kFp32, 1, 0, true, {}},
 }};
 
 /// How a tensor's elements share scale factors.
@@ -122,6 +134,13 @@ static_assert(kElementTraits[static_cast<int>(Element::kFp8E4M3)].max_finite == 
 static_assert(kElementTraits[static_cast<int>(Element::kFp8E5M2)].max_finite == 57344.0);
 static_assert(kElementTraits[static_cast<int>(Element::kFp4E2M1)].bits == 4);
 static_assert(kElementTraits[static_cast<int>(Element::kHif4)].intrinsic_block == 64);
+// 1 sign + exponent + mantissa bits fill the element.
+static_assert(1 + kElementTraits[static_cast<int>(Element::kBf16)].layout.exp_bits +
+                  kElementTraits[static_cast<int>(Element::kBf16)].layout.man_bits ==
+              16);
+static_assert(1 + kElementTraits[static_cast<int>(Element::kFp8E4M3)].layout.exp_bits +
+                  kElementTraits[static_cast<int>(Element::kFp8E4M3)].layout.man_bits ==
+              8);
 static_assert(kScalingTraits[static_cast<int>(ScaleKind::kMx32)].scale_element == Element::kE8M0);
 
 constexpr const ElementTraits& traits(Element e) { return kElementTraits[static_cast<int>(e)]; }

@@ -13,7 +13,7 @@
 namespace rlsim::models {
 namespace {
 
-constexpr std::int64_t kHif4Block = 64;  // arXiv 2602.11287, format definition: one HiF4 unit
+constexpr std::int64_t kHif4Block = traits(Element::kHif4).intrinsic_block;  // one HiF4 unit
 
 std::uint32_t mask(int bits) { return bits >= 32 ? 0xFFFFFFFFu : (1u << bits) - 1u; }
 
@@ -190,22 +190,10 @@ double decode_hif8(std::uint32_t code) {
 }  // namespace
 
 FloatLayout float_layout(Element e) {
-  switch (e) {
-    case Element::kBf16:
-      return {8, 7, 127, true, false, true};
-    case Element::kFp16:
-      return {5, 10, 15, true, false, true};
-    case Element::kFp8E4M3:
-      return {4, 3, 7, false, true, true};
-    case Element::kFp8E5M2:
-      return {5, 2, 15, true, false, true};
-    case Element::kFp4E2M1:
-      return {2, 1, 1, false, false, false};
-    case Element::kHif4:
-      return {1, 2, 1, false, false, false};  // S1E1M2 (arXiv 2602.11287, format definition)
-    default:
-      throw std::invalid_argument("float_layout: " + std::string(traits(e).name) + " is not a binary float element");
-  }
+  const FloatLayout& l = traits(e).layout;
+  if (l.exp_bits == 0)
+    throw std::invalid_argument("float_layout: " + std::string(traits(e).name) + " is not a binary float element");
+  return l;
 }
 
 double max_finite(Element e) { return traits(e).max_finite; }

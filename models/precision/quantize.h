@@ -34,18 +34,8 @@
 
 namespace rlsim::models {
 
-/// Bit layout of a binary floating-point element (sign bit, exp_bits, man_bits).
-struct FloatLayout {
-  int exp_bits = 0;
-  int man_bits = 0;
-  int bias = 0;
-  bool ieee_specials = false;  // all-ones exponent = Inf / NaN (IEEE, E5M2)
-  bool e4m3_nan = false;       // only S.1111.111 is NaN; the rest of the top binade is finite (E4M3)
-  bool has_nan = true;         // false: no NaN encoding (E2M1)
-};
-
-/// Layout of a float element (bf16, fp16, fp8-e4m3, fp8-e5m2, fp4-e2m1). Throws
-/// std::invalid_argument for other elements.
+/// Layout of a float element (bf16, fp16, fp8-e4m3, fp8-e5m2, fp4-e2m1, hif4): its trait table
+/// entry. Throws std::invalid_argument for other elements.
 FloatLayout float_layout(Element e);
 
 /// Options of a conversion.
