@@ -335,4 +335,41 @@ bool plot_parity(const std::filesystem::path& png, const std::string& title, con
   return true;
 }
 
+bool plot_bands(const std::filesystem::path& png, const std::string& title, const std::string& xlabel, const std::string& ylabel,
+                const std::vector<BandSeries>& series, std::string* why) {
+  if (!gnuplot_available()) {
+    *why = "gnuplot is not installed";
+    return false;
+  }
+  if (series.empty() || series.front().x.empty()) {
+    *why = "nothing to plot";
+    return false;
+  }
+  {
+    Gnuplot gp("gnuplot");
+    gp << "set terminal pngcairo size 1000,600 font 'sans,10'\n";
+    gp << "set output " << gnuplot_quoted(png.string()) << "\n";
+    gp << "set title " << gnuplot_quoted(title) << " noenhanced\n";
+    gp << "set xlabel " << gnuplot_quoted(xlabel) << " noenhanced\nset ylabel " << gnuplot_quoted(ylabel) << " noenhanced\n";
+    gp << "set grid\nset key outside right noenhanced\nset style fill transparent solid 0.2 noborder\n";
+    gp << "plot ";
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      gp << (i ? ", " : "") << "'-' using 1:2:3 with filledcurves lc " << i + 1 << " notitle, '-' using 1:2 with lines lw 2 lc "
+         << i + 1 << " title " << gnuplot_quoted(series[i].label);
+    }
+    gp << "\n";
+    for (const auto& s : series) {
+      std::vector<std::tuple<double, double, double>> band;
+      std::vector<std::pair<double, double>> line;
+      for (std::size_t k = 0; k < s.x.size(); ++k) {
+        band.emplace_back(s.x[k], s.lo[k], s.hi[k]);
+        line.emplace_back(s.x[k], s.mean[k]);
+      }
+      gp.send1d(band);
+      gp.send1d(line);
+    }
+  }
+  return true;
+}
+
 }  // namespace rlsim::analysis

@@ -25,6 +25,17 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
 /// Memory per device over time, one step line per device group, with the capacity line.
 bool plot_memory(const std::filesystem::path& png, const sim::Scenario& s, const sim::SimResult& r, std::string* why);
 
+/// Curves with confidence bands: per series, y = mean at each x with a shaded [lo, hi] band.
+struct BandSeries {
+  std::string label;
+  std::vector<double> x, mean, lo, hi;  // equal lengths
+};
+
+/// Draws the series on one axis pair. Returns false (with `why`) when gnuplot is missing or no
+/// series has points.
+bool plot_bands(const std::filesystem::path& png, const std::string& title, const std::string& xlabel, const std::string& ylabel,
+                const std::vector<BandSeries>& series, std::string* why);
+
 /// A grid of labelled cells over two categorical axes (a heatmap or a category map).
 struct GridPlot {
   std::string title, xlabel, ylabel;

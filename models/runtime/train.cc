@@ -171,11 +171,11 @@ void TrainableModel<S>::quantise_weights() {
     if (!recipe_) return;
     const Format& fw = recipe_->linear.weight;
     for (auto& l : w_.layers) {
-      for (Mat* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) round_to_format(m->data(), m->rows(), m->cols(), fw);
+      for (Mat* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        round_to_format(m->data(), m->rows(), m->cols(), fw);
     }
     round_to_format(w_.embedding.data(), w_.embedding.rows(), w_.embedding.cols(), recipe_->embedding);
-    if (!c_.tied_embeddings)
-      round_to_format(w_.lm_head.data(), w_.lm_head.rows(), w_.lm_head.cols(), recipe_->lm_head.weight);
+    if (!c_.tied_embeddings) round_to_format(w_.lm_head.data(), w_.lm_head.rows(), w_.lm_head.cols(), recipe_->lm_head.weight);
   }
 }
 
@@ -197,7 +197,8 @@ typename TrainableModel<S>::Pass TrainableModel<S>::forward(std::span<const int>
   Mat x(T, c_.dim);
   for (Eigen::Index t = 0; t < T; ++t) {
     const int tok = tokens[static_cast<std::size_t>(t)];
-    if (tok < 0 || tok >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", tok, c_.vocab));
+    if (tok < 0 || tok >= c_.vocab)
+      throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", tok, c_.vocab));
     x.row(t) = w_.embedding.row(tok);
   }
   for (std::size_t li = 0; li < w_.layers.size(); ++li) {

@@ -20,6 +20,7 @@
 #include "sim/cli/plan_cmds.h"
 #include "sim/cli/precision_cmds.h"
 #include "sim/cli/runtime_cmds.h"
+#include "sim/cli/train_cmds.h"
 #include "sim/cli/validate_cmds.h"
 #include "sim/cli/verify_cmds.h"
 #include "sim/pipeline/pipeline.h"
@@ -372,6 +373,28 @@ CLI::App* add_drift(CLI::App& app, cli::DriftCliOptions& dro) {
   return drift;
 }
 
+// `rlsim train`: GRPO on the host with a quantised rollout recipe.
+CLI::App* add_train(CLI::App& app, cli::TrainCliOptions& to) {
+  auto* train = app.add_subcommand(
+      "train",
+      "Real RL on the host: a GRPO loop on a real small model whose rollouts run in one recipe and whose trainer (FP32 master "
+      "weights, AdamW) runs its forward in another; the new weights reach the rollout engine every step through the reload "
+      "path. Per step: reward, KL(rollout || trainer), importance weights, gradient norm, entropy and measured phase times");
+  train->add_option("files", to.files, fmt::format("Train files (YAML); keys: {}", fmt::join(cli::train_file_keys(), ", ")))
+      ->required();
+  train->add_option("--seeds", to.seeds, "Run every file once per seed (comma-separated; default: each file's seed)")
+      ->delimiter(',');
+  train->add_option("--steps", to.steps, "Override the file's steps");
+  train->add_option("--out,-o", to.out, "Output directory (default: the file's out:, else out/<file stem>)");
+  train->add_flag("--no-plots", to.no_plots, "Write the CSV only");
+  train->add_flag("--quiet,-q", to.quiet, "Print nothing on success");
+  train->footer(
+      "Outputs: per run <file stem>/seed<N>/steps.csv and run.json; study.csv, summary.csv, reward.png, mismatch.png, "
+      "phase_time.png.\nExamples:\n  rlsim train scenarios/train-lipogram-bf16.yaml\n"
+      "  rlsim train scenarios/train-lipogram-*.yaml --seeds 1,2,3 --out docs/train-study");
+  return train;
+}
+
 // `rlsim plan`: capacity-planning studies.
 CLI::App* add_plan(CLI::App& app, cli::PlanOptions& po) {
   auto* plan = app.add_subcommand(
@@ -472,6 +495,8 @@ int main(int argc, char** argv) {
   CLI::App* verify = add_verify(app, vo);
   CLI::App* gen = add_generate(app, go);
   CLI::App* drift = add_drift(app, dro);
+  cli::TrainCliOptions tro;
+  CLI::App* train = add_train(app, tro);
   CLI::App* plan = add_plan(app, po);
   CLI::App* validate = add_validate(app, vao);
   CLI::App* calibrate = add_calibrate(app, cao);
@@ -499,6 +524,7 @@ int main(int argc, char** argv) {
     if (*verify) return cli::cmd_verify(vo, std::cout);
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);
     if (*drift) return cli::cmd_drift(dro, std::cout, std::cerr);
+    if (*train) return cli::cmd_train(tro, std::cout, std::cerr);
     if (*plan) return cli::cmd_plan(po, std::cout, std::cerr);
     if (*validate) return cli::cmd_validate(vao, std::cout, std::cerr);
     if (*calibrate) return cli::cmd_calibrate(cao, std::cout, std::cerr);

@@ -273,6 +273,25 @@ check "drift: length past max_seq is bad input (2)" test $? -eq 2
 check "drift: ... and says so" grep -q "max_seq 512" "$WORK/long.err"
 "$RLSIM" drift --model "$ST/stories260K.bin" --pairs bf16:bf16 --temperature 0 >/dev/null 2>&1
 check "drift: temperature 0 is bad input (2)" test $? -eq 2
+
+# --- rlsim train: a short GRPO loop on stories260K; it learns; determinism; bad input -------------
+sed -e 's/^steps: .*/steps: 5/' -e 's/^learning_rate: .*/learning_rate: 3.0e-3/' -e "s|\.\./\.\./shared|$SRC/../shared|" \
+  "$SRC/scenarios/train-lipogram-bf16.yaml" >"$WORK/train.yaml"
+"$RLSIM" train "$WORK/train.yaml" --out "$WORK/train1" >"$WORK/train1.txt" 2>"$WORK/train1.err"
+check "train: exit 0" test $? -eq 0
+check "train: a line per step" test "$(grep -c '^step ' "$WORK/train1.txt")" -eq 5
+check "train: steps.csv has 5 rows" test "$(wc -l <"$WORK/train1/train/seed1/steps.csv")" -eq 6
+awk -F, 'NR == 2 {r0 = $2} NR == 6 {r4 = $2} END {exit !(r4 > r0 + 0.1)}' "$WORK/train1/train/seed1/steps.csv"
+check "train: the lipogram reward rises by > 0.1 in 5 steps" test $? -eq 0
+OMP_NUM_THREADS=1 "$RLSIM" train "$WORK/train.yaml" --out "$WORK/train2" -q --no-plots
+check "train: same seed (1 thread instead of 2) -> identical metrics but the times" \
+  cmp -s <(cut -d, -f1-11 "$WORK/train1/train/seed1/steps.csv") <(cut -d, -f1-11 "$WORK/train2/train/seed1/steps.csv")
+"$RLSIM" train "$WORK/train.yaml" --seeds 2 --steps 1 --out "$WORK/train3" -q --no-plots
+check "train: another seed -> other rewards" bash -c "! cmp -s <(sed -n 2p '$WORK/train1/train/seed1/steps.csv' | cut -d, -f2) <(sed -n 2p '$WORK/train3/train/seed2/steps.csv' | cut -d, -f2)"
+sed 's/^group_size: .*/group_sise: 8/' "$WORK/train.yaml" >"$WORK/train_bad.yaml"
+"$RLSIM" train "$WORK/train_bad.yaml" >/dev/null 2>"$WORK/train_bad.err"
+check "train: unknown key is bad input (2) at file:line:column" \
+  test $? -eq 2 -a -n "$(grep "train_bad.yaml:10:1: unknown key 'group_sise'" "$WORK/train_bad.err")"
 test ! -e "$WORK/drift_long" -a ! -e "$WORK/.drift_long.tmp"
 check "drift: nothing half-written on error" test $? -eq 0
 

@@ -55,16 +55,17 @@ TEST_P(EveryScenario, RunsFitsAndConserves) {
   EXPECT_LE(r.trainer_busy_s, r.wall_s * (1 + 1e-9));
 }
 
-// Every pipeline scenario: the .yaml files of scenarios/ except the drift files (drift-*.yaml,
-// for `rlsim drift`, tested in tests/cli/cli_test.sh) and the study files (study-*.yaml, for
-// `rlsim plan`, tested in tests/analysis/plan_test.cc; bench-plan.yaml, `rlsim bench plan`'s,
-// run by the CLI test).
+// Every pipeline scenario: the .yaml files of scenarios/ except the drift and train files
+// (drift-*.yaml, train-*.yaml, for `rlsim drift` and `rlsim train`, tested in
+// tests/cli/cli_test.sh) and the study files (study-*.yaml, for `rlsim plan`, tested in
+// tests/analysis/plan_test.cc; bench-plan.yaml, `rlsim bench plan`'s, run by the CLI test).
 std::vector<std::string> scenario_files() {
   std::vector<std::string> v;
   for (const auto& e : fs::directory_iterator(scenario_dir())) {
     const std::string name = e.path().filename().string();
     const bool study = name.starts_with("study-") || name == "bench-plan.yaml";
-    if (e.path().extension() == ".yaml" && !name.starts_with("drift-") && !study) v.push_back(name);
+    const bool runtime = name.starts_with("drift-") || name.starts_with("train-");  // rlsim drift / rlsim train
+    if (e.path().extension() == ".yaml" && !runtime && !study) v.push_back(name);
   }
   std::sort(v.begin(), v.end());
   return v;
