@@ -41,8 +41,8 @@ struct Sample {
 };
 
 void check_options(const models::TransformerConfig& c, const std::vector<std::vector<int>>& prompts, const GrpoOptions& o) {
-  if (o.prompts_per_step < 1 || o.group_size < 2 || o.response_tokens < 1 || o.steps < 1)
-    throw std::invalid_argument("prompts_per_step, steps and response_tokens must be >= 1 and group_size >= 2");
+  if (o.prompts_per_step < 1 || o.group_size < 2 || o.response_tokens < 1 || o.steps < 1 || o.train_ranks < 1)
+    throw std::invalid_argument("prompts_per_step, steps, response_tokens and train_ranks must be >= 1 and group_size >= 2");
   if (!(o.learning_rate > 0) || !(o.temperature > 0)) throw std::invalid_argument("learning_rate and temperature must be > 0");
   if (o.tis_cap && !(*o.tis_cap > 0)) throw std::invalid_argument("tis_cap must be > 0");
   if (prompts.empty()) throw std::invalid_argument("no prompts");
@@ -119,6 +119,44 @@ std::vector<double> advantages(const std::vector<Sample>& s, int group, GrpoStep
   return a;
 }
 
+// One sequence's contribution to a step: its token statistics and the times of its trainer passes.
+struct TokenStats {
+  double kl = 0, w_sum = 0, entropy = 0, max_abs_diff = 0, w_max = 0;
+  std::int64_t clipped = 0;
+  double forward_s = 0, backward_s = 0;
+};
+
+// The trainer's forward (the log-prob recompute) and backward of one sampled sequence with
+// advantage `adv_per_token` (A / tokens in the batch), into `model`'s gradients.
+TokenStats train_sequence(models::TrainableModel<float>& model, const Sample& s, double adv_per_token, const GrpoOptions& o) {
+  TokenStats x;
+  auto t0 = Clock::now();
+  const auto pass = model.forward(s.tokens, o.temperature);
+  x.forward_s = since(t0);
+  t0 = Clock::now();
+  std::vector<double> dlogp(s.tokens.size() - 1, 0.0);
+  for (std::size_t j = 0; j < s.logp_rollout.size(); ++j) {
+    const std::size_t pos = s.prompt_len - 1 + j;  // logp[pos] scores tokens[pos + 1]
+    const double diff = s.logp_rollout[j] - pass.logp[pos];
+    x.kl += diff;
+    x.max_abs_diff = std::max(x.max_abs_diff, std::fabs(diff));
+    double w = std::exp(-diff);  // pi_trainer / pi_rollout
+    x.w_sum += w;
+    x.w_max = std::max(x.w_max, w);
+    if (o.tis_cap && w > *o.tis_cap) {
+      ++x.clipped;
+      w = *o.tis_cap;
+    }
+    if (!o.tis_cap) w = 1.0;
+    x.entropy += pass.entropy[pos];
+    // Minimising -A w logp / N: d loss / d logp = -A w / N.
+    dlogp[pos] = -adv_per_token * w;
+  }
+  model.backward(dlogp);
+  x.backward_s = since(t0);
+  return x;
+}
+
 }  // namespace
 
 double task_reward(GrpoTask task, const std::string& response) {
@@ -150,15 +188,24 @@ std::vector<GrpoStep> run_grpo(const models::ModelWeights& initial, const models
   check_options(initial.config, prompts, o);
   const models::KernelMode kernels = o.batch_invariant ? models::KernelMode::kBatchInvariant : models::KernelMode::kDefault;
   models::Transformer engine(initial, o.rollout_precision, kernels);
-  models::TrainableModel<float> trainer(initial, o.train_precision.recipe);
+  // Data-parallel trainer ranks, each with its own copy of the model and its gradient buffer;
+  // rank r takes sequences r, r + R, ... and the ranks' gradients are summed in rank order, so the
+  // result does not depend on how many threads run the ranks.
+  std::vector<models::TrainableModel<float>> ranks;
+  for (int r = 0; r < o.train_ranks; ++r) ranks.emplace_back(initial, o.train_precision.recipe);
   models::AdamW opt({.lr = o.learning_rate, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0, .clip = 1.0});
   // Eigen's GEMM blocking (hence its summation order) depends on its thread count: the trainer's
-  // products run on one thread so that the same seed gives the same weights on any machine.
+  // products run on one thread per rank so that the same seed gives the same weights anywhere.
   struct EigenThreads {
     int saved = Eigen::nbThreads();
     EigenThreads() { Eigen::setNbThreads(1); }
     ~EigenThreads() { Eigen::setNbThreads(saved); }
   } one_thread;
+#ifdef _OPENMP
+  const int threads = std::min(o.train_ranks, omp_get_max_threads());
+#else
+  const int threads = 1;
+#endif
   std::vector<GrpoStep> steps;
   for (int k = 0; k < o.steps; ++k) {
     GrpoStep m;
@@ -168,48 +215,51 @@ std::vector<GrpoStep> run_grpo(const models::ModelWeights& initial, const models
     m.rollout_s = since(t0);
     const std::vector<double> adv = advantages(samples, o.group_size, m);
     const double n_tok = static_cast<double>(samples.size()) * o.response_tokens;
-    double kl = 0, w_sum = 0, ent = 0;
-    std::int64_t clipped = 0;
-    for (std::size_t i = 0; i < samples.size(); ++i) {
-      const Sample& s = samples[i];
-      t0 = Clock::now();
-      const auto pass = trainer.forward(s.tokens, o.temperature);
-      m.logprob_s += since(t0);
-      t0 = Clock::now();
-      std::vector<double> dlogp(s.tokens.size() - 1, 0.0);
-      for (std::size_t j = 0; j < s.logp_rollout.size(); ++j) {
-        const std::size_t pos = s.prompt_len - 1 + j;  // logp[pos] scores tokens[pos + 1]
-        const double diff = s.logp_rollout[j] - pass.logp[pos];
-        kl += diff;
-        m.max_abs_logp_diff = std::max(m.max_abs_logp_diff, std::fabs(diff));
-        double w = std::exp(-diff);  // pi_trainer / pi_rollout
-        w_sum += w;
-        m.is_weight_max = std::max(m.is_weight_max, w);
-        if (o.tis_cap && w > *o.tis_cap) {
-          ++clipped;
-          w = *o.tis_cap;
-        }
-        if (!o.tis_cap) w = 1.0;
-        ent += pass.entropy[pos];
-        // Minimising -A w logp / N: d loss / d logp = -A w / N.
-        dlogp[pos] = -adv[i] * w / n_tok;
-      }
-      trainer.backward(dlogp);
-      m.train_s += since(t0);
-    }
+    std::vector<TokenStats> st(samples.size());
     t0 = Clock::now();
-    m.grad_norm = opt.step(trainer.params(), trainer.grads());
-    trainer.zero_grads();
-    m.train_s += since(t0);
-    m.kl_rollout_trainer = kl / n_tok;
-    m.is_weight_mean = w_sum / n_tok;
-    m.is_clip_fraction = static_cast<double>(clipped) / n_tok;
-    m.entropy = ent / n_tok;
+#pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
+    for (int r = 0; r < o.train_ranks; ++r) {
+      for (std::size_t i = static_cast<std::size_t>(r); i < samples.size(); i += static_cast<std::size_t>(o.train_ranks)) {
+        st[i] = train_sequence(ranks[static_cast<std::size_t>(r)], samples[i], adv[i] / n_tok, o);
+      }
+    }
+    double fwd = 0, bwd = 0;
+    TokenStats sum;
+    for (const TokenStats& x : st) {  // in sequence order
+      sum.kl += x.kl;
+      sum.w_sum += x.w_sum;
+      sum.entropy += x.entropy;
+      sum.clipped += x.clipped;
+      sum.max_abs_diff = std::max(sum.max_abs_diff, x.max_abs_diff);
+      sum.w_max = std::max(sum.w_max, x.w_max);
+      fwd += x.forward_s;
+      bwd += x.backward_s;
+    }
+    for (std::size_t r = 1; r < ranks.size(); ++r) {
+      auto g0 = ranks[0].grads().tensors();
+      auto gr = ranks[r].grads().tensors();
+      for (std::size_t t = 0; t < g0.size(); ++t) g0[t] += gr[t];
+      ranks[r].zero_grads();
+    }
+    m.grad_norm = opt.step(ranks[0].params(), ranks[0].grads());
+    ranks[0].zero_grads();
+    for (std::size_t r = 1; r < ranks.size(); ++r) ranks[r].params() = ranks[0].params();
+    // The wall time of the trainer, split between its forward (the log-prob recompute) and its
+    // backward and update in the proportion of their summed per-sequence times.
+    const double wall = since(t0);
+    m.logprob_s = fwd + bwd > 0 ? wall * fwd / (fwd + bwd) : 0.0;
+    m.train_s = wall - m.logprob_s;
+    m.kl_rollout_trainer = sum.kl / n_tok;
+    m.max_abs_logp_diff = sum.max_abs_diff;
+    m.is_weight_mean = sum.w_sum / n_tok;
+    m.is_weight_max = sum.w_max;
+    m.is_clip_fraction = static_cast<double>(sum.clipped) / n_tok;
+    m.entropy = sum.entropy / n_tok;
     m.response_length = o.response_tokens;
     // The new weights reach the rollout engine through its reload path.
     t0 = Clock::now();
     engine.restore_weights_for_loading();
-    engine.load_weights(trainer.weights());
+    engine.load_weights(ranks[0].weights());
     engine.process_weights_after_loading();
     m.sync_s = since(t0);
     steps.push_back(m);

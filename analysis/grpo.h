@@ -42,6 +42,9 @@ struct GrpoOptions {
   double temperature = 1.0;                    // sampling and both sides' log-probs. Default: 1
   std::optional<double> tis_cap;               // truncated importance sampling cap C; none: off. Default: off
   std::uint64_t seed = 1;                      // Default: 1
+  /// Data-parallel trainer ranks (one per core; rank r takes sequences r, r + R, ...; gradients
+  /// summed in rank order). Default: 2
+  int train_ranks = 2;
 };
 
 /// One step's figures (steps.csv of `rlsim train`).

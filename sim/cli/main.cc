@@ -16,6 +16,7 @@
 #include "models/precision/recipe.h"
 #include "models/runtime/model.h"
 #include "sim/cli/drift_cmds.h"
+#include "sim/cli/host_bench.h"
 #include "sim/cli/messages.h"
 #include "sim/cli/plan_cmds.h"
 #include "sim/cli/precision_cmds.h"
@@ -137,9 +138,14 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
     return cli::bench_runtime(bo, std::cout, std::cerr);
   }
   if (what == "verify") return cli::bench_verify(repeat, std::cout);
+  if (what == "host") {
+    if (ro.model.empty())
+      throw sim::ScenarioError("rlsim bench host: --model is required (e.g. ../shared/models/stories260K/stories260K.bin)");
+    return cli::bench_host(ro.model, repeat, std::cout);
+  }
   if (what != "sim")
     throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what +
-                             "' (available: sim, quantize, verify, runtime, reload, plan)");
+                             "' (available: sim, quantize, verify, runtime, reload, plan, host)");
   // The benchmark scenario is scenarios/bench-sim.yaml (the repository's, or ./scenarios).
   const sim::Scenario s = sim::load_scenario((analysis::default_scenarios_dir() / "bench-sim.yaml").string());
   std::cout << fmt::format("rlsim bench sim: {}\n", s.name);
@@ -215,7 +221,7 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
           "precision on synthetic weights; reload: the quantised weight reload lifecycle (restore, load, quantise, "
           "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load; plan: a "
           "1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on --jobs threads")
-      ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload", "plan"}))
+      ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload", "plan", "host"}))
       ->capture_default_str();
   bench->add_option(
       "--shape", a.runtime.shape,

@@ -61,6 +61,7 @@ TrainFile read_train_file(const std::string& path) {
   g.group_size = static_cast<int>(m.integer("group_size", g.group_size, 2, 1024));
   g.response_tokens = static_cast<int>(m.integer("response_tokens", g.response_tokens, 1, 1 << 20));
   g.steps = static_cast<int>(m.integer("steps", g.steps, 1, 1 << 20));
+  g.train_ranks = static_cast<int>(m.integer("train_ranks", g.train_ranks, 1, 1024));
   g.learning_rate = m.number("learning_rate", g.learning_rate, 1e-12, 10.0);
   g.temperature = m.number("temperature", g.temperature, 1e-6, 100.0);
   if (m.has("tis_cap")) g.tis_cap = m.number("tis_cap", 2.0, 1e-6, 1e6);
@@ -84,6 +85,7 @@ nlohmann::json run_json(const TrainFile& f, const std::vector<analysis::GrpoStep
   j["learning_rate"] = g.learning_rate;
   j["tis_cap"] = g.tis_cap ? nlohmann::json(*g.tis_cap) : nlohmann::json(nullptr);
   j["seed"] = g.seed;
+  j["train_ranks"] = g.train_ranks;
   j["steps"] = steps.size();
   if (!steps.empty()) {
     j["reward_first"] = steps.front().reward_mean;
@@ -121,9 +123,11 @@ struct Run {
   TrainFile file;
   std::string config;  // the file's stem
   std::vector<analysis::GrpoStep> steps;
+  double prompt_tokens_mean = 0;  // of the first step's prompts (BOS included)
 };
 
-Run run_one(const TrainFile& f, const std::string& config, bool quiet, std::ostream& out, std::ostream& err) {
+Run run_one(const TrainFile& f, const std::string& config, bool quiet, std::ostream& out, std::ostream& err,
+            double* prompt_mean) {
   const models::ModelWeights weights = models::load_model(f.model);
   const auto tokenizer =
       models::load_tokenizer(f.tokenizer.empty() ? default_tokenizer(f.model, "rlsim train") : f.tokenizer, weights.config.vocab);
@@ -133,6 +137,10 @@ Run run_one(const TrainFile& f, const std::string& config, bool quiet, std::ostr
     ids.insert(ids.begin(), weights.config.bos >= 0 ? weights.config.bos : tokenizer->bos());
     prompts.push_back(std::move(ids));
   }
+  double used = 0;
+  for (int i = 0; i < f.grpo.prompts_per_step; ++i)
+    used += static_cast<double>(prompts[static_cast<std::size_t>(i) % prompts.size()].size());
+  *prompt_mean = used / f.grpo.prompts_per_step;
   const auto& g = f.grpo;
   if (!quiet) {
     err << fmt::format("rlsim train: {} (seed {}): {} steps of {} prompts x {} samples x {} tokens, training {}, rollout {}{}\n",
@@ -257,7 +265,9 @@ int cmd_train(const TrainCliOptions& cli, std::ostream& out, std::ostream& err) 
       f.grpo.seed = seed;
       if (cli.steps) f.grpo.steps = *cli.steps;
       try {
-        runs.push_back(run_one(f, config, cli.quiet, out, err));
+        double prompt_mean = 0;
+        runs.push_back(run_one(f, config, cli.quiet, out, err, &prompt_mean));
+        runs.back().prompt_tokens_mean = prompt_mean;
       } catch (const std::invalid_argument& e) {
         throw sim::ScenarioError(cli.files[i] + ": " + e.what());
       }
@@ -269,7 +279,9 @@ int cmd_train(const TrainCliOptions& cli, std::ostream& out, std::ostream& err) 
       const fs::path sub = tmp / r.config / fmt::format("seed{}", r.file.grpo.seed);
       fs::create_directories(sub);
       analysis::write_text(sub / "steps.csv", analysis::grpo_steps_csv(r.steps));
-      analysis::write_text(sub / "run.json", run_json(r.file, r.steps).dump(2) + "\n");
+      nlohmann::json j = run_json(r.file, r.steps);
+      j["prompt_tokens_mean"] = r.prompt_tokens_mean;
+      analysis::write_text(sub / "run.json", j.dump(2) + "\n");
     }
     analysis::write_text(tmp / "study.csv", study_csv(runs));
     analysis::write_text(tmp / "summary.csv", summary_csv(runs));

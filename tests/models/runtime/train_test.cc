@@ -70,8 +70,7 @@ void check_gradients(bool tied, bool interleaved) {
       EXPECT_LT(err, 1e-6) << "tensor " << i << " element " << j << ": backward " << grads[i][j] << ", finite difference " << fd;
     }
   }
-  std::cout << "[ figure ] worst gradient error (tied " << tied << ", interleaved RoPE " << interleaved << "): " << worst
-            << "\n";
+  std::cout << "[ figure ] worst gradient error (tied " << tied << ", interleaved RoPE " << interleaved << "): " << worst << "\n";
 }
 
 TEST(Train, GradientsMatchFiniteDifferencesTied) { check_gradients(true, true); }
