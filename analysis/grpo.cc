@@ -22,14 +22,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// log softmax(logits / temperature)[y].
-double log_prob(std::span<const float> logits, double temperature, int y) {
+}  // namespace
+
+double token_log_prob(std::span<const float> logits, double temperature, int y) {
   double m = -std::numeric_limits<double>::infinity();
   for (float v : logits) m = std::max(m, v / temperature);
   double sum = 0;
   for (float v : logits) sum += std::exp(v / temperature - m);
   return logits[static_cast<std::size_t>(y)] / temperature - m - std::log(sum);
 }
+
+namespace {
 
 // One sampled response: the whole sequence (prompt + response), the rollout's log-prob of each
 // response token and its reward.
@@ -82,7 +85,7 @@ std::vector<Sample> rollout_step(models::Transformer& engine, const models::Toke
       std::string text;
       for (int t = 0; t < o.response_tokens; ++t) {
         const int y = models::sample_token(logits, o.temperature, 1.0, rng.uniform());
-        s.logp_rollout.push_back(log_prob(logits, o.temperature, y));
+        s.logp_rollout.push_back(token_log_prob(logits, o.temperature, y));
         text += tok.decode(s.tokens.back(), y);
         s.tokens.push_back(y);
         if (t + 1 < o.response_tokens) logits = e.decode(y);

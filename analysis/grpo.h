@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ namespace rlsim::analysis {
 /// TinyStories model starts near 0.5 (about half of English running words contain an 'e'); the
 /// ceiling is 1.
 enum class GrpoTask { kLipogram };
+
+/// log softmax(logits / temperature)[y]: the log-probability the sampler gives token y.
+double token_log_prob(std::span<const float> logits, double temperature, int y);
 
 /// Reward of one decoded response for `task`, in [0, 1].
 double task_reward(GrpoTask task, const std::string& response);

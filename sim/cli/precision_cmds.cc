@@ -1,7 +1,6 @@
 #include "sim/cli/precision_cmds.h"
 
 #include <fmt/format.h>
-#include <malloc.h>
 
 #include <bit>
 #include <charconv>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "models/precision/pack.h"
+#include "sim/cli/runtime_cmds.h"
 #include "sim/engine/random.h"
 #include "sim/scenario/scenario.h"
 
@@ -170,10 +170,7 @@ void print_formats(std::ostream& out) {
 }
 
 int bench_quantize(int repeat, std::ostream& out) {
-  // Keep freed buffers in the heap (glibc would unmap blocks this large) so that repeated runs time
-  // the quantiser on warm memory, as a long-lived weight-sync process has, not first-touch page faults.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  keep_freed_memory();  // repeated runs time the quantiser on warm memory, as a weight-sync process has
   constexpr std::int64_t n = 4096;
   // BF16 weights: N(0, 0.02) rounded to BF16, kept as their 16-bit patterns.
   std::vector<std::uint16_t> bf16(static_cast<std::size_t>(n * n));

@@ -40,14 +40,12 @@ std::vector<models::RuntimePrecision> parse_precisions(const std::vector<std::st
   return out;
 }
 
-// Freed buffers stay in the heap (glibc would unmap large ones and re-fault them on the next
-// allocation), as a long-lived worker's caching allocator keeps them: benchmarks then time warm memory.
+}  // namespace
+
 void keep_freed_memory() {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
-
-}  // namespace
 
 std::string default_tokenizer(const std::string& model, std::string_view command) {
   const fs::path p(model);

@@ -89,6 +89,11 @@ struct BenchReloadOptions {
 /// for a bad model file.
 int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& err);
 
+/// Freed buffers stay in the heap (glibc would unmap large ones and re-fault them on the next
+/// allocation), as a long-lived worker's caching allocator keeps them: benchmarks and the training
+/// loop then run on warm memory, not first-touch page faults.
+void keep_freed_memory();
+
 /// Read bandwidth in GB/s (1e9 bytes per second): the best of `repeat` passes summing a buffer of
 /// `bytes` (first touched by the same threads) on the current OpenMP threads, 64-bit loads the
 /// compiler vectorises. The STREAM-style measure of what a memory-bound kernel can reach.

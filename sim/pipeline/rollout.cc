@@ -72,6 +72,7 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   }
   c.compute_type = *s.cluster.device.effective(recipe.linear.compute(recipe.mode));
   c.compute_rate = s.cluster.device.rate(recipe.linear.compute(recipe.mode)) * r.efficiency.compute;
+  c.attention_cost_factor = 1.0 / r.efficiency.attention_compute;
   // Dynamic activation quantisation launches one quantisation kernel per quantised linear input
   // (q/k/v share one, gate/up share one: 4 per layer), ~2 us each under CUDA graphs (assumption).
   const double act_quant = recipe.dynamic_activation_quant() ? 4.0 * arch.layers * 2e-6 : 0.0;
@@ -132,7 +133,8 @@ double RolloutCostModel::expert_compute_s(double tokens) const {
 }
 
 double RolloutCostModel::decode_compute_s(int b, double ctx) const {
-  return (b * matmul_flops_per_token_device + ctx * attn_flops_per_ctx_device) / compute_rate + expert_compute_s(b);
+  return (b * matmul_flops_per_token_device + ctx * attn_flops_per_ctx_device * attention_cost_factor) / compute_rate +
+         expert_compute_s(b);
 }
 
 double RolloutCostModel::decode_s(int b, double ctx) const {
@@ -144,7 +146,7 @@ double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) co
   const double nn = static_cast<double>(n);
   // memory_k = m0 + m1 k, compute_k = c0 + c1 k
   const double m0 = decode_memory_s(b, ctx0), m1 = b * kv_bytes_per_token_device / kv_mem_bw;
-  const double c0 = decode_compute_s(b, ctx0), c1 = b * attn_flops_per_ctx_device / compute_rate;
+  const double c0 = decode_compute_s(b, ctx0), c1 = b * attn_flops_per_ctx_device * attention_cost_factor / compute_rate;
   // sum max(m, c) = sum c + sum_{k: d_k > 0} d_k, with d_k = (m0 - c0) + (m1 - c1) k
   double sum = nn * c0 + c1 * nn * (nn - 1) / 2;
   const double d0 = m0 - c0, d1 = m1 - c1;
@@ -169,9 +171,10 @@ double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) co
 double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int new_sequences, int b_decode, double ctx) const {
   const double tokens = new_tokens + b_decode;
   const double memory = weights_read_s(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device / kv_mem_bw;
-  const double compute =
-      (tokens * matmul_flops_per_token_device + prefill_attn + ctx * attn_flops_per_ctx_device) / compute_rate +
-      expert_compute_s(tokens);
+  const double compute = (tokens * matmul_flops_per_token_device + prefill_attn * attention_cost_factor +
+                          ctx * attn_flops_per_ctx_device * attention_cost_factor) /
+                             compute_rate +
+                         expert_compute_s(tokens);
   return std::max(memory, compute) + comm_s(tokens) + step_overhead_s(new_sequences + b_decode);
 }
 

@@ -53,6 +53,9 @@ struct RolloutCostModel {
   double kv_mem_bw = 0;                      // effective bytes/s of paged-attention KV reads
   double expert_mem_bw = 0;                  // effective bytes/s of the fused-MoE expert weight stream (MoE only)
   double compute_rate = 0;                   // effective FLOP/s
+  /// compute_rate / attention's own rate (1 / efficiency.attention_compute): attention FLOPs are
+  /// scaled by it and priced at compute_rate (exactly the plain sum when it is 1).
+  double attention_cost_factor = 1;
   models::ComputeType compute_type = models::ComputeType::kBf16;
   double overhead_s = 0;           // per engine step, whatever the batch
   double sequence_overhead_s = 0;  // per running sequence per engine step

@@ -46,6 +46,7 @@ TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placem
   const auto& recipe = s.training.precision;
   const double peak = s.cluster.device.rate(recipe.linear.compute(recipe.mode));
   rate_ = peak * s.training.efficiency.compute;
+  attention_cost_factor_ = 1.0 / s.training.efficiency.attention_compute;
   moe_rate_ = peak * s.training.efficiency.moe_compute;
   dp_link_ = group_link(devices_, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   tp_link_ = group_link(s.training.tensor_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
@@ -58,7 +59,8 @@ TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placem
 
 double TrainerCostModel::compute_s(const TrainBatch& b, double flop_factor) const {
   // Routed-expert GEMMs (grouped, over the tokens each expert received) run at their own rate.
-  const double dense_flops = 2.0 * (matmul_params_ - active_expert_params_) * b.tokens + b.attention_flops;
+  const double dense_flops =
+      2.0 * (matmul_params_ - active_expert_params_) * b.tokens + b.attention_flops * attention_cost_factor_;
   const double expert_flops = 2.0 * active_expert_params_ * b.tokens;
   // The slowest data-parallel rank sets the pace (TrainBatch::imbalance); forward-only passes
   // (flop_factor 1) run at the forward-pass efficiency.

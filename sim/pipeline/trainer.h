@@ -121,9 +121,10 @@ class TrainerCostModel {
   int devices_;
   double params_ = 0;
   double matmul_params_ = 0;
-  double rate_ = 0;                  // FLOP/s of dense GEMMs and attention per device
-  double moe_rate_ = 0;              // FLOP/s of routed-expert GEMMs per device
-  double active_expert_params_ = 0;  // routed-expert matmul parameters one token passes through
+  double rate_ = 0;                   // FLOP/s of dense GEMMs and attention per device
+  double attention_cost_factor_ = 1;  // 1 / efficiency.attention_compute (exactly 1 by default)
+  double moe_rate_ = 0;               // FLOP/s of routed-expert GEMMs per device
+  double active_expert_params_ = 0;   // routed-expert matmul parameters one token passes through
   models::Link dp_link_;
   models::Link tp_link_;
   models::Link ep_link_;

@@ -212,7 +212,7 @@ void apply_calibration(Scenario& s, const Calibration& c) {
   t.efficiency.forward = o.train_forward.value_or(be.forward);
   t.efficiency.comm = o.train_comm.value_or(kDefaultCommEfficiency);
   t.step_overhead_s = o.step_overhead_s.value_or(c.step_overhead_s);
-  s.weight_sync.per_matrix_s = eng.sync_per_matrix_s;
+  s.weight_sync.per_matrix_s = o.sync_per_matrix_s.value_or(eng.sync_per_matrix_s);
   s.weight_sync.quantize_per_matrix_s = eng.sync_quantize_per_matrix_s;
 }
 

@@ -598,7 +598,8 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
       ov.rollout_memory = optional_fraction(e, "memory");
       ov.rollout_compute = optional_fraction(e, "compute");
       ov.rollout_comm = optional_fraction(e, "comm");
-      e.finish({"memory", "compute", "comm"});
+      if (e.has("attention_compute")) r.efficiency.attention_compute = *optional_fraction(e, "attention_compute");
+      e.finish({"memory", "compute", "comm", "attention_compute"});
     }
     m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs", "memory_utilization",
                "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
@@ -662,7 +663,8 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
       ov.train_moe_compute = optional_fraction(e, "moe_compute");
       ov.train_forward = optional_fraction(e, "forward");
       ov.train_comm = optional_fraction(e, "comm");
-      e.finish({"memory", "compute", "moe_compute", "forward", "comm"});
+      if (e.has("attention_compute")) t.efficiency.attention_compute = *optional_fraction(e, "attention_compute");
+      e.finish({"memory", "compute", "moe_compute", "forward", "comm", "attention_compute"});
     }
     ov.step_overhead_s = optional_quantity(m, "step_overhead");
     m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs", "mini_batches",
@@ -717,9 +719,10 @@ void parse_weight_sync_section(const Source& src, Map& top, Scenario& s) {
                                                        {"cuda-ipc", WeightSyncMethod::kCudaIpc},
                                                        {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}});
     s.weight_sync.bucket_bytes = m.quantity("bucket", s.weight_sync.bucket_bytes, Dimension::kBytes);
+    s.cost_overrides.sync_per_matrix_s = optional_quantity(m, "per_matrix");
     if (s.weight_sync.bucket_bytes < 1e6)
       src.fail(m.get("bucket"), "weight_sync.bucket", "weight_sync.bucket must be at least 1 MB");
-    m.finish({"method", "bucket"});
+    m.finish({"method", "bucket", "per_matrix"});
     if (s.weight_sync.method == WeightSyncMethod::kCudaIpc && s.placement.mode == PlacementMode::kDisaggregated) {
       src.fail(m.get("method"), "weight_sync.method",
                "cuda-ipc needs rollout and training on the same devices (placement.mode: colocated)");

@@ -87,6 +87,7 @@ void efficiency(YAML::Emitter& e, const Efficiency& f, bool with_moe) {
   if (with_moe)
     e << YAML::Key << "moe_compute" << YAML::Value << num(f.moe_compute) << YAML::Key << "forward" << YAML::Value
       << num(f.forward);
+  e << YAML::Key << "attention_compute" << YAML::Value << num(f.attention_compute);
   e << YAML::Key << "comm" << YAML::Value << num(f.comm) << YAML::EndMap;
 }
 
@@ -194,7 +195,8 @@ std::string resolved_yaml(const Scenario& s) {
                        : s.weight_sync.method == WeightSyncMethod::kCudaIpc ? "cuda-ipc"
                                                                             : "nccl-broadcast";
   e << YAML::Key << "weight_sync" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "method" << YAML::Value << method
-    << YAML::Key << "bucket" << YAML::Value << fmt::format("{:g} MiB", s.weight_sync.bucket_bytes / 1048576.0) << YAML::EndMap;
+    << YAML::Key << "bucket" << YAML::Value << fmt::format("{:g} MiB", s.weight_sync.bucket_bytes / 1048576.0) << YAML::Key
+    << "per_matrix" << YAML::Value << fmt::format("{} s", s.weight_sync.per_matrix_s) << YAML::EndMap;
   e << YAML::Key << "output" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << s.output.dir
     << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace
     << YAML::EndMap;

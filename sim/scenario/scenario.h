@@ -67,6 +67,12 @@ struct Efficiency {
   /// their micro-batches (log_prob_micro_batch_size) are smaller and their parameter gathers have
   /// no backward pass to hide behind (0-1].
   double forward = 1;
+  /// Attention's FLOPs (QK^T, PV over the context) run at this fraction of the GEMMs' rate (device
+  /// rate x `compute`) (0-1].
+  /// Default: 1 (GPU engines' decode attention is memory-bound, priced by its KV reads, and flash
+  /// attention in training runs near the GEMM rate); a CPU runtime's attention over small heads
+  /// reaches far less (`rlsim bench host` measures it for the rollout engine and the trainer).
+  double attention_compute = 1;
 };
 
 /// Cost parameters the scenario file sets itself (rollout.efficiency, rollout.overheads,
@@ -77,6 +83,7 @@ struct CostOverrides {
   std::optional<double> iteration_s, per_layer_s, moe_layer_s, per_sequence_s;
   std::optional<double> train_memory, train_compute, train_moe_compute, train_comm, train_forward;
   std::optional<double> step_overhead_s;
+  std::optional<double> sync_per_matrix_s;  // weight_sync.per_matrix
 };
 
 struct ClusterConfig {

@@ -426,6 +426,27 @@ TEST(DataParallel, ImbalanceAndForwardEfficiencyScaleCompute) {
   EXPECT_NEAR(t.compute_s(b, 1.0), t.compute_s(b, 3.0) / 3.0 / s.training.efficiency.forward, 1e-12);
 }
 
+// efficiency.attention_compute prices attention's FLOPs at that fraction of the GEMMs' rate, in
+// the trainer and in the rollout engine, and leaves the matmul part alone.
+TEST(Efficiency, AttentionComputeScalesOnlyAttention) {
+  const Scenario base = load_text(kBase);
+  const Scenario slow =
+      load_text(kBase, {"training.efficiency.attention_compute=0.25", "rollout.efficiency.attention_compute=0.5"});
+  TrainBatch matmul_only, with_attention;
+  matmul_only.tokens = with_attention.tokens = 1e6;
+  with_attention.attention_flops = 1e15;
+  const TrainerCostModel tb(base), ts(slow);
+  EXPECT_DOUBLE_EQ(ts.compute_s(matmul_only, 3.0), tb.compute_s(matmul_only, 3.0));
+  const double attn_base = tb.compute_s(with_attention, 3.0) - tb.compute_s(matmul_only, 3.0);
+  const double attn_slow = ts.compute_s(with_attention, 3.0) - ts.compute_s(matmul_only, 3.0);
+  EXPECT_NEAR(attn_slow, 4.0 * attn_base, 1e-9 * attn_slow);
+  const auto rb = RolloutCostModel::build(base), rs = RolloutCostModel::build(slow);
+  EXPECT_DOUBLE_EQ(rs.decode_compute_s(8, 0), rb.decode_compute_s(8, 0));
+  const double ctx = 1e5;
+  EXPECT_NEAR(rs.decode_compute_s(8, ctx) - rs.decode_compute_s(8, 0),
+              2.0 * (rb.decode_compute_s(8, ctx) - rb.decode_compute_s(8, 0)), 1e-9 * rs.decode_compute_s(8, ctx));
+}
+
 // verl's dynamic batching (use_dynamic_bsz) packs each mini-batch's tokens on a device up to
 // the budget; fixed batching cuts its sequences into ppo_micro_batch_size_per_gpu; forward-only
 // passes use the log-prob micro-batch size over the whole batch.

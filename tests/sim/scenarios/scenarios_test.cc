@@ -50,9 +50,12 @@ TEST_P(EveryScenario, RunsFitsAndConserves) {
   std::int64_t consumed = 0;
   for (const auto& q : r.requests) consumed += q.generated;
   EXPECT_EQ(r.tokens_generated, consumed + r.left_in_flight_tokens);
+  // Busy time sums the stages' durations in seconds, the clock advances in whole nanoseconds: up
+  // to 1 ns of rounding per event (a saturated pipeline, as the host scenario's, meets the bound).
   const bool shared = s.placement.mode == sim::PlacementMode::kColocated;
-  for (double b : r.engine_busy_s) EXPECT_LE(b + (shared ? r.trainer_busy_s : 0.0), r.wall_s * (1 + 1e-9));
-  EXPECT_LE(r.trainer_busy_s, r.wall_s * (1 + 1e-9));
+  const double wall = r.wall_s * (1 + 1e-9) + 1e-9 * static_cast<double>(r.events);
+  for (double b : r.engine_busy_s) EXPECT_LE(b + (shared ? r.trainer_busy_s : 0.0), wall);
+  EXPECT_LE(r.trainer_busy_s, wall);
 }
 
 // Every pipeline scenario: the .yaml files of scenarios/ except the drift and train files
