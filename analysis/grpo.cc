@@ -129,12 +129,24 @@ struct TokenStats {
   double forward_s = 0, backward_s = 0;
 };
 
-// The trainer's forward (the log-prob recompute) and backward of one sampled sequence with
-// advantage `adv_per_token` (A / tokens in the batch), into `model`'s gradients.
-TokenStats train_sequence(models::TrainableModel<float>& model, const Sample& s, double adv_per_token, const GrpoOptions& o) {
+// The trainer's forward and backward of one sampled sequence with advantage `adv_per_token` (A /
+// tokens in the batch), into `model`'s gradients. The trainer's log-probabilities (importance
+// weights, mismatch) come from that forward, or, when `scorer` is set (batch-invariant runs), from
+// the runtime's prefill of the same weights in the training recipe: the kernels the rollout
+// engine decodes with, so identical recipes give bitwise-identical log-probabilities.
+TokenStats train_sequence(models::TrainableModel<float>& model, const models::Transformer* scorer, const Sample& s,
+                          double adv_per_token, const GrpoOptions& o) {
   TokenStats x;
   auto t0 = Clock::now();
-  const auto pass = model.forward(s.tokens, o.temperature);
+  auto pass = model.forward(s.tokens, o.temperature);
+  if (scorer) {
+    const models::MatrixRM logits = scorer->prefill(std::span<const int>(s.tokens.data(), s.tokens.size() - 1));
+    for (std::size_t pos = s.prompt_len - 1; pos + 1 < s.tokens.size(); ++pos) {
+      const std::span<const float> row(logits.row(static_cast<Eigen::Index>(pos)).data(),
+                                       static_cast<std::size_t>(logits.cols()));
+      pass.logp[pos] = token_log_prob(row, o.temperature, s.tokens[pos + 1]);
+    }
+  }
   x.forward_s = since(t0);
   t0 = Clock::now();
   std::vector<double> dlogp(s.tokens.size() - 1, 0.0);
@@ -196,6 +208,11 @@ std::vector<GrpoStep> run_grpo(const models::ModelWeights& initial, const models
   // result does not depend on how many threads run the ranks.
   std::vector<models::TrainableModel<float>> ranks;
   for (int r = 0; r < o.train_ranks; ++r) ranks.emplace_back(initial, o.train_precision.recipe);
+  // Batch-invariant runs score with the runtime's kernels too (one scorer per rank).
+  std::vector<models::Transformer> scorers;
+  if (o.batch_invariant) {
+    for (int r = 0; r < o.train_ranks; ++r) scorers.emplace_back(initial, o.train_precision, kernels);
+  }
   models::AdamW opt({.lr = o.learning_rate, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0, .clip = 1.0});
   // Eigen's GEMM blocking (hence its summation order) depends on its thread count: the trainer's
   // products run on one thread per rank so that the same seed gives the same weights anywhere.
@@ -223,7 +240,8 @@ std::vector<GrpoStep> run_grpo(const models::ModelWeights& initial, const models
 #pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
     for (int r = 0; r < o.train_ranks; ++r) {
       for (std::size_t i = static_cast<std::size_t>(r); i < samples.size(); i += static_cast<std::size_t>(o.train_ranks)) {
-        st[i] = train_sequence(ranks[static_cast<std::size_t>(r)], samples[i], adv[i] / n_tok, o);
+        const models::Transformer* scorer = scorers.empty() ? nullptr : &scorers[static_cast<std::size_t>(r)];
+        st[i] = train_sequence(ranks[static_cast<std::size_t>(r)], scorer, samples[i], adv[i] / n_tok, o);
       }
     }
     double fwd = 0, bwd = 0;
@@ -261,10 +279,16 @@ std::vector<GrpoStep> run_grpo(const models::ModelWeights& initial, const models
     m.response_length = o.response_tokens;
     // The new weights reach the rollout engine through its reload path.
     t0 = Clock::now();
+    const models::ModelWeights updated = ranks[0].weights();
     engine.restore_weights_for_loading();
-    engine.load_weights(ranks[0].weights());
+    engine.load_weights(updated);
     engine.process_weights_after_loading();
     m.sync_s = since(t0);
+    for (auto& sc : scorers) {  // the scorers are the trainer's: not part of the measured sync
+      sc.restore_weights_for_loading();
+      sc.load_weights(updated);
+      sc.process_weights_after_loading();
+    }
     steps.push_back(m);
     if (on_step) on_step(m);
   }

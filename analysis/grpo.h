@@ -37,15 +37,19 @@ struct GrpoOptions {
   GrpoTask task = GrpoTask::kLipogram;
   models::RuntimePrecision train_precision;    // the trainer's forward. Default: fp32
   models::RuntimePrecision rollout_precision;  // the rollout engine. Default: fp32
-  bool batch_invariant = false;                // both sides' kernels (models::KernelMode). Default: false
-  int prompts_per_step = 8;                    // Default: 8
-  int group_size = 8;                          // samples per prompt (GRPO's G). Default: 8
-  int response_tokens = 128;                   // tokens sampled per response (not stopped at EOS). Default: 128
-  int steps = 30;                              // Default: 30
-  double learning_rate = 3e-3;                 // AdamW. Default: 3e-3
-  double temperature = 1.0;                    // sampling and both sides' log-probs. Default: 1
-  std::optional<double> tis_cap;               // truncated importance sampling cap C; none: off. Default: off
-  std::uint64_t seed = 1;                      // Default: 1
+  /// Batch-invariant kernels on both sides (models::KernelMode): the rollout engine decodes with
+  /// them and the trainer's log-probabilities (importance weights, mismatch) come from the
+  /// runtime's prefill with them in the training recipe, so identical recipes are bitwise on-policy.
+  /// The gradient is still the trainer's own forward and backward. Default: false
+  bool batch_invariant = false;
+  int prompts_per_step = 8;       // Default: 8
+  int group_size = 8;             // samples per prompt (GRPO's G). Default: 8
+  int response_tokens = 128;      // tokens sampled per response (not stopped at EOS). Default: 128
+  int steps = 30;                 // Default: 30
+  double learning_rate = 3e-3;    // AdamW. Default: 3e-3
+  double temperature = 1.0;       // sampling and both sides' log-probs. Default: 1
+  std::optional<double> tis_cap;  // truncated importance sampling cap C; none: off. Default: off
+  std::uint64_t seed = 1;         // Default: 1
   /// Data-parallel trainer ranks (one per core; rank r takes sequences r, r + R, ...; gradients
   /// summed in rank order). Default: 2
   int train_ranks = 2;

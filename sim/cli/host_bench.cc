@@ -75,23 +75,18 @@ double layer_params(const models::TransformerConfig& c) {
   return c.dim * (2 * q + 2 * kv) + 3.0 * c.dim * c.hidden_dim;
 }
 
-}  // namespace
+// The machine's figures, measured once and shared by the three measurements below.
+struct Host {
+  double bw = 0;    // read bandwidth, bytes/s
+  double rate = 0;  // FP32 GEMM rate, FLOP/s
+};
 
-int bench_host(const std::string& model, int repeat, std::ostream& out) {
-#ifdef _OPENMP
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-#endif
-  keep_freed_memory();
-  const int saved_eigen = Eigen::nbThreads();
-  Eigen::setNbThreads(1);
-  const models::ModelWeights w = models::load_model(model);
+// Attention per cached token and layer: QK^T and PV, 2 x 2 x heads x head_dim FLOPs.
+double attn_per_ctx_layer(const models::TransformerConfig& c) { return 4.0 * c.heads * c.head_dim; }
+
+void bench_decode(const models::ModelWeights& w, const Host& h, int repeat, std::ostream& out) {
   const models::TransformerConfig& c = w.config;
-  out << fmt::format("rlsim bench host: one core, best of {} (model shapes: {})\n", repeat, model);
-  const double bw = measure_read_bandwidth(std::size_t{512} << 20, repeat) * 1e9;  // bytes/s
-  out << fmt::format("  memory read bandwidth       {:8.2f} GB/s\n", bw / 1e9);
-  const double rate = gemm_rate(repeat);
-  out << fmt::format("  fp32 GEMM 512^3             {:8.2f} GFLOP/s\n", rate / 1e9);
+  const double bw = h.bw, rate = h.rate;
   // Decode at the model's depth and at one layer (short: 128 tokens, mean context 72), and at the
   // model's depth with 384 tokens (mean context 200): what the simulator models of a token at
   // batch 1 (RolloutCostModel::decode_s) is max(weight + KV bytes / bandwidth, (matmul + f x
@@ -107,15 +102,14 @@ int bench_host(const std::string& model, int repeat, std::ostream& out) {
   const double t_one = decode_s(one, kShort, repeat);
   const double bytes = models::element_bytes(models::builtin_recipe(kRecipe).linear.weight.element);
   const double kv_bytes = models::element_bytes(models::builtin_recipe(kRecipe).kv_cache.element);
-  const double attn_per_ctx_layer = 4.0 * c.heads * c.head_dim;  // QK^T and PV: 2 x 2 x heads x head_dim per cached token
   const double kv_per_ctx_layer = 2.0 * c.kv_heads * c.head_dim * kv_bytes;
   const double cls = static_cast<double>(c.vocab) * c.dim;
   const double slope = (t_long - t_all) / (kCtxLong - kCtxShort);  // seconds per context token, all layers
-  const double attention_compute = c.layers * attn_per_ctx_layer / rate / slope;
+  const double attention_compute = c.layers * attn_per_ctx_layer(c) / rate / slope;
   // The modelled time of a token at `layers` layers and context `ctx` (no overheads).
   auto modelled = [&](int layers, double ctx) {
     const double mem = (layers * layer_params(c) + cls) * bytes / bw + ctx * layers * kv_per_ctx_layer / bw;
-    const double flops = 2.0 * (layers * layer_params(c) + cls) + ctx * layers * attn_per_ctx_layer / attention_compute;
+    const double flops = 2.0 * (layers * layer_params(c) + cls) + ctx * layers * attn_per_ctx_layer(c) / attention_compute;
     return std::max(mem, flops / rate);
   };
   const double per_layer =
@@ -128,6 +122,12 @@ int bench_host(const std::string& model, int repeat, std::ostream& out) {
   out << fmt::format("  rollout.overheads.per_layer  {:8.2f} us\n", per_layer * 1e6);
   out << fmt::format("  rollout.overheads.iteration  {:8.2f} us  ({:.2f} us measured; below 0 is noise)\n",
                      std::max(0.0, iteration) * 1e6, iteration * 1e6);
+}
+
+void bench_trainer(const models::ModelWeights& w, const Host& h, int repeat, std::ostream& out) {
+  const models::TransformerConfig& c = w.config;
+  const double rate = h.rate;
+  const double cls = static_cast<double>(c.vocab) * c.dim;
   // Trainer: sequences the model writes itself (sampled at temperature 1 from BOS), eight of 150
   // tokens (a 22-token prompt and a 128-token response, the train files' shape) and eight of 300:
   // the two lengths separate the matmul rate from attention's (the simulator prices both at
@@ -164,7 +164,7 @@ int bench_host(const std::string& model, int repeat, std::ostream& out) {
   // Per sequence of T tokens, one forward: 2 x matmul parameters x T matmul FLOPs, and causal
   // attention's 2 x 2 x heads x head_dim per (query, key) pair, T (T+1) / 2 pairs per layer.
   auto mm_flops = [&](int T) { return kSeqs * 2.0 * matmul * T; };
-  auto attn_flops = [&](int T) { return kSeqs * attn_per_ctx_layer * c.layers * T * (T + 1) / 2.0; };
+  auto attn_flops = [&](int T) { return kSeqs * attn_per_ctx_layer(c) * c.layers * T * (T + 1) / 2.0; };
   const double t1 = time_pass(seqs1, true), t2 = time_pass(seqs2, true), t1f = time_pass(seqs1, false);
   // t = 3 (mm / (rate e_mm) + attn / (rate e_att)) at both lengths: solve for 1 / e_mm and 1 / e_att.
   const double a1 = 3 * mm_flops(kT1) / rate, b1 = 3 * attn_flops(kT1) / rate;
@@ -180,8 +180,12 @@ int bench_host(const std::string& model, int repeat, std::ostream& out) {
   // The simulator prices attention at rate x efficiency.compute / attention_compute.
   out << fmt::format("  training.efficiency.attention_compute {:8.4f}\n", inv_mm / inv_att);
   out << fmt::format("  training.efficiency.forward           {:8.4f}\n", forward);
-  // Weight sync: the engine's reload (restore, load, quantise and repack every tensor) per matrix.
+}
+
+// Weight sync: the engine's reload (restore, load, quantise and repack every tensor) per matrix.
+void bench_reload_per_matrix(const models::ModelWeights& w, int repeat, std::ostream& out) {
   {
+    const models::TransformerConfig& c = w.config;
     models::Transformer engine(w, models::runtime_precision(kRecipe));
     const models::ModelWeights master = w;
     const double reload = best_of(repeat, [&] {
@@ -193,6 +197,28 @@ int bench_host(const std::string& model, int repeat, std::ostream& out) {
     out << fmt::format("  reload                       {:8.2f} us ({} matrices)\n", reload * 1e6, matrices);
     out << fmt::format("  weight_sync.per_matrix       {:8.2f} us\n", reload / matrices * 1e6);
   }
+}
+
+}  // namespace
+
+int bench_host(const std::string& model, int repeat, std::ostream& out) {
+#ifdef _OPENMP
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  keep_freed_memory();
+  const int saved_eigen = Eigen::nbThreads();
+  Eigen::setNbThreads(1);
+  const models::ModelWeights w = models::load_model(model);
+  out << fmt::format("rlsim bench host: one core, best of {} (model shapes: {})\n", repeat, model);
+  Host h;
+  h.bw = measure_read_bandwidth(std::size_t{512} << 20, repeat) * 1e9;
+  out << fmt::format("  memory read bandwidth       {:8.2f} GB/s\n", h.bw / 1e9);
+  h.rate = gemm_rate(repeat);
+  out << fmt::format("  fp32 GEMM 512^3             {:8.2f} GFLOP/s\n", h.rate / 1e9);
+  bench_decode(w, h, repeat, out);
+  bench_trainer(w, h, repeat, out);
+  bench_reload_per_matrix(w, repeat, out);
   Eigen::setNbThreads(saved_eigen);
 #ifdef _OPENMP
   omp_set_num_threads(saved_threads);

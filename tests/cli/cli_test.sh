@@ -288,6 +288,11 @@ check "train: same seed (1 thread instead of 2) -> identical metrics but the tim
   cmp -s <(cut -d, -f1-11 "$WORK/train1/train/seed1/steps.csv") <(cut -d, -f1-11 "$WORK/train2/train/seed1/steps.csv")
 "$RLSIM" train "$WORK/train.yaml" --seeds 2 --steps 1 --out "$WORK/train3" -q --no-plots
 check "train: another seed -> other rewards" bash -c "! cmp -s <(sed -n 2p '$WORK/train1/train/seed1/steps.csv' | cut -d, -f2) <(sed -n 2p '$WORK/train3/train/seed2/steps.csv' | cut -d, -f2)"
+sed -e 's/^steps: .*/steps: 2/' -e 's/^group_size: .*/group_size: 2/' -e "s|\.\./\.\./shared|$SRC/../shared|" \
+  "$SRC/scenarios/train-lipogram-fp32-batch-invariant.yaml" >"$WORK/train_bi.yaml"
+"$RLSIM" train "$WORK/train_bi.yaml" --out "$WORK/train_bi" -q --no-plots
+awk -F, 'NR > 1 && ($5 != 0 || $7 != 1) {bad++} END {exit !(NR == 3 && bad == 0)}' "$WORK/train_bi/train_bi/seed1/steps.csv"
+check "train: batch-invariant FP32 pair is bitwise on-policy (max |delta logp| 0, importance weights 1)" test $? -eq 0
 sed 's/^group_size: .*/group_sise: 8/' "$WORK/train.yaml" >"$WORK/train_bad.yaml"
 "$RLSIM" train "$WORK/train_bad.yaml" >/dev/null 2>"$WORK/train_bad.err"
 check "train: unknown key is bad input (2) at file:line:column" \
