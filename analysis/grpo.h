@@ -32,7 +32,7 @@ double token_log_prob(std::span<const float> logits, double temperature, int y);
 /// Reward of one decoded response for `task`, in [0, 1].
 double task_reward(GrpoTask task, const std::string& response);
 
-/// What one run does. Defaults are the ready configuration's (scenarios/train-*.yaml).
+/// What one run does; a train file (scenarios/train-*.yaml) sets any of it, the rest keeps these defaults.
 struct GrpoOptions {
   GrpoTask task = GrpoTask::kLipogram;
   models::RuntimePrecision train_precision;    // the trainer's forward. Default: fp32

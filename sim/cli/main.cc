@@ -17,6 +17,7 @@
 #include "models/runtime/model.h"
 #include "sim/cli/drift_cmds.h"
 #include "sim/cli/host_bench.h"
+#include "sim/cli/import_cmds.h"
 #include "sim/cli/messages.h"
 #include "sim/cli/plan_cmds.h"
 #include "sim/cli/precision_cmds.h"
@@ -401,6 +402,25 @@ CLI::App* add_train(CLI::App& app, cli::TrainCliOptions& to) {
   return train;
 }
 
+// `rlsim import verl`: a verl launch into a scenario.
+CLI::App* add_import(CLI::App& app, cli::ImportVerlOptions& io) {
+  auto* imp = app.add_subcommand("import", "Import another framework's launch as an rlsim scenario");
+  imp->require_subcommand(1);
+  auto* verl = imp->add_subcommand(
+      "verl",
+      "A verl launch script (python3 -m verl.trainer.main_ppo KEY=VALUE ...) or its Hydra overrides, into a scenario: verl's "
+      "defaults for every key not given (--config-name ppo_megatron_trainer for Megatron's), a comment naming the verl key "
+      "behind each value, warnings for keys that change performance but are not modelled");
+  verl->add_option("args", io.args, "SCRIPT, then KEY=VALUE overrides applied after it (or overrides alone)")->required();
+  verl->add_option("--device", io.device, "Catalog device of the cluster (rlsim catalog devices)")->capture_default_str();
+  verl->add_option("--model-config", io.model_config, "config.json of the model when its path matches no catalog model");
+  verl->add_option("--out,-o", io.out, "Scenario file to write (default: stdout)");
+  verl->footer(
+      "Examples:\n  rlsim import verl run_qwen3_8b_grpo.sh --device h100-sxm --out qwen3-8b.yaml\n"
+      "  rlsim import verl -- data.train_batch_size=512 actor_rollout_ref.model.path=Qwen/Qwen3-8B");
+  return verl;
+}
+
 // `rlsim plan`: capacity-planning studies.
 CLI::App* add_plan(CLI::App& app, cli::PlanOptions& po) {
   auto* plan = app.add_subcommand(
@@ -503,6 +523,8 @@ int main(int argc, char** argv) {
   CLI::App* drift = add_drift(app, dro);
   cli::TrainCliOptions tro;
   CLI::App* train = add_train(app, tro);
+  cli::ImportVerlOptions ivo;
+  CLI::App* import_verl = add_import(app, ivo);
   CLI::App* plan = add_plan(app, po);
   CLI::App* validate = add_validate(app, vao);
   CLI::App* calibrate = add_calibrate(app, cao);
@@ -531,6 +553,7 @@ int main(int argc, char** argv) {
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);
     if (*drift) return cli::cmd_drift(dro, std::cout, std::cerr);
     if (*train) return cli::cmd_train(tro, std::cout, std::cerr);
+    if (*import_verl) return cli::cmd_import_verl(ivo, std::cout, std::cerr);
     if (*plan) return cli::cmd_plan(po, std::cout, std::cerr);
     if (*validate) return cli::cmd_validate(vao, std::cout, std::cerr);
     if (*calibrate) return cli::cmd_calibrate(cao, std::cout, std::cerr);

@@ -274,6 +274,19 @@ check "drift: ... and says so" grep -q "max_seq 512" "$WORK/long.err"
 "$RLSIM" drift --model "$ST/stories260K.bin" --pairs bf16:bf16 --temperature 0 >/dev/null 2>&1
 check "drift: temperature 0 is bad input (2)" test $? -eq 2
 
+# --- rlsim import verl: a launch script into a scenario that runs; bad input -----------------------
+"$RLSIM" import verl "$SRC/tests/data/verl/run_qwen3_8b_grpo.sh" --device h100-sxm --out "$WORK/imported.yaml" 2>"$WORK/import.err"
+check "import verl: exit 0" test $? -eq 0
+check "import verl: the repeated key's last value, with its verl key" \
+  grep -q "tensor_parallel: 2 .*# verl actor_rollout_ref.rollout.tensor_model_parallel_size=2$" "$WORK/imported.yaml"
+check "import verl: unmodelled keys are warnings with their line" grep -q "line 27: actor_rollout_ref.rollout.enable_chunked_prefill" "$WORK/import.err"
+"$RLSIM" run "$WORK/imported.yaml" --out "$WORK/imported_run" -q --no-plots --no-trace
+check "import verl: the imported scenario runs" test -s "$WORK/imported_run/summary.json"
+"$RLSIM" import verl -- actor_rollout_ref.model.path=Qwen/Qwen3-8B data.train_batch_size=512 >"$WORK/import2.yaml" 2>/dev/null
+check "import verl -- KEY=VALUE: verl defaults for the rest" grep -q "max_num_seqs: 1024 .*(verl default)" "$WORK/import2.yaml"
+"$RLSIM" import verl "$SRC/tests/data/verl/run_qwen3_8b_grpo.sh" --device h1000 >/dev/null 2>"$WORK/import_bad.err"
+check "import verl: unknown device is bad input (2) with the catalog" test $? -eq 2 -a -n "$(grep 'unknown device' "$WORK/import_bad.err")"
+
 # --- rlsim train: a short GRPO loop on stories260K; it learns; determinism; bad input -------------
 sed -e 's/^steps: .*/steps: 5/' -e 's/^learning_rate: .*/learning_rate: 3.0e-3/' -e "s|\.\./\.\./shared|$SRC/../shared|" \
   "$SRC/scenarios/train-lipogram-bf16.yaml" >"$WORK/train.yaml"

@@ -1,0 +1,567 @@
+#include "analysis/verl_import.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "sim/scenario/scenario.h"
+
+namespace rlsim::analysis {
+namespace {
+
+using sim::ScenarioError;
+
+[[noreturn]] void fail(const std::string& file, int line, const std::string& what) {
+  sim::InputLocation where;
+  where.file = file;
+  where.line = line;
+  where.column = line > 0 ? 1 : 0;
+  throw ScenarioError(where, what);
+}
+
+// A logical line of the script (continuations joined), the physical line it starts on and the
+// offsets in `text` where each following physical line starts.
+struct Line {
+  std::string text;
+  int line = 0;
+  std::vector<std::size_t> breaks;
+  int line_at(std::size_t offset) const {
+    return line + static_cast<int>(std::upper_bound(breaks.begin(), breaks.end(), offset) - breaks.begin());
+  }
+};
+
+// A shell word and the 1-based script line it starts on.
+struct Word {
+  std::string text;
+  int line = 0;
+};
+
+std::vector<Line> logical_lines(const std::string& text) {
+  std::vector<Line> out;
+  std::istringstream in(text);
+  std::string raw;
+  Line cur;
+  bool open = false;
+  int n = 0;
+  while (std::getline(in, raw)) {
+    ++n;
+    if (!raw.empty() && raw.back() == '\r') raw.pop_back();
+    if (!open) {
+      cur = Line{"", n, {}};
+      open = true;
+    } else {
+      cur.breaks.push_back(cur.text.size());
+    }
+    if (!raw.empty() && raw.back() == '\\') {
+      cur.text += raw.substr(0, raw.size() - 1) + " ";
+      continue;
+    }
+    cur.text += raw;
+    out.push_back(cur);
+    open = false;
+  }
+  if (open) out.push_back(cur);
+  return out;
+}
+
+bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Splits a line into shell words: quotes removed, variables substituted (not inside single
+// quotes), a '#' outside quotes at a word's start ending the line.
+std::vector<Word> shell_words(const Line& l, const std::map<std::string, std::string>& vars, const std::string& file) {
+  std::vector<Word> words;
+  std::string cur;
+  std::size_t start = 0;
+  bool in_word = false;
+  char quote = 0;
+  const std::string& s = l.text;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (!in_word && quote == 0) start = i;
+    if (quote == '\'') {
+      if (c == '\'')
+        quote = 0;
+      else
+        cur += c;
+      continue;
+    }
+    if (c == '$' && i + 1 < s.size() && (s[i + 1] == '@' || s[i + 1] == '*')) {
+      cur += "$@";  // the script's own arguments: not known here
+      in_word = true;
+      ++i;
+      continue;
+    }
+    if (c == '$' && i + 1 < s.size() && (s[i + 1] == '{' || name_char(s[i + 1]))) {
+      std::string name, dflt;
+      bool has_default = false;
+      if (s[i + 1] == '{') {
+        const auto close = s.find('}', i + 2);
+        if (close == std::string::npos) fail(file, l.line, "unterminated ${...}");
+        std::string inner = s.substr(i + 2, close - i - 2);
+        const auto colon = inner.find(":-");
+        if (colon != std::string::npos) {
+          dflt = inner.substr(colon + 2);
+          has_default = true;
+          inner = inner.substr(0, colon);
+        }
+        name = inner;
+        i = close;
+      } else {
+        std::size_t j = i + 1;
+        while (j < s.size() && name_char(s[j])) ++j;
+        name = s.substr(i + 1, j - i - 1);
+        i = j - 1;
+      }
+      const auto it = vars.find(name);
+      if (it != vars.end()) {
+        cur += it->second;
+      } else if (has_default) {
+        cur += dflt;
+      } else {
+        cur += "${" + name + "}";  // from the environment: unknown here; an error only where a mapped key needs it
+      }
+      in_word = true;
+      continue;
+    }
+    if (quote == '"') {
+      if (c == '"')
+        quote = 0;
+      else
+        cur += c;
+      continue;
+    }
+    if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (in_word) words.push_back({cur, l.line_at(start)});
+      cur.clear();
+      in_word = false;
+      continue;
+    }
+    if (c == '#' && !in_word) break;
+    cur += c;
+    in_word = true;
+  }
+  if (quote) fail(file, l.line, fmt::format("unterminated {} quote", quote));
+  if (in_word) words.push_back({cur, l.line_at(start)});
+  return words;
+}
+
+// A shell assignment NAME=value (optionally after `export`) as the only words of a line.
+std::optional<std::pair<std::string, std::string>> assignment(const std::vector<Word>& w) {
+  std::size_t i = !w.empty() && w[0].text == "export" ? 1 : 0;
+  if (w.size() != i + 1) return std::nullopt;
+  const std::string& word = w[i].text;
+  const auto eq = word.find('=');
+  if (eq == std::string::npos || eq == 0) return std::nullopt;
+  const std::string name = word.substr(0, eq);
+  if (!std::all_of(name.begin(), name.end(), name_char) || std::isdigit(static_cast<unsigned char>(name[0]))) return std::nullopt;
+  return std::make_pair(name, word.substr(eq + 1));
+}
+
+bool is_verl_entry(const Word& w) {
+  const std::string& word = w.text;
+  return word.find("verl.trainer.main_ppo") != std::string::npos || (word.find("main_ppo") != std::string::npos) ||
+         (word.starts_with("recipe.") && word.find("main") != std::string::npos);
+}
+
+// Adds the words of a verl command (after its entry point) to `l`.
+void add_words(VerlLaunch& l, const std::vector<Word>& words, std::size_t from, const std::string& file) {
+  for (std::size_t i = from; i < words.size(); ++i) {
+    const std::string& w = words[i].text;
+    const int line = words[i].line;
+    if (w == "$@") continue;
+    if (w == "--config-name" || w == "--config-path") {
+      if (i + 1 >= words.size()) fail(file, line, w + " without a value");
+      if (w == "--config-name") l.config_name = words[i + 1].text;
+      ++i;
+      continue;
+    }
+    if (w.starts_with("--config-name=")) {
+      l.config_name = w.substr(14);
+      continue;
+    }
+    if (w.starts_with("--config-path=")) continue;
+    if (w == "|" || w == "2>&1" || w.starts_with(">") || w.starts_with("2>") || w == "&&" || w == ";") break;  // redirection
+    const auto eq = w.find('=');
+    if (eq == std::string::npos || eq == 0) fail(file, line, fmt::format("'{}' is not a Hydra override KEY=VALUE", w));
+    std::string key = w.substr(0, eq);
+    while (!key.empty() && (key.front() == '+' || key.front() == '~')) key.erase(key.begin());
+    l.overrides.push_back({key, w.substr(eq + 1), line});
+  }
+}
+
+}  // namespace
+
+std::string VerlLaunch::get(const std::string& key) const {
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+    if (it->key == key) return it->value;
+  }
+  return "";
+}
+
+VerlLaunch parse_verl_script(const std::string& text, const std::string& file) {
+  std::map<std::string, std::string> vars;
+  VerlLaunch l;
+  bool found = false;
+  for (const Line& line : logical_lines(text)) {
+    const std::vector<Word> words = shell_words(line, vars, file);
+    if (words.empty()) continue;
+    if (const auto a = assignment(words)) {
+      vars[a->first] = a->second;
+      continue;
+    }
+    const auto entry = std::find_if(words.begin(), words.end(), is_verl_entry);
+    if (entry == words.end()) continue;
+    if (found) fail(file, line.line, "a second verl command (import one launch at a time)");
+    found = true;
+    add_words(l, words, static_cast<std::size_t>(entry - words.begin()) + 1, file);
+  }
+  if (!found) fail(file, 0, "no verl command (python3 -m verl.trainer.main_ppo ...) in the script");
+  return l;
+}
+
+VerlLaunch parse_verl_overrides(const std::vector<std::string>& words) {
+  VerlLaunch l;
+  std::vector<Word> w;
+  for (const auto& x : words) w.push_back({x, 0});
+  add_words(l, w, 0, "rlsim import verl --");
+  return l;
+}
+
+namespace {
+
+// verl's defaults for the keys rlsim maps: verl/trainer/config/_generated_ppo_trainer.yaml (FSDP)
+// and _generated_ppo_megatron_trainer.yaml (Megatron), volcengine/verl main, 2025-11. "" = null.
+struct VerlDefault {
+  const char* key;
+  const char* fsdp;
+  const char* megatron;
+};
+constexpr VerlDefault kVerlDefaults[] = {
+    {"data.train_batch_size", "1024", "1024"},
+    {"data.max_prompt_length", "512", "512"},
+    {"data.max_response_length", "512", "512"},
+    {"actor_rollout_ref.rollout.n", "1", "1"},
+    {"actor_rollout_ref.rollout.name", "vllm", "vllm"},  // "???" (required) in verl; vllm in its examples
+    {"actor_rollout_ref.rollout.tensor_model_parallel_size", "2", "2"},
+    {"actor_rollout_ref.rollout.gpu_memory_utilization", "0.5", "0.5"},
+    {"actor_rollout_ref.rollout.max_num_seqs", "1024", "1024"},
+    {"actor_rollout_ref.rollout.enforce_eager", "false", "false"},
+    {"actor_rollout_ref.rollout.free_cache_engine", "true", "true"},
+    {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "", ""},
+    {"actor_rollout_ref.actor.strategy", "fsdp", "megatron"},
+    {"actor_rollout_ref.actor.ppo_mini_batch_size", "256", "256"},
+    {"actor_rollout_ref.actor.ppo_epochs", "1", "1"},
+    {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "", ""},
+    {"actor_rollout_ref.actor.use_dynamic_bsz", "false", "false"},
+    {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "16384", "16384"},
+    {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "1", "1"},
+    {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "1", "1"},
+    {"actor_rollout_ref.actor.megatron.expert_model_parallel_size", "1", "1"},
+    {"actor_rollout_ref.actor.megatron.param_offload", "false", "false"},
+    {"actor_rollout_ref.actor.megatron.optimizer_offload", "false", "false"},
+    {"actor_rollout_ref.actor.megatron.grad_offload", "false", "false"},
+    {"actor_rollout_ref.actor.fsdp_config.param_offload", "false", "false"},
+    {"actor_rollout_ref.actor.fsdp_config.optimizer_offload", "false", "false"},
+    // FSDP: model.enable_gradient_checkpointing true; Megatron: recompute_granularity null (none).
+    {"actor_rollout_ref.model.enable_gradient_checkpointing", "true", "false"},
+    {"actor_rollout_ref.actor.use_kl_loss", "false", "false"},
+    {"algorithm.use_kl_in_reward", "false", "false"},
+    {"trainer.nnodes", "1", "1"},
+    {"trainer.n_gpus_per_node", "8", "8"},
+};
+
+// Keys that change performance and that rlsim does not model (yet): a warning when set.
+constexpr const char* kNotModelled[] = {
+    "actor_rollout_ref.rollout.max_num_batched_tokens",
+    "actor_rollout_ref.rollout.enable_chunked_prefill",
+    "actor_rollout_ref.rollout.enable_prefix_caching",
+    "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.actor.megatron.use_distributed_optimizer",
+    "actor_rollout_ref.actor.megatron.sequence_parallel",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.model.use_fused_kernels",
+    "actor_rollout_ref.actor.megatron.context_parallel_size",
+    "actor_rollout_ref.rollout.mode",
+    "actor_rollout_ref.model.enable_activation_offload",
+    "actor_rollout_ref.rollout.multi_turn.enable",
+    "actor_rollout_ref.actor.entropy_checkpointing",
+    "actor_rollout_ref.rollout.max_model_len",
+};
+
+// Key prefixes without effect on step time in rlsim's model (data paths, names, logging,
+// checkpointing, algorithm coefficients, learning rate...).
+constexpr const char* kNoEffectPrefixes[] = {
+    "data.train_files",
+    "data.val_files",
+    "data.prompt_key",
+    "data.filter_overlong",
+    "data.truncation",
+    "data.shuffle",
+    "data.return_raw_chat",
+    "data.reward_fn_key",
+    "data.val_batch_size",
+    "data.dataloader",
+    "data.seed",
+    "actor_rollout_ref.model.path",
+    "actor_rollout_ref.actor.optim.",
+    "actor_rollout_ref.actor.clip_ratio",
+    "actor_rollout_ref.actor.loss_agg_mode",
+    "actor_rollout_ref.actor.entropy_coeff",
+    "actor_rollout_ref.actor.kl_loss",
+    "actor_rollout_ref.actor.grad_clip",
+    "actor_rollout_ref.actor.checkpoint",
+    "actor_rollout_ref.actor.policy_loss",
+    "actor_rollout_ref.rollout.temperature",
+    "actor_rollout_ref.rollout.top_p",
+    "actor_rollout_ref.rollout.top_k",
+    "actor_rollout_ref.rollout.val_kwargs",
+    "actor_rollout_ref.rollout.calculate_log_probs",
+    "actor_rollout_ref.rollout.dtype",
+    "actor_rollout_ref.rollout.load_format",
+    "actor_rollout_ref.model.trust_remote_code",
+    "algorithm.adv_estimator",
+    "algorithm.kl_ctrl",
+    "algorithm.norm_adv",
+    "algorithm.gamma",
+    "algorithm.lam",
+    "algorithm.filter_groups",
+    "trainer.",
+    "custom_reward_function",
+    "reward_model.reward_manager",
+    "critic.",
+    "ray_kwargs",
+    "global_profiler",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",  // the reference pass: as the old log-prob (rollout's)
+    "actor_rollout_ref.ref.fsdp_config.param_offload",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+};
+
+// The launch's value of a mapped key, or verl's default, with where it came from.
+struct Value {
+  std::string text;
+  int line = 0;  // the override's line; 0: verl's default (or a command-line override)
+  bool set = false;
+};
+
+class Reader {
+ public:
+  Reader(const VerlLaunch& l, std::string source) : l_(l), source_(std::move(source)) {
+    megatron_ = l.config_name.find("megatron") != std::string::npos || l.get("actor_rollout_ref.actor.strategy") == "megatron";
+  }
+  bool megatron() const { return megatron_; }
+
+  Value value(const std::string& key) const {
+    for (auto it = l_.overrides.rbegin(); it != l_.overrides.rend(); ++it) {
+      if (it->key == key) return {it->value, it->line, true};
+    }
+    for (const auto& d : kVerlDefaults) {
+      if (key == d.key) return {megatron_ ? d.megatron : d.fsdp, 0, false};
+    }
+    return {};
+  }
+  std::int64_t integer(const std::string& key) const {
+    const Value v = value(key);
+    unresolved(key, v);
+    try {
+      std::size_t pos = 0;
+      const long long x = std::stoll(v.text, &pos);
+      if (pos == v.text.size()) return x;
+    } catch (const std::exception&) {
+    }
+    fail(source_, v.line, fmt::format("{}={}: expected an integer", key, v.text));
+  }
+  bool has(const std::string& key) const { return !value(key).text.empty() && value(key).text != "null"; }
+  bool boolean(const std::string& key) const {
+    std::string t = value(key).text;
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (t == "true") return true;
+    if (t == "false" || t.empty() || t == "null") return false;
+    fail(source_, value(key).line, fmt::format("{}={}: expected true or false", key, value(key).text));
+  }
+  double number(const std::string& key) const {
+    const Value v = value(key);
+    unresolved(key, v);
+    try {
+      std::size_t pos = 0;
+      const double x = std::stod(v.text, &pos);
+      if (pos == v.text.size()) return x;
+    } catch (const std::exception&) {
+    }
+    fail(source_, v.line, fmt::format("{}={}: expected a number", key, v.text));
+  }
+  // A mapped key whose value names a shell variable the script never assigns.
+  void unresolved(const std::string& key, const Value& v) const {
+    if (v.text.find("${") != std::string::npos)
+      fail(source_, v.line,
+           fmt::format("{}={}: the variable is not assigned in the script (assign it there, or give the key after the "
+                       "script: rlsim import verl SCRIPT {}=VALUE)",
+                       key, v.text, key));
+  }
+  // "  # verl KEY=VALUE" (or "(verl default)") for the comment of a scenario line.
+  std::string note(const std::string& key) const {
+    const Value v = value(key);
+    return fmt::format("# verl {}={}{}", key, v.text.empty() ? "null" : v.text, v.set ? "" : " (verl default)");
+  }
+
+ private:
+  const VerlLaunch& l_;
+  std::string source_;
+  bool megatron_ = false;
+};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// The catalog model named by the model path's last component, or "".
+std::string catalog_match(const std::string& path) {
+  std::string last = path;
+  while (!last.empty() && last.back() == '/') last.pop_back();
+  last = lower(last.substr(last.find_last_of('/') == std::string::npos ? 0 : last.find_last_of('/') + 1));
+  std::string best;
+  for (const std::string& name : sim::catalog_model_names()) {
+    if (last == name) return name;
+    if (last.starts_with(name + "-") && name.size() > best.size()) best = name;
+  }
+  return best;
+}
+
+}  // namespace
+
+VerlImport import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
+                       const std::string& source) {
+  const Reader r(launch, source);
+  VerlImport out;
+  std::string y;
+  auto line = [&](const std::string& text, const std::string& key) {
+    y += key.empty() ? text + "\n" : fmt::format("{:<44} {}\n", text, r.note(key));
+  };
+  // Model.
+  const std::string path = r.value("actor_rollout_ref.model.path").text;
+  const std::string model = catalog_match(path);
+  line(fmt::format("name: imported from {}", source), "");
+  if (!model.empty()) {
+    line("model: " + model, "actor_rollout_ref.model.path");
+  } else if (!model_config.empty()) {
+    line("model: {hf_config: " + model_config + "}", "actor_rollout_ref.model.path");
+  } else {
+    fail(source, r.value("actor_rollout_ref.model.path").line,
+         fmt::format("actor_rollout_ref.model.path={}: no catalog model matches '{}' (catalog: {}); give --model-config "
+                     "config.json",
+                     path, path, fmt::join(sim::catalog_model_names(), ", ")));
+  }
+  // Cluster.
+  const std::int64_t nodes = r.integer("trainer.nnodes"), per_node = r.integer("trainer.n_gpus_per_node");
+  line("cluster:", "");
+  line("  device: " + device, "");
+  line(fmt::format("  nodes: {}", nodes), "trainer.nnodes");
+  line(fmt::format("  devices_per_node: {}", per_node), "trainer.n_gpus_per_node");
+  line("placement: {mode: colocated}", "");  // the hybrid engine (main_ppo)
+  // Workload: GRPO groups of n samples per prompt.
+  const std::int64_t prompts = r.integer("data.train_batch_size"), n = r.integer("actor_rollout_ref.rollout.n");
+  const std::int64_t max_prompt = r.integer("data.max_prompt_length"), max_response = r.integer("data.max_response_length");
+  line("workload:", "");
+  line(fmt::format("  prompts_per_step: {}", prompts), "data.train_batch_size");
+  line(fmt::format("  samples_per_prompt: {}", n), "actor_rollout_ref.rollout.n");
+  line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", std::max<std::int64_t>(1, max_prompt / 4), max_prompt),
+       "data.max_prompt_length");
+  line(fmt::format("  response_tokens: {{dist: lognormal, median: {}, sigma: 0.8, max: {}}}",
+                   std::max<std::int64_t>(1, max_response / 4), max_response),
+       "data.max_response_length");
+  out.warnings.push_back(
+      "length distributions assumed (prompts uniform in [max/4, max], responses lognormal, median max/4, sigma 0.8, "
+      "truncated at max_response_length); a run's console log sets them");
+  // Rollout.
+  const std::string engine = lower(r.value("actor_rollout_ref.rollout.name").text);
+  if (engine != "vllm" && engine != "sglang")
+    fail(source, r.value("actor_rollout_ref.rollout.name").line,
+         fmt::format("actor_rollout_ref.rollout.name={}: expected vllm or sglang", engine));
+  line("rollout:", "");
+  line("  engine: " + engine, "actor_rollout_ref.rollout.name");
+  line(fmt::format("  tensor_parallel: {}", r.integer("actor_rollout_ref.rollout.tensor_model_parallel_size")),
+       "actor_rollout_ref.rollout.tensor_model_parallel_size");
+  line(fmt::format("  memory_utilization: {}", r.number("actor_rollout_ref.rollout.gpu_memory_utilization")),
+       "actor_rollout_ref.rollout.gpu_memory_utilization");
+  line(fmt::format("  max_num_seqs: {}", r.integer("actor_rollout_ref.rollout.max_num_seqs")),
+       "actor_rollout_ref.rollout.max_num_seqs");
+  line(fmt::format("  enforce_eager: {}", r.boolean("actor_rollout_ref.rollout.enforce_eager")),
+       "actor_rollout_ref.rollout.enforce_eager");
+  // free_cache_engine: the engine sleeps while the trainer runs (level 1 offloads weights for vLLM).
+  if (!r.boolean("actor_rollout_ref.rollout.free_cache_engine"))
+    out.warnings.push_back("actor_rollout_ref.rollout.free_cache_engine=false: rlsim's colocated engines always sleep");
+  // Training.
+  const bool meg = r.megatron();
+  line("training:", "");
+  line(std::string("  backend: ") + (meg ? "megatron" : "fsdp"), "actor_rollout_ref.actor.strategy");
+  if (meg) {
+    line(fmt::format("  tensor_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.tensor_model_parallel_size")),
+         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size");
+    line(fmt::format("  pipeline_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size")),
+         "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size");
+    line(fmt::format("  expert_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.expert_model_parallel_size")),
+         "actor_rollout_ref.actor.megatron.expert_model_parallel_size");
+  }
+  const std::int64_t mini = r.integer("actor_rollout_ref.actor.ppo_mini_batch_size");
+  if (mini < 1 || prompts % mini != 0)
+    fail(source, r.value("actor_rollout_ref.actor.ppo_mini_batch_size").line,
+         fmt::format("actor_rollout_ref.actor.ppo_mini_batch_size={}{} must divide data.train_batch_size={}", mini,
+                     r.value("actor_rollout_ref.actor.ppo_mini_batch_size").set ? "" : " (verl default)", prompts));
+  line(fmt::format("  mini_batches: {}", prompts / mini), "actor_rollout_ref.actor.ppo_mini_batch_size");
+  line(fmt::format("  ppo_epochs: {}", r.integer("actor_rollout_ref.actor.ppo_epochs")), "actor_rollout_ref.actor.ppo_epochs");
+  const bool dynamic = r.boolean("actor_rollout_ref.actor.use_dynamic_bsz");
+  line(fmt::format("  dynamic_batching: {}", dynamic), "actor_rollout_ref.actor.use_dynamic_bsz");
+  line(fmt::format("  micro_batch_tokens: {}", r.integer("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")),
+       "actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
+  if (r.has("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"))
+    line(fmt::format("  micro_batch_sequences: {}", r.integer("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")),
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
+  else if (!dynamic)
+    out.warnings.push_back(
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is null with use_dynamic_bsz=false: "
+        "verl requires one; rlsim's default (8) is used");
+  if (r.has("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"))
+    line(fmt::format("  logprob_micro_batch_sequences: {}",
+                     r.integer("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")),
+         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu");
+  line(fmt::format("  activation_checkpointing: {}", r.boolean("actor_rollout_ref.model.enable_gradient_checkpointing")),
+       meg ? "" : "actor_rollout_ref.model.enable_gradient_checkpointing");
+  const bool reference = r.boolean("actor_rollout_ref.actor.use_kl_loss") || r.boolean("algorithm.use_kl_in_reward");
+  line(fmt::format("  reference_model: {}", reference), "actor_rollout_ref.actor.use_kl_loss");
+  const std::string pre = meg ? "actor_rollout_ref.actor.megatron." : "actor_rollout_ref.actor.fsdp_config.";
+  line(fmt::format("  param_offload: {}", r.boolean(pre + "param_offload")), pre + "param_offload");
+  line(fmt::format("  optimizer: {{offload: {}}}", r.boolean(pre + "optimizer_offload")), pre + "optimizer_offload");
+  if (meg && r.boolean("actor_rollout_ref.actor.megatron.grad_offload"))
+    out.warnings.push_back("actor_rollout_ref.actor.megatron.grad_offload=true: gradient offload is not modelled");
+  // Every override: mapped, not modelled (warning), or without effect (listed).
+  for (const auto& o : launch.overrides) {
+    const bool mapped =
+        std::any_of(std::begin(kVerlDefaults), std::end(kVerlDefaults), [&](const VerlDefault& d) { return o.key == d.key; });
+    if (mapped || o.key == "actor_rollout_ref.model.path") continue;
+    const bool no_effect = std::any_of(std::begin(kNoEffectPrefixes), std::end(kNoEffectPrefixes),
+                                       [&](const char* p) { return o.key.starts_with(p); });
+    const bool known = std::any_of(std::begin(kNotModelled), std::end(kNotModelled), [&](const char* k) { return o.key == k; });
+    const std::string where = o.line > 0 ? fmt::format("line {}: ", o.line) : "";
+    if (no_effect && !known) {
+      out.ignored.push_back(o.key);
+    } else {
+      out.warnings.push_back(fmt::format("{}{}={}: changes performance, not modelled by rlsim", where, o.key, o.value));
+    }
+  }
+  out.yaml = y;
+  return out;
+}
+
+}  // namespace rlsim::analysis

@@ -1,0 +1,59 @@
+// `rlsim import verl`: a verl launch (the shell script that runs verl.trainer.main_ppo, or its
+// Hydra overrides) read into an rlsim scenario, with verl's own defaults for every key it does
+// not set and a comment naming the verl key behind every value.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rlsim::analysis {
+
+/// One Hydra override of the launch: `key=value` (a leading + or ++ dropped), and the 1-based line
+/// of the script it came from (0 for overrides given on the command line).
+struct VerlOverride {
+  std::string key, value;
+  int line = 0;
+};
+
+/// What a launch sets: the Hydra config it starts from and its overrides, in order (Hydra applies
+/// them in order, so for a key given twice the last wins).
+struct VerlLaunch {
+  std::string config_name = "ppo_trainer";  // --config-name; ppo_megatron_trainer selects Megatron defaults
+  std::vector<VerlOverride> overrides;
+  /// The value of `key`: its last override, else "" (not set).
+  std::string get(const std::string& key) const;
+};
+
+/// Reads a launch script. Line continuations (a trailing backslash) are joined; shell variables
+/// assigned before the command (`NAME=value`, `export NAME=value`) are substituted into it
+/// (`$NAME`, `${NAME}`, `${NAME:-default}`; one of the environment stays `${NAME}`, an error only
+/// where a mapped key needs its value); the words of the command that runs
+/// `verl.trainer.main_ppo` (or a recipe's main module, `*.main_ppo` / `*main*` under `python -m`)
+/// are split as the shell splits them (single and double quotes); `$@` and `"$@"` are skipped;
+/// `--config-name NAME` (or `--config-name=NAME`) selects the config. Throws sim::ScenarioError
+/// naming `file`:line for an unterminated quote, a word of the command that is not KEY=VALUE, or a
+/// script without a verl command.
+VerlLaunch parse_verl_script(const std::string& text, const std::string& file);
+
+/// Overrides given as words (`rlsim import verl -- KEY=VALUE ...`); errors as parse_verl_script.
+VerlLaunch parse_verl_overrides(const std::vector<std::string>& words);
+
+/// The imported scenario.
+struct VerlImport {
+  std::string yaml;                   // an rlsim scenario, each value commented with its verl key
+  std::vector<std::string> warnings;  // keys that change performance but rlsim does not model, assumptions made
+  std::vector<std::string> ignored;   // keys without effect on step time (paths, logging, learning rate, ...)
+};
+
+/// Maps a launch onto a scenario for `device` (a catalog device name). The model is the catalog
+/// entry matching the last component of actor_rollout_ref.model.path (case-insensitive; a catalog
+/// name followed by '-' and a suffix matches too: Qwen3-8B-Base -> qwen3-8b), else `model_config`
+/// (a Hugging Face config.json, written as hf_config). Keys rlsim does not map are listed in
+/// `warnings` or `ignored`, never dropped silently. Defaults: verl's
+/// verl/trainer/config/_generated_ppo_trainer.yaml and _generated_ppo_megatron_trainer.yaml
+/// (volcengine/verl, 2025-11). Throws sim::ScenarioError (naming the override's line) for a value
+/// of the wrong type, a model that matches no catalog entry without `model_config`.
+VerlImport import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
+                       const std::string& source);
+
+}  // namespace rlsim::analysis

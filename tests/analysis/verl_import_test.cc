@@ -1,0 +1,147 @@
+// rlsim import verl: the launch-script parser, verl's defaults, the key mapping and the errors.
+#include "analysis/verl_import.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sim/scenario/scenario.h"
+
+namespace rlsim::analysis {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string example_script() {
+  std::ifstream in(fs::path(RLSIM_SOURCE_DIR) / "tests/data/verl/run_qwen3_8b_grpo.sh");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string error_of(const std::string& script) {
+  try {
+    (void)parse_verl_script(script, "run.sh");
+  } catch (const sim::ScenarioError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// The scenario text loads as a scenario.
+sim::Scenario load(const std::string& yaml) {
+  const fs::path p = fs::temp_directory_path() / ("rlsim_verl_import_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(p) << yaml;
+  sim::Scenario s = sim::load_scenario(p.string());
+  fs::remove(p);
+  return s;
+}
+
+TEST(VerlImport, ParsesContinuationsQuotesVariablesAndRepeatedKeys) {
+  const VerlLaunch l = parse_verl_script(example_script(), "run.sh");
+  EXPECT_EQ(l.config_name, "ppo_trainer");
+  EXPECT_EQ(l.get("data.train_batch_size"), "256");                               // ${train_prompt_bsz}
+  EXPECT_EQ(l.get("actor_rollout_ref.rollout.n"), "8");                           // $n_resp
+  EXPECT_EQ(l.get("actor_rollout_ref.model.path"), "/models/Qwen3-8B");           // ${MODEL_PATH:-...}, double-quoted
+  EXPECT_EQ(l.get("actor_rollout_ref.rollout.tensor_model_parallel_size"), "2");  // given twice: the last wins
+  EXPECT_EQ(l.get("trainer.logger"), "[\"console\",\"wandb\"]");                  // single quotes keep the inner ones
+  EXPECT_EQ(l.get("data.train_files"), "${HOME}/data/gsm8k/train.parquet");       // the environment's: left as is
+  for (const auto& o : l.overrides) EXPECT_NE(o.key, "$@");
+  // Each override keeps its physical line.
+  for (const auto& o : l.overrides) {
+    if (o.key == "actor_rollout_ref.rollout.enable_chunked_prefill") {
+      EXPECT_EQ(o.line, 27);
+    }
+  }
+  const VerlLaunch m = parse_verl_script(
+      "python3 -m verl.trainer.main_ppo --config-name='ppo_megatron_trainer.yaml' +actor_rollout_ref.x=1 a.b=2 2>&1 | tee log\n",
+      "m.sh");
+  EXPECT_EQ(m.config_name, "ppo_megatron_trainer.yaml");
+  EXPECT_EQ(m.get("actor_rollout_ref.x"), "1");
+  EXPECT_EQ(m.overrides.size(), 2u);  // the redirection ends the command
+}
+
+TEST(VerlImport, BadScriptsNameTheLine) {
+  EXPECT_NE(
+      error_of("echo hi\npython3 -m verl.trainer.main_ppo \\\n  data.x='unterminated\n").find("run.sh:2:1: unterminated ' quote"),
+      std::string::npos)
+      << error_of("echo hi\npython3 -m verl.trainer.main_ppo \\\n  data.x='unterminated\n");
+  EXPECT_NE(
+      error_of("python3 -m verl.trainer.main_ppo \\\n  data.x=1 \\\n  oops\n").find("run.sh:3:1: 'oops' is not a Hydra override"),
+      std::string::npos)
+      << error_of("python3 -m verl.trainer.main_ppo \\\n  data.x=1 \\\n  oops\n");
+  EXPECT_NE(error_of("echo nothing here\n").find("no verl command"), std::string::npos);
+}
+
+TEST(VerlImport, MapsEveryKeyWithVerlsDefaultsAndComments) {
+  const VerlImport imp = import_verl(parse_verl_script(example_script(), "run.sh"), "h100-sxm", "", "run.sh");
+  const sim::Scenario s = load(imp.yaml);
+  EXPECT_EQ(s.model.name, "qwen3-8b");
+  EXPECT_EQ(s.cluster.devices(), 8);
+  EXPECT_EQ(s.workload.prompts_per_step, 256);
+  EXPECT_EQ(s.workload.samples_per_prompt, 8);
+  EXPECT_EQ(s.workload.prompt_tokens.upper_bound(), 1024);
+  EXPECT_EQ(s.workload.response_tokens.upper_bound(), 4096);
+  EXPECT_EQ(s.rollout.tensor_parallel, 2);
+  EXPECT_DOUBLE_EQ(s.rollout.memory_utilization, 0.6);
+  EXPECT_EQ(s.rollout.max_num_seqs, 1024);  // verl's default
+  EXPECT_FALSE(s.rollout.enforce_eager);    // verl's default
+  EXPECT_EQ(s.training.backend, sim::TrainingBackend::kFsdp);
+  EXPECT_EQ(s.training.mini_batches, 4);  // 256 / ppo_mini_batch_size 64
+  EXPECT_TRUE(s.training.dynamic_batching);
+  EXPECT_EQ(s.training.micro_batch_tokens, 24000);
+  EXPECT_TRUE(s.training.reference_model);           // use_kl_loss
+  EXPECT_TRUE(s.training.activation_checkpointing);  // FSDP default: enable_gradient_checkpointing true
+  EXPECT_NE(imp.yaml.find("# verl actor_rollout_ref.rollout.max_num_seqs=1024 (verl default)"), std::string::npos);
+  EXPECT_NE(imp.yaml.find("# verl data.train_batch_size=256\n"), std::string::npos);
+  bool chunked = false;
+  for (const auto& w : imp.warnings)
+    chunked = chunked || w.find("line 27: actor_rollout_ref.rollout.enable_chunked_prefill") == 0;
+  EXPECT_TRUE(chunked);
+  EXPECT_NE(std::find(imp.ignored.begin(), imp.ignored.end(), "actor_rollout_ref.actor.optim.lr"), imp.ignored.end());
+  // An unknown key is never dropped silently: it is a warning.
+  VerlLaunch extra = parse_verl_script(example_script(), "run.sh");
+  extra.overrides.push_back({"actor_rollout_ref.rollout.some_new_knob", "3", 0});
+  bool listed = false;
+  for (const auto& w : import_verl(extra, "h100-sxm", "", "run.sh").warnings)
+    listed = listed || w.find("some_new_knob") != std::string::npos;
+  EXPECT_TRUE(listed);
+}
+
+TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
+  const VerlLaunch m = parse_verl_overrides(
+      {"actor_rollout_ref.model.path=/ckpt/Qwen3-8B-Base", "actor_rollout_ref.actor.strategy=megatron",
+       "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+       "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16"});
+  const sim::Scenario s = load(import_verl(m, "h20", "", "cli").yaml);
+  EXPECT_EQ(s.model.name, "qwen3-8b");  // Qwen3-8B-Base -> qwen3-8b
+  EXPECT_EQ(s.training.backend, sim::TrainingBackend::kMegatron);
+  EXPECT_EQ(s.training.tensor_parallel, 2);
+  EXPECT_FALSE(s.training.activation_checkpointing);  // Megatron: recompute_granularity null
+  EXPECT_EQ(s.training.micro_batch_sequences, 4);
+  EXPECT_EQ(s.training.logprob_micro_batch_sequences, 16);
+  EXPECT_EQ(s.workload.prompts_per_step, 1024);  // verl's data.train_batch_size default
+  auto error = [](const VerlLaunch& l) {
+    try {
+      (void)import_verl(l, "h100-sxm", "", "run.sh");
+    } catch (const sim::ScenarioError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(parse_verl_overrides({"actor_rollout_ref.model.path=/m/MyModel-13B"})).find("no catalog model matches"),
+            std::string::npos);
+  EXPECT_NE(error(parse_verl_overrides({"actor_rollout_ref.model.path=Qwen3-8B", "data.train_batch_size=lots"}))
+                .find("data.train_batch_size=lots: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error(parse_verl_script("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen3-8B \\\n"
+                                    "  data.train_batch_size=${BSZ}\n",
+                                    "run.sh"))
+                .find("run.sh:2:1: data.train_batch_size=${BSZ}: the variable is not assigned"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace rlsim::analysis
