@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "sim/scenario/scenario.h"
 
@@ -441,8 +443,105 @@ std::string catalog_match(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+double phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+// Phi^-1 by bisection (the fit needs a few digits).
+double phi_inverse(double p) {
+  double lo = -10, hi = 10;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (phi(mid) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+double clipped_mean(double mu, double sigma, double m) {
+  const double lm = std::log(m);
+  return std::exp(mu + sigma * sigma / 2) * phi((lm - mu - sigma * sigma) / sigma) + m * (1 - phi((lm - mu) / sigma));
+}
+
+// The number in a log value: "123.4" or "np.float64(123.4)".
+std::optional<double> log_number(std::string v) {
+  if (const auto open = v.find('('); open != std::string::npos) v = v.substr(open + 1, v.find(')') - open - 1);
+  try {
+    std::size_t pos = 0;
+    const double x = std::stod(v, &pos);
+    if (pos == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::pair<double, double> fit_clipped_lognormal(double mean, double clip_ratio, double max_tokens) {
+  if (!(mean > 0) || !(max_tokens > 0) || mean > max_tokens || clip_ratio < 0 || clip_ratio >= 1)
+    throw std::invalid_argument(
+        fmt::format("response lengths: mean {} with max {} and clip ratio {} cannot be fitted", mean, max_tokens, clip_ratio));
+  if (clip_ratio <= 0) {
+    const double sigma = 0.8;
+    return {mean / std::exp(sigma * sigma / 2), sigma};
+  }
+  // For a sigma, the clip ratio fixes mu: ln M - mu = sigma Phi^-1(1 - clip). The clipped mean
+  // then falls as sigma grows (more mass far below the cap): bisect on it.
+  const double z = phi_inverse(1 - clip_ratio);
+  auto mu_of = [&](double sigma) { return std::log(max_tokens) - sigma * z; };
+  double lo = 0.05, hi = 3.0;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (clipped_mean(mu_of(mid), mid, max_tokens) > mean ? lo : hi) = mid;
+  }
+  const double sigma = 0.5 * (lo + hi);
+  return {std::exp(mu_of(sigma)), sigma};
+}
+
+VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) {
+  VerlLogLengths out;
+  std::istringstream in(text);
+  std::string raw;
+  int n = 0;
+  while (std::getline(in, raw)) {
+    ++n;
+    const auto at = raw.find("step:");
+    if (at == std::string::npos) continue;
+    std::map<std::string, double> kv;
+    std::size_t pos = at;
+    while (pos < raw.size()) {
+      const auto end = raw.find(" - ", pos);
+      const std::string field = raw.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+      const auto colon = field.find(':');
+      if (colon != std::string::npos) {
+        const std::string key = field.substr(0, colon);
+        if (const auto v = log_number(field.substr(colon + 1))) kv[key] = *v;
+      }
+      if (end == std::string::npos) break;
+      pos = end + 3;
+    }
+    if (!kv.count("response_length/mean")) continue;  // a step line of another kind
+    for (const char* k : {"response_length/max", "prompt_length/mean", "prompt_length/max"}) {
+      if (!kv.count(k)) fail(file, n, fmt::format("a step line with response_length/mean but no {}", k));
+    }
+    ++out.steps;
+    out.response_mean += kv["response_length/mean"];
+    out.response_max += kv["response_length/max"];
+    out.response_clip_ratio += kv.count("response_length/clip_ratio") ? kv["response_length/clip_ratio"] : 0.0;
+    out.prompt_mean += kv["prompt_length/mean"];
+    out.prompt_max += kv["prompt_length/max"];
+  }
+  if (out.steps == 0) fail(file, 0, "no step line with response_length/mean (a verl console log: step:N - key:value - ...)");
+  const double s = out.steps;
+  out.response_mean /= s;
+  out.response_max /= s;
+  out.response_clip_ratio /= s;
+  out.prompt_mean /= s;
+  out.prompt_max /= s;
+  return out;
+}
+
 VerlImport import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
-                       const std::string& source) {
+                       const std::string& source, const VerlLogLengths* lengths) {
   const Reader r(launch, source);
   VerlImport out;
   std::string y;
@@ -476,14 +575,35 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
   line("workload:", "");
   line(fmt::format("  prompts_per_step: {}", prompts), "data.train_batch_size");
   line(fmt::format("  samples_per_prompt: {}", n), "actor_rollout_ref.rollout.n");
-  line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", std::max<std::int64_t>(1, max_prompt / 4), max_prompt),
-       "data.max_prompt_length");
-  line(fmt::format("  response_tokens: {{dist: lognormal, median: {}, sigma: 0.8, max: {}}}",
-                   std::max<std::int64_t>(1, max_response / 4), max_response),
-       "data.max_response_length");
-  out.warnings.push_back(
-      "length distributions assumed (prompts uniform in [max/4, max], responses lognormal, median max/4, sigma 0.8, "
-      "truncated at max_response_length); a run's console log sets them");
+  if (lengths) {
+    // The log's prompts: uniform with its mean, up to its max; responses: a lognormal clipped at
+    // max_response_length with the log's mean and clip ratio.
+    const auto pmax = static_cast<std::int64_t>(std::llround(lengths->prompt_max));
+    const auto pmin = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(2 * lengths->prompt_mean)) - pmax);
+    line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", pmin, std::max(pmin, pmax)), "");
+    y.pop_back();
+    y += fmt::format("  # log: prompt_length/mean {:.1f}, /max {:.0f} over {} steps\n", lengths->prompt_mean, lengths->prompt_max,
+                     lengths->steps);
+    const auto [median, sigma] =
+        fit_clipped_lognormal(std::min(lengths->response_mean, static_cast<double>(max_response)),
+                              std::min(lengths->response_clip_ratio, 0.999), static_cast<double>(max_response));
+    line(fmt::format("  response_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", median, sigma,
+                     max_response),
+         "");
+    y.pop_back();
+    y += fmt::format("  # log: response_length/mean {:.1f}, /clip_ratio {:.3f}; cap: data.max_response_length\n",
+                     lengths->response_mean, lengths->response_clip_ratio);
+  } else {
+    line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", std::max<std::int64_t>(1, max_prompt / 4),
+                     max_prompt),
+         "data.max_prompt_length");
+    line(fmt::format("  response_tokens: {{dist: lognormal, median: {}, sigma: 0.8, max: {}}}",
+                     std::max<std::int64_t>(1, max_response / 4), max_response),
+         "data.max_response_length");
+    out.warnings.push_back(
+        "length distributions assumed (prompts uniform in [max/4, max], responses lognormal, median max/4, sigma 0.8, "
+        "truncated at max_response_length); --log sets them from a run's console log");
+  }
   // Rollout.
   const std::string engine = lower(r.value("actor_rollout_ref.rollout.name").text);
   if (engine != "vllm" && engine != "sglang")

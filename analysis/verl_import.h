@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rlsim::analysis {
@@ -38,6 +39,26 @@ VerlLaunch parse_verl_script(const std::string& text, const std::string& file);
 /// Overrides given as words (`rlsim import verl -- KEY=VALUE ...`); errors as parse_verl_script.
 VerlLaunch parse_verl_overrides(const std::vector<std::string>& words);
 
+/// Length figures of a verl console log: the means over its step lines of response_length/mean,
+/// /max, /clip_ratio and prompt_length/mean, /max (tokens; a value may be written np.float64(x)).
+struct VerlLogLengths {
+  int steps = 0;  // step lines read
+  double response_mean = 0, response_max = 0, response_clip_ratio = 0;
+  double prompt_mean = 0, prompt_max = 0;
+};
+
+/// Reads the `step:N - key:value - ...` lines of a verl console log. Throws sim::ScenarioError
+/// naming `file`:line for a step line without response_length/mean or a malformed value, and
+/// `file` when there is no step line.
+VerlLogLengths parse_verl_log(const std::string& text, const std::string& file);
+
+/// A response-length distribution that reproduces a log's figures: lognormal(median, sigma)
+/// clipped at `max_tokens` (max_response_length), with P(X >= max) = clip_ratio and E[min(X, max)]
+/// = mean (closed form: E[min(X, M)] = e^(mu + sigma^2/2) Phi((ln M - mu - sigma^2) / sigma) +
+/// M (1 - Phi((ln M - mu) / sigma))), sigma found by bisection in [0.05, 3]. A clip ratio of 0
+/// takes sigma 0.8 and the median giving the mean. Returns {median, sigma}.
+std::pair<double, double> fit_clipped_lognormal(double mean, double clip_ratio, double max_tokens);
+
 /// The imported scenario.
 struct VerlImport {
   std::string yaml;                   // an rlsim scenario, each value commented with its verl key
@@ -53,7 +74,8 @@ struct VerlImport {
 /// verl/trainer/config/_generated_ppo_trainer.yaml and _generated_ppo_megatron_trainer.yaml
 /// (volcengine/verl, 2025-11). Throws sim::ScenarioError (naming the override's line) for a value
 /// of the wrong type, a model that matches no catalog entry without `model_config`.
+/// `lengths` (a console log's figures), when given, sets the prompt and response distributions.
 VerlImport import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
-                       const std::string& source);
+                       const std::string& source, const VerlLogLengths* lengths = nullptr);
 
 }  // namespace rlsim::analysis

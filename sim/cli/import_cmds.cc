@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw sim::ScenarioError(fmt::format("{}: cannot open the verl script ({})", path, std::strerror(errno)));
+  if (!in) throw sim::ScenarioError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -58,7 +59,14 @@ int cmd_import_verl(const ImportVerlOptions& o, std::ostream& out, std::ostream&
   }
   for (auto& w : analysis::parse_verl_overrides(overrides).overrides) launch.overrides.push_back(w);
   if (launch.overrides.empty()) throw sim::ScenarioError("rlsim import verl: no script and no KEY=VALUE overrides");
-  const analysis::VerlImport imp = analysis::import_verl(launch, o.device, o.model_config, source);
+  std::optional<analysis::VerlLogLengths> lengths;
+  if (!o.log.empty()) lengths = analysis::parse_verl_log(read_text(o.log), o.log);
+  analysis::VerlImport imp;
+  try {
+    imp = analysis::import_verl(launch, o.device, o.model_config, source, lengths ? &*lengths : nullptr);
+  } catch (const std::invalid_argument& e) {
+    throw sim::ScenarioError(fmt::format("{}: {}", o.log, e.what()));
+  }
   const std::string text = fmt::format("# rlsim scenario imported from a verl launch ({}, config {}) by rlsim import verl.\n",
                                        source, launch.config_name) +
                            imp.yaml;

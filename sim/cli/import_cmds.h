@@ -14,6 +14,7 @@ struct ImportVerlOptions {
   std::vector<std::string> args;
   std::string device = "h100-sxm";  // catalog device of the cluster
   std::string model_config;         // config.json when the model path matches no catalog model
+  std::string log;                  // a verl console log: sets the length distributions
   std::string out;                  // the scenario file to write; empty: stdout
 };
 

@@ -414,6 +414,9 @@ CLI::App* add_import(CLI::App& app, cli::ImportVerlOptions& io) {
   verl->add_option("args", io.args, "SCRIPT, then KEY=VALUE overrides applied after it (or overrides alone)")->required();
   verl->add_option("--device", io.device, "Catalog device of the cluster (rlsim catalog devices)")->capture_default_str();
   verl->add_option("--model-config", io.model_config, "config.json of the model when its path matches no catalog model");
+  verl->add_option("--log", io.log,
+                   "A verl console log of the run: the prompt and response length distributions reproduce its "
+                   "prompt_length/mean|max and response_length/mean|clip_ratio");
   verl->add_option("--out,-o", io.out, "Scenario file to write (default: stdout)");
   verl->footer(
       "Examples:\n  rlsim import verl run_qwen3_8b_grpo.sh --device h100-sxm --out qwen3-8b.yaml\n"

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -141,6 +142,40 @@ TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
                                     "run.sh"))
                 .find("run.sh:2:1: data.train_batch_size=${BSZ}: the variable is not assigned"),
             std::string::npos);
+}
+
+// A console log sets the lengths: the fitted lognormal clipped at max_response_length has the
+// log's clip ratio and mean (closed form, checked here by sampling-free integration).
+TEST(VerlImport, ConsoleLogSetsTheLengthDistributions) {
+  const std::string log =
+      "(TaskRunner pid=1) step:1 - actor/pg_loss:np.float64(0.01) - response_length/mean:np.float64(2900.5) - "
+      "response_length/max:np.float64(4096.0) - response_length/clip_ratio:np.float64(0.30) - prompt_length/mean:180.0 - "
+      "prompt_length/max:np.float64(400.0) - timing_s/gen:np.float64(300.1)\n"
+      "unrelated line\n"
+      "(TaskRunner pid=1) step:2 - response_length/mean:3100.5 - response_length/max:4096 - response_length/clip_ratio:0.34 - "
+      "prompt_length/mean:190.0 - prompt_length/max:420\n";
+  const VerlLogLengths l = parse_verl_log(log, "log.txt");
+  EXPECT_EQ(l.steps, 2);
+  EXPECT_DOUBLE_EQ(l.response_mean, 3000.5);
+  EXPECT_DOUBLE_EQ(l.response_clip_ratio, 0.32);
+  EXPECT_DOUBLE_EQ(l.prompt_max, 410.0);
+  for (const auto& [mean, clip] : {std::pair{3000.5, 0.32}, {1200.0, 0.02}, {3900.0, 0.9}}) {
+    const auto [median, sigma] = fit_clipped_lognormal(mean, clip, 4096);
+    const double mu = std::log(median), lm = std::log(4096.0);
+    const double p_clip = 0.5 * std::erfc((lm - mu) / sigma / std::sqrt(2.0));
+    const double cmean =
+        std::exp(mu + sigma * sigma / 2) * 0.5 * std::erfc(-((lm - mu - sigma * sigma) / sigma) / std::sqrt(2.0)) + 4096 * p_clip;
+    EXPECT_NEAR(p_clip, clip, 1e-6) << mean << " " << clip;
+    EXPECT_NEAR(cmean, mean, 1e-3 * mean) << mean << " " << clip;
+  }
+  const VerlImport imp = import_verl(parse_verl_script(example_script(), "run.sh"), "h100-sxm", "", "run.sh", &l);
+  const sim::Scenario s = load(imp.yaml);
+  EXPECT_EQ(s.workload.response_tokens.kind, sim::LengthDist::Kind::kLognormal);
+  EXPECT_EQ(s.workload.response_tokens.max, 4096);
+  EXPECT_EQ(s.workload.prompt_tokens.upper_bound(), 410);
+  EXPECT_NE(imp.yaml.find("# log: response_length/mean 3000.5"), std::string::npos);
+  EXPECT_THROW(parse_verl_log("no steps here\n", "log.txt"), sim::ScenarioError);
+  EXPECT_THROW(parse_verl_log("step:1 - response_length/mean:10 - prompt_length/mean:5\n", "log.txt"), sim::ScenarioError);
 }
 
 }  // namespace
