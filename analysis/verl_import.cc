@@ -663,6 +663,15 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
   const std::string pre = meg ? "actor_rollout_ref.actor.megatron." : "actor_rollout_ref.actor.fsdp_config.";
   line(fmt::format("  param_offload: {}", r.boolean(pre + "param_offload")), pre + "param_offload");
   line(fmt::format("  optimizer: {{offload: {}}}", r.boolean(pre + "optimizer_offload")), pre + "optimizer_offload");
+  // verl trains a critic when the advantage estimator is GAE (its default): not modelled.
+  {
+    std::string adv = lower(launch.get("algorithm.adv_estimator"));
+    if (adv.empty()) adv = "gae";  // verl's default
+    if (adv == "gae")
+      out.warnings.push_back("algorithm.adv_estimator=gae" +
+                             std::string(launch.get("algorithm.adv_estimator").empty() ? " (verl default)" : "") +
+                             ": verl trains a critic model each step; rlsim models actor-only GRPO-style steps");
+  }
   if (meg && r.boolean("actor_rollout_ref.actor.megatron.grad_offload"))
     out.warnings.push_back("actor_rollout_ref.actor.megatron.grad_offload=true: gradient offload is not modelled");
   // Every override: mapped, not modelled (warning), or without effect (listed).

@@ -124,6 +124,11 @@ TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
   EXPECT_EQ(s.training.micro_batch_sequences, 4);
   EXPECT_EQ(s.training.logprob_micro_batch_sequences, 16);
   EXPECT_EQ(s.workload.prompts_per_step, 1024);  // verl's data.train_batch_size default
+  // verl's default advantage estimator is GAE, which trains a critic: said, not hidden.
+  bool critic = false;
+  for (const auto& w : import_verl(m, "h20", "", "cli").warnings)
+    critic = critic || w.find("algorithm.adv_estimator=gae (verl default)") == 0;
+  EXPECT_TRUE(critic);
   auto error = [](const VerlLaunch& l) {
     try {
       (void)import_verl(l, "h100-sxm", "", "run.sh");
