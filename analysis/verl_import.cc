@@ -72,6 +72,80 @@ std::vector<Line> logical_lines(const std::string& text) {
 
 bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
+// Shell integer arithmetic of `$(( ... ))`: + - * / and parentheses over integers and variable
+// names (an unknown name is an error); nullopt when the text is not such an expression.
+class Arithmetic {
+ public:
+  Arithmetic(const std::string& text, const std::map<std::string, std::string>& vars) : t_(text), vars_(vars) {}
+  std::optional<long long> eval() {
+    const auto v = sum();
+    skip();
+    if (!v || i_ != t_.size()) return std::nullopt;
+    return v;
+  }
+
+ private:
+  void skip() {
+    while (i_ < t_.size() && std::isspace(static_cast<unsigned char>(t_[i_]))) ++i_;
+  }
+  std::optional<long long> atom() {
+    skip();
+    if (i_ < t_.size() && t_[i_] == '(') {
+      ++i_;
+      const auto v = sum();
+      skip();
+      if (!v || i_ >= t_.size() || t_[i_] != ')') return std::nullopt;
+      ++i_;
+      return v;
+    }
+    if (i_ < t_.size() && t_[i_] == '$') ++i_;
+    const std::size_t start = i_;
+    while (i_ < t_.size() && name_char(t_[i_])) ++i_;
+    const std::string word = t_.substr(start, i_ - start);
+    if (word.empty()) return std::nullopt;
+    std::string value = word;
+    if (!std::isdigit(static_cast<unsigned char>(word[0]))) {
+      const auto it = vars_.find(word);
+      if (it == vars_.end()) return std::nullopt;
+      value = it->second;
+    }
+    try {
+      std::size_t pos = 0;
+      const long long x = std::stoll(value, &pos);
+      if (pos == value.size()) return x;
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+  }
+  std::optional<long long> product() {
+    auto v = atom();
+    while (v) {
+      skip();
+      if (i_ >= t_.size() || (t_[i_] != '*' && t_[i_] != '/')) break;
+      const char op = t_[i_++];
+      const auto r = atom();
+      if (!r || (op == '/' && *r == 0)) return std::nullopt;
+      v = op == '*' ? *v * *r : *v / *r;
+    }
+    return v;
+  }
+  std::optional<long long> sum() {
+    auto v = product();
+    while (v) {
+      skip();
+      if (i_ >= t_.size() || (t_[i_] != '+' && t_[i_] != '-')) break;
+      const char op = t_[i_++];
+      const auto r = product();
+      if (!r) return std::nullopt;
+      v = op == '+' ? *v + *r : *v - *r;
+    }
+    return v;
+  }
+  const std::string& t_;
+  const std::map<std::string, std::string>& vars_;
+  std::size_t i_ = 0;
+};
+
 // Splits a line into shell words: quotes removed, variables substituted (not inside single
 // quotes), a '#' outside quotes at a word's start ending the line.
 std::vector<Word> shell_words(const Line& l, const std::map<std::string, std::string>& vars, const std::string& file) {
@@ -95,6 +169,16 @@ std::vector<Word> shell_words(const Line& l, const std::map<std::string, std::st
       cur += "$@";  // the script's own arguments: not known here
       in_word = true;
       ++i;
+      continue;
+    }
+    if (c == '$' && s.compare(i, 3, "$((") == 0) {
+      const auto close = s.find("))", i + 3);
+      if (close == std::string::npos) fail(file, l.line_at(i), "unterminated $((...))");
+      const std::string expr = s.substr(i + 3, close - i - 3);
+      const auto v = Arithmetic(expr, vars).eval();
+      cur += v ? std::to_string(*v) : "$((" + expr + "))";  // unknown here: an error only where a mapped key needs it
+      in_word = true;
+      i = close + 1;
       continue;
     }
     if (c == '$' && i + 1 < s.size() && (s[i + 1] == '{' || name_char(s[i + 1]))) {
@@ -224,6 +308,7 @@ VerlLaunch parse_verl_script(const std::string& text, const std::string& file) {
     if (entry == words.end()) continue;
     if (found) fail(file, line.line, "a second verl command (import one launch at a time)");
     found = true;
+    l.entry = entry->text;
     add_words(l, words, static_cast<std::size_t>(entry - words.begin()) + 1, file);
   }
   if (!found) fail(file, 0, "no verl command (python3 -m verl.trainer.main_ppo ...) in the script");
@@ -279,6 +364,15 @@ constexpr VerlDefault kVerlDefaults[] = {
     {"algorithm.use_kl_in_reward", "false", "false"},
     {"trainer.nnodes", "1", "1"},
     {"trainer.n_gpus_per_node", "8", "8"},
+    // The one-step-off and fully-async recipes' rollout devices and async keys:
+    // recipe/one_step_off_policy/config/one_step_off_ppo_trainer.yaml and
+    // recipe/fully_async_policy/config/fully_async_ppo_trainer.yaml.
+    {"rollout.nnodes", "1", "1"},
+    {"rollout.n_gpus_per_node", "8", "8"},
+    {"async_training.staleness_threshold", "0.1", "0.1"},
+    {"async_training.trigger_parameter_sync_step", "4", "4"},
+    {"async_training.require_batches", "1", "1"},
+    {"async_training.partial_rollout", "true", "true"},
 };
 
 // Keys that change performance and that rlsim does not model (yet): a warning when set.
@@ -348,6 +442,7 @@ constexpr const char* kNoEffectPrefixes[] = {
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
     "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+    "actor_rollout_ref.hybrid_engine",  // the recipe's placement says it (colocated for main_ppo)
 };
 
 // The launch's value of a mapped key, or verl's default, with where it came from.
@@ -405,7 +500,7 @@ class Reader {
   }
   // A mapped key whose value names a shell variable the script never assigns.
   void unresolved(const std::string& key, const Value& v) const {
-    if (v.text.find("${") != std::string::npos)
+    if (v.text.find("${") != std::string::npos || v.text.find("$((") != std::string::npos)
       fail(source_, v.line,
            fmt::format("{}={}: the variable is not assigned in the script (assign it there, or give the key after the "
                        "script: rlsim import verl SCRIPT {}=VALUE)",
@@ -562,18 +657,56 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
                      "config.json",
                      path, path, fmt::join(sim::catalog_model_names(), ", ")));
   }
-  // Cluster.
+  // Cluster and placement: main_ppo's hybrid engine shares every device; the recipes give the
+  // rollout its own (rollout.nnodes x rollout.n_gpus_per_node).
+  const bool one_step_off = launch.entry.find("one_step_off") != std::string::npos;
+  const bool fully_async = launch.entry.find("fully_async") != std::string::npos;
   const std::int64_t nodes = r.integer("trainer.nnodes"), per_node = r.integer("trainer.n_gpus_per_node");
   line("cluster:", "");
   line("  device: " + device, "");
-  line(fmt::format("  nodes: {}", nodes), "trainer.nnodes");
-  line(fmt::format("  devices_per_node: {}", per_node), "trainer.n_gpus_per_node");
-  line("placement: {mode: colocated}", "");  // the hybrid engine (main_ppo)
+  if (!one_step_off && !fully_async) {
+    line(fmt::format("  nodes: {}", nodes), "trainer.nnodes");
+    line(fmt::format("  devices_per_node: {}", per_node), "trainer.n_gpus_per_node");
+    line("placement: {mode: colocated}", "");
+  } else {
+    const std::int64_t rnodes = r.integer("rollout.nnodes"), rper = r.integer("rollout.n_gpus_per_node");
+    const bool one_node = nodes == 1 && rnodes == 1;  // trainer and rollout share the node
+    line(fmt::format("  nodes: {}", one_node ? 1 : nodes + rnodes), "");
+    line(fmt::format("  devices_per_node: {}", one_node ? per_node + rper : std::max(per_node, rper)), "");
+    if (!one_node && per_node != rper)
+      out.warnings.push_back(fmt::format("trainer nodes have {} GPUs and rollout nodes {}: the cluster takes {} per node",
+                                         per_node, rper, std::max(per_node, rper)));
+    line("placement:", "");
+    line("  mode: disaggregated", "");
+    line(fmt::format("  rollout_devices: {}", rnodes * rper), "rollout.n_gpus_per_node");
+    line(fmt::format("  train_devices: {}", nodes * per_node), "trainer.n_gpus_per_node");
+    if (one_step_off) {
+      line("schedule: {mode: one-step-off}", "");
+    } else {
+      line("schedule:", "");
+      line("  mode: async", "");
+      line(fmt::format("  staleness: {}", r.number("async_training.staleness_threshold")), "async_training.staleness_threshold");
+      line(fmt::format("  partial_rollout: {}", r.boolean("async_training.partial_rollout")), "async_training.partial_rollout");
+    }
+  }
   // Workload: GRPO groups of n samples per prompt.
-  const std::int64_t prompts = r.integer("data.train_batch_size"), n = r.integer("actor_rollout_ref.rollout.n");
+  // Fully async: a trainer step takes require_batches mini-batches and the weights reach the
+  // rollout every trigger_parameter_sync_step steps; rlsim's step is one weight update.
+  const std::int64_t async_batches =
+      fully_async ? r.integer("async_training.require_batches") * r.integer("async_training.trigger_parameter_sync_step") : 1;
+  const std::int64_t prompts =
+      fully_async ? r.integer("actor_rollout_ref.actor.ppo_mini_batch_size") * async_batches : r.integer("data.train_batch_size");
+  const std::int64_t n = r.integer("actor_rollout_ref.rollout.n");
   const std::int64_t max_prompt = r.integer("data.max_prompt_length"), max_response = r.integer("data.max_response_length");
   line("workload:", "");
-  line(fmt::format("  prompts_per_step: {}", prompts), "data.train_batch_size");
+  if (fully_async) {
+    line(fmt::format("  prompts_per_step: {}", prompts), "");
+    y.pop_back();
+    y += fmt::format("  # ppo_mini_batch_size x require_batches x trigger_parameter_sync_step ({} x {})\n",
+                     r.integer("actor_rollout_ref.actor.ppo_mini_batch_size"), async_batches);
+  } else {
+    line(fmt::format("  prompts_per_step: {}", prompts), "data.train_batch_size");
+  }
   line(fmt::format("  samples_per_prompt: {}", n), "actor_rollout_ref.rollout.n");
   if (lengths) {
     // The log's prompts: uniform with its mean, up to its max; responses: a lognormal clipped at

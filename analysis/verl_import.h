@@ -20,6 +20,9 @@ struct VerlOverride {
 /// them in order, so for a key given twice the last wins).
 struct VerlLaunch {
   std::string config_name = "ppo_trainer";  // --config-name; ppo_megatron_trainer selects Megatron defaults
+  /// The module run: verl.trainer.main_ppo (colocated, synchronous), recipe.one_step_off_policy.*
+  /// (disaggregated, one step off) or recipe.fully_async_policy.* (disaggregated, asynchronous).
+  std::string entry = "verl.trainer.main_ppo";
   std::vector<VerlOverride> overrides;
   /// The value of `key`: its last override, else "" (not set).
   std::string get(const std::string& key) const;
@@ -27,7 +30,7 @@ struct VerlLaunch {
 
 /// Reads a launch script. Line continuations (a trailing backslash) are joined; shell variables
 /// assigned before the command (`NAME=value`, `export NAME=value`) are substituted into it
-/// (`$NAME`, `${NAME}`, `${NAME:-default}`; one of the environment stays `${NAME}`, an error only
+/// (`$NAME`, `${NAME}`, `${NAME:-default}`, integer `$((A - B))`; one of the environment stays `${NAME}`, an error only
 /// where a mapped key needs its value); the words of the command that runs
 /// `verl.trainer.main_ppo` (or a recipe's main module, `*.main_ppo` / `*main*` under `python -m`)
 /// are split as the shell splits them (single and double quotes); `$@` and `"$@"` are skipped;

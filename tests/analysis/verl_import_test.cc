@@ -149,6 +149,40 @@ TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
             std::string::npos);
 }
 
+// The recipes: one-step-off splits the devices (shell arithmetic included), fully async also
+// sets the staleness and a weight update's batch.
+TEST(VerlImport, OneStepOffAndFullyAsyncRecipes) {
+  std::ifstream in(fs::path(RLSIM_SOURCE_DIR) / "tests/data/verl/one_step_off_qwen3_8b.sh");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const VerlLaunch l = parse_verl_script(ss.str(), "osp.sh");
+  EXPECT_EQ(l.get("trainer.n_gpus_per_node"), "6");  // $((NGPUS_PER_NODE - n_gpus_rollout))
+  const VerlImport imp = import_verl(l, "h20", "", "osp.sh");
+  const sim::Scenario s = load(imp.yaml);
+  EXPECT_EQ(s.placement.mode, sim::PlacementMode::kDisaggregated);
+  EXPECT_EQ(s.placement.rollout_devices, 2);
+  EXPECT_EQ(s.placement.train_devices, 6);
+  EXPECT_EQ(s.cluster.devices(), 8);
+  EXPECT_EQ(s.schedule.mode, sim::ScheduleMode::kOneStepOff);
+  EXPECT_EQ(s.training.backend, sim::TrainingBackend::kFsdp);  // fsdp2
+  EXPECT_EQ(s.training.mini_batches, 6);                       // 1152 / 192
+  for (const auto& w : imp.warnings) EXPECT_EQ(w.find("hybrid_engine"), std::string::npos) << w;
+
+  const VerlLaunch a = parse_verl_script(
+      "python3 -m recipe.fully_async_policy.fully_async_main actor_rollout_ref.model.path=Qwen/Qwen3-8B \\\n"
+      "  actor_rollout_ref.actor.ppo_mini_batch_size=32 async_training.require_batches=2 \\\n"
+      "  async_training.trigger_parameter_sync_step=2 trainer.nnodes=2 rollout.nnodes=2 data.max_response_length=2048\n",
+      "async.sh");
+  const sim::Scenario t = load(import_verl(a, "h20", "", "async.sh").yaml);
+  EXPECT_EQ(t.schedule.mode, sim::ScheduleMode::kAsync);
+  EXPECT_DOUBLE_EQ(t.schedule.staleness, 0.1);  // the recipe's default
+  EXPECT_TRUE(t.schedule.partial_rollout);
+  EXPECT_EQ(t.workload.prompts_per_step, 128);  // 32 x 2 x 2 prompts per weight update
+  EXPECT_EQ(t.training.mini_batches, 4);
+  EXPECT_EQ(t.cluster.nodes, 4);
+  EXPECT_EQ(t.placement.rollout_devices, 16);
+}
+
 // A console log sets the lengths: the fitted lognormal clipped at max_response_length has the
 // log's clip ratio and mean (closed form, checked here by sampling-free integration).
 TEST(VerlImport, ConsoleLogSetsTheLengthDistributions) {
