@@ -592,8 +592,11 @@ std::pair<double, double> fit_clipped_lognormal(double mean, double clip_ratio, 
   return {std::exp(mu_of(sigma)), sigma};
 }
 
-VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) {
-  VerlLogLengths out;
+namespace {
+
+// The numeric fields of every `step:N - key:value - ...` line of a console log, with its line.
+std::vector<std::pair<int, std::map<std::string, double>>> step_lines(const std::string& text) {
+  std::vector<std::pair<int, std::map<std::string, double>>> out;
   std::istringstream in(text);
   std::string raw;
   int n = 0;
@@ -608,12 +611,47 @@ VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) 
       const std::string field = raw.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
       const auto colon = field.find(':');
       if (colon != std::string::npos) {
-        const std::string key = field.substr(0, colon);
-        if (const auto v = log_number(field.substr(colon + 1))) kv[key] = *v;
+        if (const auto v = log_number(field.substr(colon + 1))) kv[field.substr(0, colon)] = *v;
       }
       if (end == std::string::npos) break;
       pos = end + 3;
     }
+    out.emplace_back(n, std::move(kv));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, double>> verl_log_phase_times(const std::string& text, const std::string& file) {
+  std::vector<std::map<std::string, double>> steps;
+  for (auto& [line, kv] : step_lines(text)) {
+    if (kv.count("timing_s/step")) steps.push_back(std::move(kv));
+  }
+  if (steps.empty()) fail(file, 0, "no step line with timing_s/step (a verl console log: step:N - key:value - ...)");
+  const std::size_t first = steps.size() > 1 ? 1 : 0;
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [key, figure] : {std::pair{"timing_s/gen", "phase.rollout"},
+                                    {"timing_s/old_log_prob", "phase.old_logprob"},
+                                    {"timing_s/ref", "phase.reference"},
+                                    {"timing_s/update_actor", "phase.actor_update"},
+                                    {"timing_s/step", "step_time"}}) {
+    double sum = 0;
+    int n = 0;
+    for (std::size_t i = first; i < steps.size(); ++i) {
+      if (const auto it = steps[i].find(key); it != steps[i].end()) {
+        sum += it->second;
+        ++n;
+      }
+    }
+    if (n > 0) out.emplace_back(figure, sum / n);
+  }
+  return out;
+}
+
+VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) {
+  VerlLogLengths out;
+  for (auto& [n, kv] : step_lines(text)) {
     if (!kv.count("response_length/mean")) continue;  // a step line of another kind
     for (const char* k : {"response_length/max", "prompt_length/mean", "prompt_length/max"}) {
       if (!kv.count(k)) fail(file, n, fmt::format("a step line with response_length/mean but no {}", k));

@@ -55,6 +55,13 @@ struct VerlLogLengths {
 /// `file` when there is no step line.
 VerlLogLengths parse_verl_log(const std::string& text, const std::string& file);
 
+/// The phase times of a verl console log as rlsim figures, in seconds: the means over its step
+/// lines (the first left out, as warm-up, when there are several) of timing_s/gen (phase.rollout),
+/// timing_s/old_log_prob (phase.old_logprob), timing_s/ref (phase.reference),
+/// timing_s/update_actor (phase.actor_update) and timing_s/step (step_time), each when present.
+/// Throws sim::ScenarioError naming `file` when no step line has timing_s/step.
+std::vector<std::pair<std::string, double>> verl_log_phase_times(const std::string& text, const std::string& file);
+
 /// A response-length distribution that reproduces a log's figures: lognormal(median, sigma)
 /// clipped at `max_tokens` (max_response_length), with P(X >= max) = clip_ratio and E[min(X, max)]
 /// = mean (closed form: E[min(X, M)] = e^(mu + sigma^2/2) Phi((ln M - mu - sigma^2) / sigma) +

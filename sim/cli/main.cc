@@ -490,6 +490,10 @@ CLI::App* add_calibrate(CLI::App& app, cli::CalibrateOptions& cao) {
   calibrate->add_option("--out,-o", cao.out, "Output directory (calibration.yaml, calibration.csv)")->capture_default_str();
   calibrate->add_option("--start", cao.start,
                         "Calibration to start from (default: every fitted parameter at its prior, the rest built-in)");
+  calibrate->add_option("--verl-log", cao.verl_log,
+                        "A verl console log of the run the one scenario given describes: fit what it identifies (its phase "
+                        "times: timing_s/gen, old_log_prob, ref, update_actor, step) from the built-in calibration; prints "
+                        "measured vs predicted per phase before and after");
   calibrate->add_option("--jobs,-j", cao.jobs, "Threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   calibrate->add_flag("--no-loo", cao.no_loo, "Skip the leave-one-out refits");
   calibrate->add_flag("--quiet,-q", cao.quiet, "Print only the summary lines");

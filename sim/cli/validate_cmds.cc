@@ -5,13 +5,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "analysis/calibrate.h"
 #include "analysis/output_dir.h"
 #include "analysis/validation.h"
+#include "analysis/verl_import.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/units.h"
 
@@ -61,16 +67,80 @@ int cmd_validate(const ValidateOptions& o, std::ostream& out, std::ostream& err)
   return st.out_of_band == 0 ? 0 : 1;
 }
 
-int cmd_calibrate(const CalibrateOptions& o, std::ostream& out, std::ostream& err) {
+namespace {
+
+// A scenario and a verl console log as a validation record: the scenario's text with a
+// `validation:` block of the log's phase times, written beside it (its relative paths hold) and
+// removed when this goes.
+class LogRecord {
+ public:
+  LogRecord(const std::string& scenario, const std::string& log) {
+    const std::string text = read_file_text(scenario);
+    if (analysis::has_validation_block(scenario))
+      throw sim::ScenarioError(scenario + ": already a validation record; --verl-log takes a plain scenario");
+    const auto times = analysis::verl_log_phase_times(read_file_text(log), log);
+    std::string block = fmt::format("\nvalidation:\n  source: \"verl console log {}\"\n  figures:\n", log);
+    for (const auto& [figure, seconds] : times)
+      block += fmt::format("    - {{figure: {}, published: {:.6g} s, tolerance: 0.25}}\n", figure, seconds);
+    const std::filesystem::path p(scenario);
+    path_ = (p.parent_path() / fmt::format(".{}.verl-log.yaml", p.stem().string())).string();
+    std::ofstream f(path_, std::ios::binary);
+    f << text << (text.empty() || text.back() == '\n' ? "" : "\n") << block;
+    if (!f) throw std::runtime_error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
+  }
+  ~LogRecord() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  LogRecord(const LogRecord&) = delete;
+  LogRecord& operator=(const LogRecord&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  static std::string read_file_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw sim::ScenarioError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  std::string path_;
+};
+
+// Measured vs predicted per figure of one record, before (the start calibration) and after.
+void print_before_after(std::ostream& out, const std::vector<analysis::FigureOutcome>& before,
+                        const std::vector<analysis::FigureOutcome>& after) {
+  out << fmt::format("{:<22} {:>12} {:>12} {:>8} {:>12} {:>8}\n", "figure", "measured s", "before s", "error", "after s",
+                     "error");
+  for (std::size_t i = 0; i < before.size() && i < after.size(); ++i) {
+    out << fmt::format("{:<22} {:>12.2f} {:>12.2f} {:>+7.1f}% {:>12.2f} {:>+7.1f}%\n", before[i].figure, before[i].published,
+                       before[i].predicted, 100 * before[i].error, after[i].predicted, 100 * after[i].error);
+  }
+}
+
+}  // namespace
+
+int cmd_calibrate(const CalibrateOptions& o_in, std::ostream& out, std::ostream& err) {
   const auto t0 = std::chrono::steady_clock::now();
+  CalibrateOptions o = o_in;
+  std::optional<LogRecord> log_record;
+  if (!o.verl_log.empty()) {
+    if (o.records.size() != 1) throw sim::ScenarioError("rlsim calibrate --verl-log: give exactly one scenario, the run's");
+    log_record.emplace(o.records.front(), o.verl_log);
+    o.records = {log_record->path()};
+    o.no_loo = true;  // one record: nothing to leave out
+  }
   sim::Calibration start = o.start.empty() ? sim::builtin_calibration() : sim::load_calibration(o.start);
   const auto records = load_records(o.records, start);
   const auto params = analysis::calibration_parameters(records);
   // Without --start every fitted parameter starts at its documented prior, so that refitting
-  // the built-in calibration (itself a fit) does not walk from one local optimum to the next.
-  if (o.start.empty()) {
+  // the built-in calibration (itself a fit) does not walk from one local optimum to the next. A
+  // single run's log adjusts the built-in fit instead.
+  if (o.start.empty() && o.verl_log.empty()) {
     for (const auto& p : params) p.ref(start) = p.prior;
   }
+  std::vector<analysis::FigureOutcome> before;
+  if (log_record) before = analysis::compare(records, analysis::simulate_records(records, nullptr, cores(o.jobs)));
   analysis::CalibrateOptions co;
   co.jobs = cores(o.jobs);
   co.leave_one_out = !o.no_loo;
@@ -114,6 +184,11 @@ int cmd_calibrate(const CalibrateOptions& o, std::ostream& out, std::ostream& er
     analysis::write_text(tmp / "records.csv", rec_csv);
   });
 
+  if (log_record && !o.quiet) {
+    out << fmt::format("rlsim calibrate --verl-log {}: the run's phases, measured vs predicted\n", o.verl_log);
+    print_before_after(out, before, fit.outcomes);
+    out << "\n";
+  }
   if (!o.quiet) {
     out << fmt::format("{:<36} {:>12} {:>12} {:>12} {:>12}  {}\n", "parameter", "fitted", "lower", "upper", "prior",
                        "constrained by");

@@ -29,6 +29,10 @@ struct CalibrateOptions {
   int jobs = 0;
   bool no_loo = false;
   bool quiet = false;
+  /// A verl console log: fit what this one run identifies (the phases of `records`' single
+  /// scenario, from timing_s/gen, old_log_prob, ref, update_actor, step) starting from the
+  /// built-in calibration, and print measured vs predicted per phase before and after.
+  std::string verl_log;
 };
 
 /// Fits the parameters, prints them (value, bounds, prior, the records that constrain each), the

@@ -284,6 +284,14 @@ check "import verl: unmodelled keys are warnings with their line" grep -q "line 
 check "import verl: the imported scenario runs" test -s "$WORK/imported_run/summary.json"
 "$RLSIM" import verl -- actor_rollout_ref.model.path=Qwen/Qwen3-8B data.train_batch_size=512 >"$WORK/import2.yaml" 2>/dev/null
 check "import verl -- KEY=VALUE: verl defaults for the rest" grep -q "max_num_seqs: 1024 .*(verl default)" "$WORK/import2.yaml"
+printf 'step:1 - timing_s/gen:900 - timing_s/old_log_prob:50 - timing_s/ref:45 - timing_s/update_actor:160 - timing_s/step:1200\nstep:2 - timing_s/gen:np.float64(600.5) - timing_s/old_log_prob:40 - timing_s/ref:38 - timing_s/update_actor:150 - timing_s/step:860\n' >"$WORK/verl_timing.log"
+"$RLSIM" calibrate "$WORK/imported.yaml" --verl-log "$WORK/verl_timing.log" --out "$WORK/cal_verl" >"$WORK/cal_verl.txt" 2>/dev/null
+check "calibrate --verl-log: exit 0 and a calibration.yaml" test $? -eq 0 -a -s "$WORK/cal_verl/calibration.yaml"
+awk '$1 == "phase.rollout" {m = $2; b = $3; a = $5} END {exit !(m == 600.50 && (a - m) ^ 2 < (b - m) ^ 2)}' "$WORK/cal_verl.txt"
+check "calibrate --verl-log: measured (step 1 left out) vs predicted, closer after than before" test $? -eq 0
+check "calibrate --verl-log: no temporary record left" test -z "$(ls -A "$WORK" | grep verl-log.yaml)"
+"$RLSIM" run "$WORK/imported.yaml" --calibration "$WORK/cal_verl/calibration.yaml" --out "$WORK/run_verl_cal" -q --no-plots --no-trace
+check "calibrate --verl-log: its calibration.yaml runs the scenario" test $? -eq 0
 "$RLSIM" import verl "$SRC/tests/data/verl/run_qwen3_8b_grpo.sh" --device h1000 >/dev/null 2>"$WORK/import_bad.err"
 check "import verl: unknown device is bad input (2) with the catalog" test $? -eq 2 -a -n "$(grep 'unknown device' "$WORK/import_bad.err")"
 
