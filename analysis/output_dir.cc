@@ -1,7 +1,10 @@
 #include "analysis/output_dir.h"
 
 #include <csv.h>
+#include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 
@@ -20,7 +23,34 @@ std::string csv_field(const std::string& s) {
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::string tmp_name = ".";  // built stepwise: GCC 12 warns (-Wrestrict, false positive) on "." + string&&
+  tmp_name += path.filename().string();
+  tmp_name += ".tmp";
+  const fs::path tmp = parent / tmp_name;
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    out.flush();
+    if (!out) {
+      const std::string why = std::strerror(errno);
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), why));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignore;
+    fs::remove(tmp, ignore);
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), ec.message()));
+  }
 }
 
 void write_directory(const fs::path& dir_in, const std::function<void(const fs::path& tmp)>& fill) {

@@ -11,8 +11,14 @@ namespace rlsim::analysis {
 /// quote or line break.
 std::string csv_field(const std::string& s);
 
-/// Writes `text` to `path` (binary, as is). Throws std::runtime_error naming the file on failure.
+/// Writes `text` to `path` (binary, as is). Throws std::runtime_error naming the file and the
+/// system's reason on failure.
 void write_text(const std::filesystem::path& path, const std::string& text);
+
+/// Writes `text` to `path` through a sibling temporary file `.NAME.tmp` renamed over it, so a reader
+/// sees the old file or the whole new one. Throws std::runtime_error naming the file and the
+/// system's reason; the temporary file is removed.
+void write_file(const std::filesystem::path& path, const std::string& text);
 
 /// Calls `fill(tmp)` to write every file into a fresh sibling temporary directory `.NAME.tmp`,
 /// then replaces `dir` with it by a rename (an existing `dir` is removed first). When `fill`

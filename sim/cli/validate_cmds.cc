@@ -5,13 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "analysis/calibrate.h"
@@ -20,6 +16,7 @@
 #include "analysis/verl_import.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/units.h"
+#include "sim/scenario/yaml_file.h"
 
 namespace rlsim::cli {
 
@@ -75,18 +72,16 @@ namespace {
 class LogRecord {
  public:
   LogRecord(const std::string& scenario, const std::string& log) {
-    const std::string text = read_file_text(scenario);
+    const std::string text = sim::read_input_file(scenario, "scenario file");
     if (analysis::has_validation_block(scenario))
       throw sim::ScenarioError(scenario + ": already a validation record; --verl-log takes a plain scenario");
-    const auto times = analysis::verl_log_phase_times(read_file_text(log), log);
+    const auto times = analysis::verl_log_phase_times(sim::read_input_file(log, "verl console log"), log);
     std::string block = fmt::format("\nvalidation:\n  source: \"verl console log {}\"\n  figures:\n", log);
     for (const auto& [figure, seconds] : times)
       block += fmt::format("    - {{figure: {}, published: {:.6g} s, tolerance: 0.25}}\n", figure, seconds);
     const std::filesystem::path p(scenario);
     path_ = (p.parent_path() / fmt::format(".{}.verl-log.yaml", p.stem().string())).string();
-    std::ofstream f(path_, std::ios::binary);
-    f << text << (text.empty() || text.back() == '\n' ? "" : "\n") << block;
-    if (!f) throw std::runtime_error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
+    analysis::write_text(path_, text + (text.empty() || text.back() == '\n' ? "" : "\n") + block);
   }
   ~LogRecord() {
     std::error_code ec;
@@ -97,13 +92,6 @@ class LogRecord {
   const std::string& path() const { return path_; }
 
  private:
-  static std::string read_file_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw sim::ScenarioError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
   std::string path_;
 };
 

@@ -5,7 +5,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -44,14 +46,6 @@ YAML::Node parse_yaml_text(const std::string& text, const std::string& file) {
   } catch (const YAML::Exception& e) {
     throw ScenarioError(fmt::format("{}:{}:{}: YAML syntax error: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
-}
-
-std::string read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ScenarioError(fmt::format("{}: cannot open {}", path, what));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Devices ---------------------------------------------------------------------------------------
@@ -243,7 +237,7 @@ Recipe parse_recipe(const Source& src, const YAML::Node& n, const std::string& p
 // Workload --------------------------------------------------------------------------------------
 
 std::vector<std::int64_t> read_csv_column(const std::string& file, const std::string& column) {
-  const std::string text = read_file(file, "length trace");
+  const std::string text = read_input_file(file, "length trace");
   struct State {
     std::vector<std::string> row;
     std::vector<std::vector<std::string>> rows;
@@ -392,7 +386,15 @@ void apply_override(YAML::Node& root, const std::string& text, Source& src) {
 }  // namespace
 
 YAML::Node load_yaml_file(const std::string& path, const std::string& what) {
-  return parse_yaml_text(read_file(path, what), path);
+  return parse_yaml_text(read_input_file(path, what), path);
+}
+
+std::string read_input_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScenarioError(fmt::format("{}: cannot open {} ({})", path, what, std::strerror(errno)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::string InputLocation::prefix() const {
