@@ -135,12 +135,7 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
   const auto tokenizer =
       models::load_tokenizer(o.tokenizer ? *o.tokenizer : default_tokenizer(*o.model, "rlsim drift"), weights.config.vocab);
   const std::vector<std::string> texts = o.prompt_file ? read_prompt_file(*o.prompt_file) : analysis::default_drift_prompts();
-  const int bos = weights.config.bos >= 0 ? weights.config.bos : tokenizer->bos();
-  for (int i = 0; i < n_prompts; ++i) {
-    std::vector<int> ids = tokenizer->encode(texts[static_cast<std::size_t>(i) % texts.size()], false);
-    if (bos >= 0) ids.insert(ids.begin(), bos);
-    d.prompts.push_back(std::move(ids));
-  }
+  d.prompts = encode_prompts(*tokenizer, weights.config, texts, n_prompts);
   const std::string dir = o.out ? *o.out : o.file.empty() ? "out/drift" : "out/" + fs::path(o.file).stem().string();
   if (!o.quiet) {
     err << fmt::format(

@@ -47,6 +47,18 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+std::vector<std::vector<int>> encode_prompts(const models::Tokenizer& tokenizer, const models::TransformerConfig& config,
+                                             const std::vector<std::string>& texts, int count) {
+  const int bos = config.bos >= 0 ? config.bos : tokenizer.bos();
+  std::vector<std::vector<int>> out;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int> ids = tokenizer.encode(texts[static_cast<std::size_t>(i) % texts.size()], false);
+    if (bos >= 0) ids.insert(ids.begin(), bos);
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
 std::string default_tokenizer(const std::string& model, std::string_view command) {
   const fs::path p(model);
   if (fs::is_directory(p)) return (p / "tokenizer.json").string();

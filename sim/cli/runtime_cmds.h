@@ -8,7 +8,15 @@
 #include <string_view>
 #include <vector>
 
+#include "models/runtime/model.h"
+#include "models/runtime/tokenizer.h"
+
 namespace rlsim::cli {
+
+/// `count` prompts as token ids: `texts` cycled, each encoded by `tokenizer` behind the model's BOS
+/// (config.bos, else the tokenizer's; none when negative).
+std::vector<std::vector<int>> encode_prompts(const models::Tokenizer& tokenizer, const models::TransformerConfig& config,
+                                             const std::vector<std::string>& texts, int count);
 
 /// The tokenizer beside a model: tokenizer.json in a Hugging Face directory; for a checkpoint
 /// file, tokenizer.bin or the single tok*.bin in its directory. Throws sim::ScenarioError

@@ -131,12 +131,8 @@ Run run_one(const TrainFile& f, const std::string& config, bool quiet, std::ostr
   const models::ModelWeights weights = models::load_model(f.model);
   const auto tokenizer =
       models::load_tokenizer(f.tokenizer.empty() ? default_tokenizer(f.model, "rlsim train") : f.tokenizer, weights.config.vocab);
-  std::vector<std::vector<int>> prompts;
-  for (const std::string& text : analysis::default_drift_prompts()) {
-    std::vector<int> ids = tokenizer->encode(text, false);
-    ids.insert(ids.begin(), weights.config.bos >= 0 ? weights.config.bos : tokenizer->bos());
-    prompts.push_back(std::move(ids));
-  }
+  const auto& texts = analysis::default_drift_prompts();
+  const std::vector<std::vector<int>> prompts = encode_prompts(*tokenizer, weights.config, texts, static_cast<int>(texts.size()));
   double used = 0;
   for (int i = 0; i < f.grpo.prompts_per_step; ++i)
     used += static_cast<double>(prompts[static_cast<std::size_t>(i) % prompts.size()].size());
