@@ -286,11 +286,16 @@ void add_words(VerlLaunch& l, const std::vector<Word>& words, std::size_t from, 
 
 }  // namespace
 
-std::string VerlLaunch::get(const std::string& key) const {
+const VerlOverride* VerlLaunch::last(const std::string& key) const {
   for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
-    if (it->key == key) return it->value;
+    if (it->key == key) return &*it;
   }
-  return "";
+  return nullptr;
+}
+
+std::string VerlLaunch::get(const std::string& key) const {
+  const VerlOverride* o = last(key);
+  return o ? o->value : "";
 }
 
 VerlLaunch parse_verl_script(const std::string& text, const std::string& file) {
@@ -460,9 +465,7 @@ class Reader {
   bool megatron() const { return megatron_; }
 
   Value value(const std::string& key) const {
-    for (auto it = l_.overrides.rbegin(); it != l_.overrides.rend(); ++it) {
-      if (it->key == key) return {it->value, it->line, true};
-    }
+    if (const VerlOverride* o = l_.last(key)) return {o->value, o->line, true};
     for (const auto& d : kVerlDefaults) {
       if (key == d.key) return {megatron_ ? d.megatron : d.fsdp, 0, false};
     }

@@ -24,6 +24,8 @@ struct VerlLaunch {
   /// (disaggregated, one step off) or recipe.fully_async_policy.* (disaggregated, asynchronous).
   std::string entry = "verl.trainer.main_ppo";
   std::vector<VerlOverride> overrides;
+  /// The last override of `key`, or null when the launch does not set it.
+  const VerlOverride* last(const std::string& key) const;
   /// The value of `key`: its last override, else "" (not set).
   std::string get(const std::string& key) const;
 };
