@@ -137,12 +137,7 @@ TrainableModel<S>::TrainableModel(const ModelWeights& init, std::optional<Recipe
   p_.final_norm = to<S>(init.final_norm);
   if (!c_.tied_embeddings) p_.lm_head = to<S>(init.lm_head);
   g_ = p_.zeros_like();
-  inv_freq_.resize(static_cast<std::size_t>(c_.head_dim / 2));
-  for (int j = 0; j < c_.head_dim / 2; ++j) {
-    // As the runtime computes them (in float), so the FP32 trainer and runtime rotate alike.
-    inv_freq_[static_cast<std::size_t>(j)] =
-        static_cast<S>(1.0f / std::pow(c_.rope_theta, static_cast<float>(2 * j) / static_cast<float>(c_.head_dim)));
-  }
+  for (const float f : rope_inv_freq(c_)) inv_freq_.push_back(static_cast<S>(f));
 }
 
 template <typename S>

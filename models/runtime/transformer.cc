@@ -101,6 +101,14 @@ void round_to_format(float* x, std::int64_t rows, std::int64_t cols, const Forma
   round_rows(x, rows, cols, f, static_tensor_scale);
 }
 
+std::vector<float> rope_inv_freq(const TransformerConfig& c) {
+  std::vector<float> f(static_cast<std::size_t>(c.head_dim / 2));
+  for (int j = 0; j < c.head_dim / 2; ++j) {
+    f[static_cast<std::size_t>(j)] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(c.head_dim));
+  }
+  return f;
+}
+
 RuntimePrecision runtime_precision(std::string_view name) {
   if (name == "fp32") return RuntimePrecision{};
   try {
@@ -151,12 +159,7 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, Kerne
     layers_.push_back(std::move(l));
   }
   head_ = make("lm_head", c.vocab, d, head);
-  inv_freq_.resize(static_cast<std::size_t>(c.head_dim / 2));
-  for (int j = 0; j < c.head_dim / 2; ++j) {
-    // llama2.c run.c and HF LlamaRotaryEmbedding alike: 1 / theta^(2j / head_dim) in FP32.
-    inv_freq_[static_cast<std::size_t>(j)] =
-        1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(c.head_dim));
-  }
+  inv_freq_ = rope_inv_freq(c);
   k_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
   v_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
   // A fresh load: the loader's copy, then quantise and transform.

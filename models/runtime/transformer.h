@@ -25,6 +25,11 @@ struct RuntimePrecision {
   std::optional<Recipe> recipe;  // nullopt: fp32
 };
 
+/// RoPE inverse frequencies [head_dim / 2]: 1 / theta^(2j / head_dim) in FP32, as llama2.c run.c and
+/// Hugging Face LlamaRotaryEmbedding compute them (shared by the runtime and the trainer, so both
+/// rotate alike).
+std::vector<float> rope_inv_freq(const TransformerConfig& c);
+
 /// "fp32" or a built-in recipe name; throws std::invalid_argument listing the valid names.
 RuntimePrecision runtime_precision(std::string_view name);
 
