@@ -187,9 +187,11 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   const double per_layer_inputs = mb_tokens * m.hidden * hidden_bytes_;
   // Working set of one transformer layer in backward (Korthikanti et al. 2022, "Reducing
   // Activation Recomputation", eq. 2 without the s*a attention term, since flash attention keeps
-  // no score matrix): 34 s b h bytes, with the FFN width correction 2 * 3 * intermediate.
+  // no score matrix): 34 s b h bytes at 16 bits, i.e. 17 elements per token and hidden unit: 9 h
+  // (attention, norms, FFN input) + 2 x 4h (the GeLU FFN's two intermediate tensors). A gated
+  // (SwiGLU) FFN keeps three intermediate tensors: 9 h + 3 ffn elements of hidden_bytes_ each.
   const double ffn = m.moe ? static_cast<double>(m.moe->expert_intermediate) * m.moe->active : m.intermediate;
-  const double layer_working = mb_tokens * (18.0 * m.hidden + 6.0 * ffn) * hidden_bytes_ / t.tensor_parallel;
+  const double layer_working = mb_tokens * (9.0 * m.hidden + 3.0 * ffn) * hidden_bytes_ / t.tensor_parallel;
   const double layers_here = static_cast<double>(m.layers) / t.pipeline_parallel;
   mem.activations = t.activation_checkpointing ? per_layer_inputs * layers_here / t.tensor_parallel + layer_working
                                                : layer_working * layers_here;
