@@ -10,274 +10,41 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "analysis/launch_script.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::analysis {
 namespace {
 
-using sim::ScenarioError;
-
-[[noreturn]] void fail(const std::string& file, int line, const std::string& what) {
-  sim::InputLocation where;
-  where.file = file;
-  where.line = line;
-  where.column = line > 0 ? 1 : 0;
-  throw ScenarioError(where, what);
-}
-
-// A logical line of the script (continuations joined), the physical line it starts on and the
-// offsets in `text` where each following physical line starts.
-struct Line {
-  std::string text;
-  int line = 0;
-  std::vector<std::size_t> breaks;
-  int line_at(std::size_t offset) const {
-    return line + static_cast<int>(std::upper_bound(breaks.begin(), breaks.end(), offset) - breaks.begin());
-  }
-};
-
-// A shell word and the 1-based script line it starts on.
-struct Word {
-  std::string text;
-  int line = 0;
-};
-
-std::vector<Line> logical_lines(const std::string& text) {
-  std::vector<Line> out;
-  std::istringstream in(text);
-  std::string raw;
-  Line cur;
-  bool open = false;
-  int n = 0;
-  while (std::getline(in, raw)) {
-    ++n;
-    if (!raw.empty() && raw.back() == '\r') raw.pop_back();
-    if (!open) {
-      cur = Line{"", n, {}};
-      open = true;
-    } else {
-      cur.breaks.push_back(cur.text.size());
-    }
-    if (!raw.empty() && raw.back() == '\\') {
-      cur.text += raw.substr(0, raw.size() - 1) + " ";
-      continue;
-    }
-    cur.text += raw;
-    out.push_back(cur);
-    open = false;
-  }
-  if (open) out.push_back(cur);
-  return out;
-}
-
-bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-
-// Shell integer arithmetic of `$(( ... ))`: + - * / and parentheses over integers and variable
-// names (an unknown name is an error); nullopt when the text is not such an expression.
-class Arithmetic {
- public:
-  Arithmetic(const std::string& text, const std::map<std::string, std::string>& vars) : t_(text), vars_(vars) {}
-  std::optional<long long> eval() {
-    const auto v = sum();
-    skip();
-    if (!v || i_ != t_.size()) return std::nullopt;
-    return v;
-  }
-
- private:
-  void skip() {
-    while (i_ < t_.size() && std::isspace(static_cast<unsigned char>(t_[i_]))) ++i_;
-  }
-  std::optional<long long> atom() {
-    skip();
-    if (i_ < t_.size() && t_[i_] == '(') {
-      ++i_;
-      const auto v = sum();
-      skip();
-      if (!v || i_ >= t_.size() || t_[i_] != ')') return std::nullopt;
-      ++i_;
-      return v;
-    }
-    if (i_ < t_.size() && t_[i_] == '$') ++i_;
-    const std::size_t start = i_;
-    while (i_ < t_.size() && name_char(t_[i_])) ++i_;
-    const std::string word = t_.substr(start, i_ - start);
-    if (word.empty()) return std::nullopt;
-    std::string value = word;
-    if (!std::isdigit(static_cast<unsigned char>(word[0]))) {
-      const auto it = vars_.find(word);
-      if (it == vars_.end()) return std::nullopt;
-      value = it->second;
-    }
-    try {
-      std::size_t pos = 0;
-      const long long x = std::stoll(value, &pos);
-      if (pos == value.size()) return x;
-    } catch (const std::exception&) {
-    }
-    return std::nullopt;
-  }
-  std::optional<long long> product() {
-    auto v = atom();
-    while (v) {
-      skip();
-      if (i_ >= t_.size() || (t_[i_] != '*' && t_[i_] != '/')) break;
-      const char op = t_[i_++];
-      const auto r = atom();
-      if (!r || (op == '/' && *r == 0)) return std::nullopt;
-      v = op == '*' ? *v * *r : *v / *r;
-    }
-    return v;
-  }
-  std::optional<long long> sum() {
-    auto v = product();
-    while (v) {
-      skip();
-      if (i_ >= t_.size() || (t_[i_] != '+' && t_[i_] != '-')) break;
-      const char op = t_[i_++];
-      const auto r = product();
-      if (!r) return std::nullopt;
-      v = op == '+' ? *v + *r : *v - *r;
-    }
-    return v;
-  }
-  const std::string& t_;
-  const std::map<std::string, std::string>& vars_;
-  std::size_t i_ = 0;
-};
-
-// Splits a line into shell words: quotes removed, variables substituted (not inside single
-// quotes), a '#' outside quotes at a word's start ending the line.
-std::vector<Word> shell_words(const Line& l, const std::map<std::string, std::string>& vars, const std::string& file) {
-  std::vector<Word> words;
-  std::string cur;
-  std::size_t start = 0;
-  bool in_word = false;
-  char quote = 0;
-  const std::string& s = l.text;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (!in_word && quote == 0) start = i;
-    if (quote == '\'') {
-      if (c == '\'')
-        quote = 0;
-      else
-        cur += c;
-      continue;
-    }
-    if (c == '$' && i + 1 < s.size() && (s[i + 1] == '@' || s[i + 1] == '*')) {
-      cur += "$@";  // the script's own arguments: not known here
-      in_word = true;
-      ++i;
-      continue;
-    }
-    if (c == '$' && s.compare(i, 3, "$((") == 0) {
-      const auto close = s.find("))", i + 3);
-      if (close == std::string::npos) fail(file, l.line_at(i), "unterminated $((...))");
-      const std::string expr = s.substr(i + 3, close - i - 3);
-      const auto v = Arithmetic(expr, vars).eval();
-      cur += v ? std::to_string(*v) : "$((" + expr + "))";  // unknown here: an error only where a mapped key needs it
-      in_word = true;
-      i = close + 1;
-      continue;
-    }
-    if (c == '$' && i + 1 < s.size() && (s[i + 1] == '{' || name_char(s[i + 1]))) {
-      std::string name, dflt;
-      bool has_default = false;
-      if (s[i + 1] == '{') {
-        const auto close = s.find('}', i + 2);
-        if (close == std::string::npos) fail(file, l.line, "unterminated ${...}");
-        std::string inner = s.substr(i + 2, close - i - 2);
-        const auto colon = inner.find(":-");
-        if (colon != std::string::npos) {
-          dflt = inner.substr(colon + 2);
-          has_default = true;
-          inner = inner.substr(0, colon);
-        }
-        name = inner;
-        i = close;
-      } else {
-        std::size_t j = i + 1;
-        while (j < s.size() && name_char(s[j])) ++j;
-        name = s.substr(i + 1, j - i - 1);
-        i = j - 1;
-      }
-      const auto it = vars.find(name);
-      if (it != vars.end()) {
-        cur += it->second;
-      } else if (has_default) {
-        cur += dflt;
-      } else {
-        cur += "${" + name + "}";  // from the environment: unknown here; an error only where a mapped key needs it
-      }
-      in_word = true;
-      continue;
-    }
-    if (quote == '"') {
-      if (c == '"')
-        quote = 0;
-      else
-        cur += c;
-      continue;
-    }
-    if (c == '\'' || c == '"') {
-      quote = c;
-      in_word = true;
-      continue;
-    }
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      if (in_word) words.push_back({cur, l.line_at(start)});
-      cur.clear();
-      in_word = false;
-      continue;
-    }
-    if (c == '#' && !in_word) break;
-    cur += c;
-    in_word = true;
-  }
-  if (quote) fail(file, l.line, fmt::format("unterminated {} quote", quote));
-  if (in_word) words.push_back({cur, l.line_at(start)});
-  return words;
-}
-
-// A shell assignment NAME=value (optionally after `export`) as the only words of a line.
-std::optional<std::pair<std::string, std::string>> assignment(const std::vector<Word>& w) {
-  std::size_t i = !w.empty() && w[0].text == "export" ? 1 : 0;
-  if (w.size() != i + 1) return std::nullopt;
-  const std::string& word = w[i].text;
-  const auto eq = word.find('=');
-  if (eq == std::string::npos || eq == 0) return std::nullopt;
-  const std::string name = word.substr(0, eq);
-  if (!std::all_of(name.begin(), name.end(), name_char) || std::isdigit(static_cast<unsigned char>(name[0]))) return std::nullopt;
-  return std::make_pair(name, word.substr(eq + 1));
-}
-
-bool is_verl_entry(const Word& w) {
+bool is_verl_entry(const ShellWord& w) {
   const std::string& word = w.text;
-  return word.find("verl.trainer.main_ppo") != std::string::npos || (word.find("main_ppo") != std::string::npos) ||
-         (word.starts_with("recipe.") && word.find("main") != std::string::npos);
+  return word.find("main_ppo") != std::string::npos || (word.starts_with("recipe.") && word.find("main") != std::string::npos);
 }
 
 // Adds the words of a verl command (after its entry point) to `l`.
-void add_words(VerlLaunch& l, const std::vector<Word>& words, std::size_t from, const std::string& file) {
+void add_words(VerlLaunch& l, const std::vector<ShellWord>& words, std::size_t from, const std::string& file) {
   for (std::size_t i = from; i < words.size(); ++i) {
     const std::string& w = words[i].text;
     const int line = words[i].line;
     if (w == "$@") continue;
     if (w == "--config-name" || w == "--config-path") {
-      if (i + 1 >= words.size()) fail(file, line, w + " without a value");
+      if (i + 1 >= words.size()) fail_at(file, line, w + " without a value");
       if (w == "--config-name") l.config_name = words[i + 1].text;
       ++i;
       continue;
     }
     if (w.starts_with("--config-name=")) {
-      l.config_name = w.substr(14);
+      l.config_name = w.substr(std::string_view("--config-name=").size());
       continue;
     }
     if (w.starts_with("--config-path=")) continue;
     if (w == "|" || w == "2>&1" || w.starts_with(">") || w.starts_with("2>") || w == "&&" || w == ";") break;  // redirection
     const auto eq = w.find('=');
-    if (eq == std::string::npos || eq == 0) fail(file, line, fmt::format("'{}' is not a Hydra override KEY=VALUE", w));
+    if ((eq == std::string::npos || eq == 0) && unresolved_expansion(w)) {
+      l.unread.push_back(ShellWord{w, line});  // a variable or array the script does not assign
+      continue;
+    }
+    if (eq == std::string::npos || eq == 0) fail_at(file, line, fmt::format("'{}' is not a Hydra override KEY=VALUE", w));
     std::string key = w.substr(0, eq);
     while (!key.empty() && (key.front() == '+' || key.front() == '~')) key.erase(key.begin());
     l.overrides.push_back({key, w.substr(eq + 1), line});
@@ -299,30 +66,16 @@ std::string VerlLaunch::get(const std::string& key) const {
 }
 
 VerlLaunch parse_verl_script(const std::string& text, const std::string& file) {
-  std::map<std::string, std::string> vars;
+  const LaunchCommand c = find_launch_command(text, file, is_verl_entry, "verl", "python3 -m verl.trainer.main_ppo");
   VerlLaunch l;
-  bool found = false;
-  for (const Line& line : logical_lines(text)) {
-    const std::vector<Word> words = shell_words(line, vars, file);
-    if (words.empty()) continue;
-    if (const auto a = assignment(words)) {
-      vars[a->first] = a->second;
-      continue;
-    }
-    const auto entry = std::find_if(words.begin(), words.end(), is_verl_entry);
-    if (entry == words.end()) continue;
-    if (found) fail(file, line.line, "a second verl command (import one launch at a time)");
-    found = true;
-    l.entry = entry->text;
-    add_words(l, words, static_cast<std::size_t>(entry - words.begin()) + 1, file);
-  }
-  if (!found) fail(file, 0, "no verl command (python3 -m verl.trainer.main_ppo ...) in the script");
+  l.entry = c.command.words[c.entry].text;
+  add_words(l, c.command.words, c.entry + 1, file);
   return l;
 }
 
 VerlLaunch parse_verl_overrides(const std::vector<std::string>& words) {
   VerlLaunch l;
-  std::vector<Word> w;
+  std::vector<ShellWord> w;
   for (const auto& x : words) w.push_back({x, 0});
   add_words(l, w, 0, "rlsim import verl --");
   return l;
@@ -355,6 +108,7 @@ constexpr VerlDefault kVerlDefaults[] = {
     {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "", ""},
     {"actor_rollout_ref.actor.use_dynamic_bsz", "false", "false"},
     {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "16384", "16384"},
+    {"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "16384", "16384"},
     {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "1", "1"},
     {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "1", "1"},
     {"actor_rollout_ref.actor.megatron.expert_model_parallel_size", "1", "1"},
@@ -393,6 +147,8 @@ constexpr const char* kNotModelled[] = {
     "actor_rollout_ref.actor.megatron.context_parallel_size",
     "actor_rollout_ref.rollout.mode",
     "actor_rollout_ref.model.enable_activation_offload",
+    "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method",
+    "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers",
     "actor_rollout_ref.rollout.multi_turn.enable",
     "actor_rollout_ref.actor.entropy_checkpointing",
     "actor_rollout_ref.rollout.max_model_len",
@@ -444,7 +200,6 @@ constexpr const char* kNoEffectPrefixes[] = {
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",  // the reference pass: as the old log-prob (rollout's)
     "actor_rollout_ref.ref.fsdp_config.param_offload",
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
     "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
     "actor_rollout_ref.hybrid_engine",  // the recipe's placement says it (colocated for main_ppo)
@@ -474,13 +229,8 @@ class Reader {
   std::int64_t integer(const std::string& key) const {
     const Value v = value(key);
     unresolved(key, v);
-    try {
-      std::size_t pos = 0;
-      const long long x = std::stoll(v.text, &pos);
-      if (pos == v.text.size()) return x;
-    } catch (const std::exception&) {
-    }
-    fail(source_, v.line, fmt::format("{}={}: expected an integer", key, v.text));
+    if (const auto x = parse_integer(v.text)) return *x;
+    fail_at(source_, v.line, fmt::format("{}={}: expected an integer", key, v.text));
   }
   bool has(const std::string& key) const { return !value(key).text.empty() && value(key).text != "null"; }
   bool boolean(const std::string& key) const {
@@ -488,26 +238,21 @@ class Reader {
     std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
     if (t == "true") return true;
     if (t == "false" || t.empty() || t == "null") return false;
-    fail(source_, value(key).line, fmt::format("{}={}: expected true or false", key, value(key).text));
+    fail_at(source_, value(key).line, fmt::format("{}={}: expected true or false", key, value(key).text));
   }
   double number(const std::string& key) const {
     const Value v = value(key);
     unresolved(key, v);
-    try {
-      std::size_t pos = 0;
-      const double x = std::stod(v.text, &pos);
-      if (pos == v.text.size()) return x;
-    } catch (const std::exception&) {
-    }
-    fail(source_, v.line, fmt::format("{}={}: expected a number", key, v.text));
+    if (const auto x = parse_number(v.text)) return *x;
+    fail_at(source_, v.line, fmt::format("{}={}: expected a number", key, v.text));
   }
   // A mapped key whose value names a shell variable the script never assigns.
   void unresolved(const std::string& key, const Value& v) const {
-    if (v.text.find("${") != std::string::npos || v.text.find("$((") != std::string::npos)
-      fail(source_, v.line,
-           fmt::format("{}={}: the variable is not assigned in the script (assign it there, or give the key after the "
-                       "script: rlsim import verl SCRIPT {}=VALUE)",
-                       key, v.text, key));
+    if (unresolved_expansion(v.text))
+      fail_at(source_, v.line,
+              fmt::format("{}={}: the variable is not assigned in the script (assign it there, or give the key after the "
+                          "script: rlsim import verl SCRIPT {}=VALUE)",
+                          key, v.text, key));
   }
   // "  # verl KEY=VALUE" (or "(verl default)") for the comment of a scenario line.
   std::string note(const std::string& key) const {
@@ -524,19 +269,6 @@ class Reader {
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
-}
-
-// The catalog model named by the model path's last component, or "".
-std::string catalog_match(const std::string& path) {
-  std::string last = path;
-  while (!last.empty() && last.back() == '/') last.pop_back();
-  last = lower(last.substr(last.find_last_of('/') == std::string::npos ? 0 : last.find_last_of('/') + 1));
-  std::string best;
-  for (const std::string& name : sim::catalog_model_names()) {
-    if (last == name) return name;
-    if (last.starts_with(name + "-") && name.size() > best.size()) best = name;
-  }
-  return best;
 }
 
 }  // namespace
@@ -563,13 +295,7 @@ double clipped_mean(double mu, double sigma, double m) {
 // The number in a log value: "123.4" or "np.float64(123.4)".
 std::optional<double> log_number(std::string v) {
   if (const auto open = v.find('('); open != std::string::npos) v = v.substr(open + 1, v.find(')') - open - 1);
-  try {
-    std::size_t pos = 0;
-    const double x = std::stod(v, &pos);
-    if (pos == v.size()) return x;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
+  return parse_number(v);
 }
 
 }  // namespace
@@ -631,7 +357,7 @@ std::vector<std::pair<std::string, double>> verl_log_phase_times(const std::stri
   for (auto& [line, kv] : step_lines(text)) {
     if (kv.count("timing_s/step")) steps.push_back(std::move(kv));
   }
-  if (steps.empty()) fail(file, 0, "no step line with timing_s/step (a verl console log: step:N - key:value - ...)");
+  if (steps.empty()) fail_at(file, 0, "no step line with timing_s/step (a verl console log: step:N - key:value - ...)");
   const std::size_t first = steps.size() > 1 ? 1 : 0;
   std::vector<std::pair<std::string, double>> out;
   for (const auto& [key, figure] : {std::pair{"timing_s/gen", "phase.rollout"},
@@ -657,7 +383,7 @@ VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) 
   for (auto& [n, kv] : step_lines(text)) {
     if (!kv.count("response_length/mean")) continue;  // a step line of another kind
     for (const char* k : {"response_length/max", "prompt_length/mean", "prompt_length/max"}) {
-      if (!kv.count(k)) fail(file, n, fmt::format("a step line with response_length/mean but no {}", k));
+      if (!kv.count(k)) fail_at(file, n, fmt::format("a step line with response_length/mean but no {}", k));
     }
     ++out.steps;
     out.response_mean += kv["response_length/mean"];
@@ -666,7 +392,7 @@ VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) 
     out.prompt_mean += kv["prompt_length/mean"];
     out.prompt_max += kv["prompt_length/max"];
   }
-  if (out.steps == 0) fail(file, 0, "no step line with response_length/mean (a verl console log: step:N - key:value - ...)");
+  if (out.steps == 0) fail_at(file, 0, "no step line with response_length/mean (a verl console log: step:N - key:value - ...)");
   const double s = out.steps;
   out.response_mean /= s;
   out.response_max /= s;
@@ -676,27 +402,25 @@ VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) 
   return out;
 }
 
-VerlImport import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
-                       const std::string& source, const VerlLogLengths* lengths) {
+ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
+                             const std::string& source, const VerlLogLengths* lengths) {
   const Reader r(launch, source);
-  VerlImport out;
-  std::string y;
-  auto line = [&](const std::string& text, const std::string& key) {
-    y += key.empty() ? text + "\n" : fmt::format("{:<44} {}\n", text, r.note(key));
-  };
+  ImportedScenario out;
+  ScenarioText y;
+  auto line = [&](const std::string& text, const std::string& key) { y.line(text, key.empty() ? "" : r.note(key)); };
   // Model.
   const std::string path = r.value("actor_rollout_ref.model.path").text;
-  const std::string model = catalog_match(path);
+  const std::string model = catalog_model_for_path(path);
   line(fmt::format("name: imported from {}", source), "");
   if (!model.empty()) {
     line("model: " + model, "actor_rollout_ref.model.path");
   } else if (!model_config.empty()) {
     line("model: {hf_config: " + model_config + "}", "actor_rollout_ref.model.path");
   } else {
-    fail(source, r.value("actor_rollout_ref.model.path").line,
-         fmt::format("actor_rollout_ref.model.path={}: no catalog model matches '{}' (catalog: {}); give --model-config "
-                     "config.json",
-                     path, path, fmt::join(sim::catalog_model_names(), ", ")));
+    fail_at(source, r.value("actor_rollout_ref.model.path").line,
+            fmt::format("actor_rollout_ref.model.path={}: no catalog model matches '{}' (catalog: {}); give --model-config "
+                        "config.json",
+                        path, path, fmt::join(sim::catalog_model_names(), ", ")));
   }
   // Cluster and placement: main_ppo's hybrid engine shares every device; the recipes give the
   // rollout its own (rollout.nnodes x rollout.n_gpus_per_node).
@@ -711,10 +435,14 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
     line("placement: {mode: colocated}", "");
   } else {
     const std::int64_t rnodes = r.integer("rollout.nnodes"), rper = r.integer("rollout.n_gpus_per_node");
-    const bool one_node = nodes == 1 && rnodes == 1;  // trainer and rollout share the node
-    line(fmt::format("  nodes: {}", one_node ? 1 : nodes + rnodes), "");
-    line(fmt::format("  devices_per_node: {}", one_node ? per_node + rper : std::max(per_node, rper)), "");
-    if (!one_node && per_node != rper)
+    // As many trainer as rollout nodes, together no more than a node of 8 (the common node, as
+    // verl's one-step-off examples split one: 6 + 2): the two pools share the nodes; otherwise
+    // they are nodes of their own.
+    constexpr std::int64_t kCommonNodeSize = 8;
+    const bool shared = nodes == rnodes && per_node + rper <= kCommonNodeSize;
+    line(fmt::format("  nodes: {}", shared ? nodes : nodes + rnodes), "");
+    line(fmt::format("  devices_per_node: {}", shared ? per_node + rper : std::max(per_node, rper)), "");
+    if (!shared && per_node != rper)
       out.warnings.push_back(fmt::format("trainer nodes have {} GPUs and rollout nodes {}: the cluster takes {} per node",
                                          per_node, rper, std::max(per_node, rper)));
     line("placement:", "");
@@ -741,32 +469,35 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
   const std::int64_t max_prompt = r.integer("data.max_prompt_length"), max_response = r.integer("data.max_response_length");
   line("workload:", "");
   if (fully_async) {
-    line(fmt::format("  prompts_per_step: {}", prompts), "");
-    y.pop_back();
-    y += fmt::format("  # ppo_mini_batch_size x require_batches x trigger_parameter_sync_step ({} x {})\n",
-                     r.integer("actor_rollout_ref.actor.ppo_mini_batch_size"), async_batches);
+    y.line(fmt::format("  prompts_per_step: {}", prompts),
+           fmt::format("# ppo_mini_batch_size x require_batches x trigger_parameter_sync_step ({} x {})",
+                       r.integer("actor_rollout_ref.actor.ppo_mini_batch_size"), async_batches));
   } else {
     line(fmt::format("  prompts_per_step: {}", prompts), "data.train_batch_size");
   }
   line(fmt::format("  samples_per_prompt: {}", n), "actor_rollout_ref.rollout.n");
   if (lengths) {
-    // The log's prompts: uniform with its mean, up to its max; responses: a lognormal clipped at
-    // max_response_length with the log's mean and clip ratio.
+    // The log's prompts: its mean, up to its max (a lognormal clipped at the max, sigma 0.8; a
+    // uniform ending at the max when the mean is within 10 % of it); responses: a lognormal
+    // clipped at max_response_length with the log's mean and clip ratio.
     const auto pmax = static_cast<std::int64_t>(std::llround(lengths->prompt_max));
-    const auto pmin = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(2 * lengths->prompt_mean)) - pmax);
-    line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", pmin, std::max(pmin, pmax)), "");
-    y.pop_back();
-    y += fmt::format("  # log: prompt_length/mean {:.1f}, /max {:.0f} over {} steps\n", lengths->prompt_mean, lengths->prompt_max,
-                     lengths->steps);
+    const std::string prompt_note = fmt::format("# log: prompt_length/mean {:.1f}, /max {:.0f} over {} steps",
+                                                lengths->prompt_mean, lengths->prompt_max, lengths->steps);
+    if (lengths->prompt_mean > 0.9 * lengths->prompt_max) {
+      const auto pmin = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(2 * lengths->prompt_mean)) - pmax);
+      y.line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", pmin, std::max(pmin, pmax)), prompt_note);
+    } else {
+      const auto [pmedian, psigma] = fit_clipped_lognormal(lengths->prompt_mean, 0.0, static_cast<double>(pmax));
+      y.line(fmt::format("  prompt_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", pmedian, psigma, pmax),
+             prompt_note);
+    }
     const auto [median, sigma] =
         fit_clipped_lognormal(std::min(lengths->response_mean, static_cast<double>(max_response)),
                               std::min(lengths->response_clip_ratio, 0.999), static_cast<double>(max_response));
-    line(fmt::format("  response_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", median, sigma,
-                     max_response),
-         "");
-    y.pop_back();
-    y += fmt::format("  # log: response_length/mean {:.1f}, /clip_ratio {:.3f}; cap: data.max_response_length\n",
-                     lengths->response_mean, lengths->response_clip_ratio);
+    y.line(fmt::format("  response_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", median, sigma,
+                       max_response),
+           fmt::format("# log: response_length/mean {:.1f}, /clip_ratio {:.3f}; cap: data.max_response_length",
+                       lengths->response_mean, lengths->response_clip_ratio));
   } else {
     line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", std::max<std::int64_t>(1, max_prompt / 4),
                      max_prompt),
@@ -781,8 +512,8 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
   // Rollout.
   const std::string engine = lower(r.value("actor_rollout_ref.rollout.name").text);
   if (engine != "vllm" && engine != "sglang")
-    fail(source, r.value("actor_rollout_ref.rollout.name").line,
-         fmt::format("actor_rollout_ref.rollout.name={}: expected vllm or sglang", engine));
+    fail_at(source, r.value("actor_rollout_ref.rollout.name").line,
+            fmt::format("actor_rollout_ref.rollout.name={}: expected vllm or sglang", engine));
   line("rollout:", "");
   line("  engine: " + engine, "actor_rollout_ref.rollout.name");
   line(fmt::format("  tensor_parallel: {}", r.integer("actor_rollout_ref.rollout.tensor_model_parallel_size")),
@@ -810,15 +541,18 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
   }
   const std::int64_t mini = r.integer("actor_rollout_ref.actor.ppo_mini_batch_size");
   if (mini < 1 || prompts % mini != 0)
-    fail(source, r.value("actor_rollout_ref.actor.ppo_mini_batch_size").line,
-         fmt::format("actor_rollout_ref.actor.ppo_mini_batch_size={}{} must divide data.train_batch_size={}", mini,
-                     r.value("actor_rollout_ref.actor.ppo_mini_batch_size").set ? "" : " (verl default)", prompts));
+    fail_at(source, r.value("actor_rollout_ref.actor.ppo_mini_batch_size").line,
+            fmt::format("actor_rollout_ref.actor.ppo_mini_batch_size={}{} must divide data.train_batch_size={}", mini,
+                        r.value("actor_rollout_ref.actor.ppo_mini_batch_size").set ? "" : " (verl default)", prompts));
   line(fmt::format("  mini_batches: {}", prompts / mini), "actor_rollout_ref.actor.ppo_mini_batch_size");
   line(fmt::format("  ppo_epochs: {}", r.integer("actor_rollout_ref.actor.ppo_epochs")), "actor_rollout_ref.actor.ppo_epochs");
   const bool dynamic = r.boolean("actor_rollout_ref.actor.use_dynamic_bsz");
   line(fmt::format("  dynamic_batching: {}", dynamic), "actor_rollout_ref.actor.use_dynamic_bsz");
   line(fmt::format("  micro_batch_tokens: {}", r.integer("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")),
        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
+  if (dynamic)
+    line(fmt::format("  logprob_micro_batch_tokens: {}", r.integer("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")),
+         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu");
   if (r.has("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"))
     line(fmt::format("  micro_batch_sequences: {}", r.integer("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")),
          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
@@ -830,8 +564,14 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
     line(fmt::format("  logprob_micro_batch_sequences: {}",
                      r.integer("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")),
          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu");
-  line(fmt::format("  activation_checkpointing: {}", r.boolean("actor_rollout_ref.model.enable_gradient_checkpointing")),
-       meg ? "" : "actor_rollout_ref.model.enable_gradient_checkpointing");
+  // Megatron also recomputes when the transformer config is overridden to full recompute.
+  const std::string recompute_key = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity";
+  if (meg && lower(launch.get(recompute_key)) == "full") {
+    line("  activation_checkpointing: true", recompute_key);
+  } else {
+    line(fmt::format("  activation_checkpointing: {}", r.boolean("actor_rollout_ref.model.enable_gradient_checkpointing")),
+         "actor_rollout_ref.model.enable_gradient_checkpointing");
+  }
   const bool reference = r.boolean("actor_rollout_ref.actor.use_kl_loss") || r.boolean("algorithm.use_kl_in_reward");
   line(fmt::format("  reference_model: {}", reference), "actor_rollout_ref.actor.use_kl_loss");
   const std::string pre = meg ? "actor_rollout_ref.actor.megatron." : "actor_rollout_ref.actor.fsdp_config.";
@@ -848,11 +588,16 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
   }
   if (meg && r.boolean("actor_rollout_ref.actor.megatron.grad_offload"))
     out.warnings.push_back("actor_rollout_ref.actor.megatron.grad_offload=true: gradient offload is not modelled");
+  for (const ShellWord& w : launch.unread)
+    out.warnings.push_back(
+        fmt::format("line {}: {} is not assigned in the script (a sourced file's or the environment's): "
+                    "its overrides are not read; give them after the script as KEY=VALUE",
+                    w.line, w.text));
   // Every override: mapped, not modelled (warning), or without effect (listed).
   for (const auto& o : launch.overrides) {
     const bool mapped =
         std::any_of(std::begin(kVerlDefaults), std::end(kVerlDefaults), [&](const VerlDefault& d) { return o.key == d.key; });
-    if (mapped || o.key == "actor_rollout_ref.model.path") continue;
+    if (mapped || o.key == "actor_rollout_ref.model.path" || o.key == recompute_key) continue;
     const bool no_effect = std::any_of(std::begin(kNoEffectPrefixes), std::end(kNoEffectPrefixes),
                                        [&](const char* p) { return o.key.starts_with(p); });
     const bool known = std::any_of(std::begin(kNotModelled), std::end(kNotModelled), [&](const char* k) { return o.key == k; });
@@ -863,7 +608,7 @@ VerlImport import_verl(const VerlLaunch& launch, const std::string& device, cons
       out.warnings.push_back(fmt::format("{}{}={}: changes performance, not modelled by rlsim", where, o.key, o.value));
     }
   }
-  out.yaml = y;
+  out.yaml = y.str();
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/launch_script.h"
+
 namespace rlsim::analysis {
 
 /// One Hydra override of the launch: `key=value` (a leading + or ++ dropped), and the 1-based line
@@ -24,21 +26,21 @@ struct VerlLaunch {
   /// (disaggregated, one step off) or recipe.fully_async_policy.* (disaggregated, asynchronous).
   std::string entry = "verl.trainer.main_ppo";
   std::vector<VerlOverride> overrides;
+  /// Words of the command that are expansions the script does not resolve (`${ARGS[@]}` of a
+  /// sourced file, `$EXTRA`): listed in the import's warnings, never dropped silently.
+  std::vector<ShellWord> unread;
   /// The last override of `key`, or null when the launch does not set it.
   const VerlOverride* last(const std::string& key) const;
   /// The value of `key`: its last override, else "" (not set).
   std::string get(const std::string& key) const;
 };
 
-/// Reads a launch script. Line continuations (a trailing backslash) are joined; shell variables
-/// assigned before the command (`NAME=value`, `export NAME=value`) are substituted into it
-/// (`$NAME`, `${NAME}`, `${NAME:-default}`, integer `$((A - B))`; one of the environment stays `${NAME}`, an error only
-/// where a mapped key needs its value); the words of the command that runs
-/// `verl.trainer.main_ppo` (or a recipe's main module, `*.main_ppo` / `*main*` under `python -m`)
-/// are split as the shell splits them (single and double quotes); `$@` and `"$@"` are skipped;
-/// `--config-name NAME` (or `--config-name=NAME`) selects the config. Throws sim::ScenarioError
-/// naming `file`:line for an unterminated quote, a word of the command that is not KEY=VALUE, or a
-/// script without a verl command.
+/// Reads a launch script (the shell as read_shell_script reads it) and the words of its command
+/// that runs `verl.trainer.main_ppo` (or a recipe's main module: `*main_ppo*`, `recipe.*main*`);
+/// `$@` is skipped; `--config-name NAME` (or `--config-name=NAME`) selects the config; a
+/// redirection or pipe ends the command. Throws sim::ScenarioError naming `file`:line for a
+/// shell error, a word of the command that is not KEY=VALUE, a second verl command, or a script
+/// without one.
 VerlLaunch parse_verl_script(const std::string& text, const std::string& file);
 
 /// Overrides given as words (`rlsim import verl -- KEY=VALUE ...`); errors as parse_verl_script.
@@ -71,13 +73,6 @@ std::vector<std::pair<std::string, double>> verl_log_phase_times(const std::stri
 /// takes sigma 0.8 and the median giving the mean. Returns {median, sigma}.
 std::pair<double, double> fit_clipped_lognormal(double mean, double clip_ratio, double max_tokens);
 
-/// The imported scenario.
-struct VerlImport {
-  std::string yaml;                   // an rlsim scenario, each value commented with its verl key
-  std::vector<std::string> warnings;  // keys that change performance but rlsim does not model, assumptions made
-  std::vector<std::string> ignored;   // keys without effect on step time (paths, logging, learning rate, ...)
-};
-
 /// Maps a launch onto a scenario for `device` (a catalog device name). The model is the catalog
 /// entry matching the last component of actor_rollout_ref.model.path (case-insensitive; a catalog
 /// name followed by '-' and a suffix matches too: Qwen3-8B-Base -> qwen3-8b), else `model_config`
@@ -87,7 +82,7 @@ struct VerlImport {
 /// (volcengine/verl, 2025-11). Throws sim::ScenarioError (naming the override's line) for a value
 /// of the wrong type, a model that matches no catalog entry without `model_config`.
 /// `lengths` (a console log's figures), when given, sets the prompt and response distributions.
-VerlImport import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
-                       const std::string& source, const VerlLogLengths* lengths = nullptr);
+ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
+                             const std::string& source, const VerlLogLengths* lengths = nullptr);
 
 }  // namespace rlsim::analysis

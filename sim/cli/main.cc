@@ -402,26 +402,44 @@ CLI::App* add_train(CLI::App& app, cli::TrainCliOptions& to) {
   return train;
 }
 
-// `rlsim import verl`: a verl launch into a scenario.
-CLI::App* add_import(CLI::App& app, cli::ImportVerlOptions& io) {
+// `rlsim import verl|slime`: another framework's launch into a scenario.
+struct ImportCommands {
+  CLI::App* verl = nullptr;
+  CLI::App* slime = nullptr;
+};
+ImportCommands add_import(CLI::App& app, cli::ImportOptions& vo, cli::ImportOptions& so) {
   auto* imp = app.add_subcommand("import", "Import another framework's launch as an rlsim scenario");
   imp->require_subcommand(1);
-  auto* verl = imp->add_subcommand(
+  auto common = [](CLI::App* c, cli::ImportOptions& o) {
+    c->add_option("--device", o.device, "Catalog device of the cluster (rlsim catalog devices)")->capture_default_str();
+    c->add_option("--model-config", o.model_config, "config.json of the model when its path matches no catalog model");
+    c->add_option("--out,-o", o.out, "Scenario file to write (default: stdout)");
+  };
+  ImportCommands c;
+  c.verl = imp->add_subcommand(
       "verl",
       "A verl launch script (python3 -m verl.trainer.main_ppo KEY=VALUE ...) or its Hydra overrides, into a scenario: verl's "
       "defaults for every key not given (--config-name ppo_megatron_trainer for Megatron's), a comment naming the verl key "
       "behind each value, warnings for keys that change performance but are not modelled");
-  verl->add_option("args", io.args, "SCRIPT, then KEY=VALUE overrides applied after it (or overrides alone)")->required();
-  verl->add_option("--device", io.device, "Catalog device of the cluster (rlsim catalog devices)")->capture_default_str();
-  verl->add_option("--model-config", io.model_config, "config.json of the model when its path matches no catalog model");
-  verl->add_option("--log", io.log,
-                   "A verl console log of the run: the prompt and response length distributions reproduce its "
-                   "prompt_length/mean|max and response_length/mean|clip_ratio");
-  verl->add_option("--out,-o", io.out, "Scenario file to write (default: stdout)");
-  verl->footer(
+  c.verl->add_option("args", vo.args, "SCRIPT, then KEY=VALUE overrides applied after it (or overrides alone, after --)");
+  common(c.verl, vo);
+  c.verl->add_option("--log", vo.log,
+                     "A verl console log of the run: the prompt and response length distributions reproduce its "
+                     "prompt_length/mean|max and response_length/mean|clip_ratio");
+  c.verl->footer(
       "Examples:\n  rlsim import verl run_qwen3_8b_grpo.sh --device h100-sxm --out qwen3-8b.yaml\n"
       "  rlsim import verl -- data.train_batch_size=512 actor_rollout_ref.model.path=Qwen/Qwen3-8B");
-  return verl;
+  c.slime = imp->add_subcommand(
+      "slime",
+      "A slime launch script (python3 train.py|train_async.py --flag value ..., bash arrays of flags expanded) or its flags, "
+      "into a scenario: slime's, Megatron's and SGLang's defaults for every flag not given, a comment naming the flag behind "
+      "each value, warnings for flags that change performance but are not modelled");
+  c.slime->add_option("args", so.args, "SCRIPT, then -- and --flag value overrides applied after it (or flags alone, after --)");
+  common(c.slime, so);
+  c.slime->footer(
+      "Examples:\n  rlsim import slime scripts/run-qwen3-4B.sh --device h100-sxm --out qwen3-4b.yaml\n"
+      "  rlsim import slime run-qwen3-4B.sh -- --rollout-num-gpus-per-engine 1 --n-samples-per-prompt 16");
+  return c;
 }
 
 // `rlsim plan`: capacity-planning studies.
@@ -530,14 +548,27 @@ int main(int argc, char** argv) {
   CLI::App* drift = add_drift(app, dro);
   cli::TrainCliOptions tro;
   CLI::App* train = add_train(app, tro);
-  cli::ImportVerlOptions ivo;
-  CLI::App* import_verl = add_import(app, ivo);
+  cli::ImportOptions ivo, iso;
+  const ImportCommands imports = add_import(app, ivo, iso);
   CLI::App* plan = add_plan(app, po);
   CLI::App* validate = add_validate(app, vao);
   CLI::App* calibrate = add_calibrate(app, cao);
 
+  // `rlsim import verl|slime SCRIPT -- OVERRIDES...`: the words after `--` are the launch's own
+  // (slime's start with --); CLI11 fills a positional once, so they are taken here.
+  std::vector<std::string> import_overrides;
+  if (argc > 2 && std::string_view(argv[1]) == "import") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) != "--") continue;
+      import_overrides.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
   try {
     app.parse(argc, argv);
+    ivo.args.insert(ivo.args.end(), import_overrides.begin(), import_overrides.end());
+    iso.args.insert(iso.args.end(), import_overrides.begin(), import_overrides.end());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -560,7 +591,8 @@ int main(int argc, char** argv) {
     if (*gen) return cli::cmd_generate(go, std::cout, std::cerr);
     if (*drift) return cli::cmd_drift(dro, std::cout, std::cerr);
     if (*train) return cli::cmd_train(tro, std::cout, std::cerr);
-    if (*import_verl) return cli::cmd_import_verl(ivo, std::cout, std::cerr);
+    if (*imports.verl) return cli::cmd_import_verl(ivo, std::cout, std::cerr);
+    if (*imports.slime) return cli::cmd_import_slime(iso, std::cout, std::cerr);
     if (*plan) return cli::cmd_plan(po, std::cout, std::cerr);
     if (*validate) return cli::cmd_validate(vao, std::cout, std::cerr);
     if (*calibrate) return cli::cmd_calibrate(cao, std::cout, std::cerr);

@@ -77,7 +77,7 @@ TEST(VerlImport, BadScriptsNameTheLine) {
 }
 
 TEST(VerlImport, MapsEveryKeyWithVerlsDefaultsAndComments) {
-  const VerlImport imp = import_verl(parse_verl_script(example_script(), "run.sh"), "h100-sxm", "", "run.sh");
+  const ImportedScenario imp = import_verl(parse_verl_script(example_script(), "run.sh"), "h100-sxm", "", "run.sh");
   const sim::Scenario s = load(imp.yaml);
   EXPECT_EQ(s.model.name, "qwen3-8b");
   EXPECT_EQ(s.cluster.devices(), 8);
@@ -157,7 +157,7 @@ TEST(VerlImport, OneStepOffAndFullyAsyncRecipes) {
   ss << in.rdbuf();
   const VerlLaunch l = parse_verl_script(ss.str(), "osp.sh");
   EXPECT_EQ(l.get("trainer.n_gpus_per_node"), "6");  // $((NGPUS_PER_NODE - n_gpus_rollout))
-  const VerlImport imp = import_verl(l, "h20", "", "osp.sh");
+  const ImportedScenario imp = import_verl(l, "h20", "", "osp.sh");
   const sim::Scenario s = load(imp.yaml);
   EXPECT_EQ(s.placement.mode, sim::PlacementMode::kDisaggregated);
   EXPECT_EQ(s.placement.rollout_devices, 2);
@@ -207,7 +207,7 @@ TEST(VerlImport, ConsoleLogSetsTheLengthDistributions) {
     EXPECT_NEAR(p_clip, clip, 1e-6) << mean << " " << clip;
     EXPECT_NEAR(cmean, mean, 1e-3 * mean) << mean << " " << clip;
   }
-  const VerlImport imp = import_verl(parse_verl_script(example_script(), "run.sh"), "h100-sxm", "", "run.sh", &l);
+  const ImportedScenario imp = import_verl(parse_verl_script(example_script(), "run.sh"), "h100-sxm", "", "run.sh", &l);
   const sim::Scenario s = load(imp.yaml);
   EXPECT_EQ(s.workload.response_tokens.kind, sim::LengthDist::Kind::kLognormal);
   EXPECT_EQ(s.workload.response_tokens.max, 4096);

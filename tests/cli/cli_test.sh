@@ -295,6 +295,36 @@ check "calibrate --verl-log: its calibration.yaml runs the scenario" test $? -eq
 "$RLSIM" import verl "$SRC/tests/data/verl/run_qwen3_8b_grpo.sh" --device h1000 >/dev/null 2>"$WORK/import_bad.err"
 check "import verl: unknown device is bad input (2) with the catalog" test $? -eq 2 -a -n "$(grep 'unknown device' "$WORK/import_bad.err")"
 
+# --- the README's worked example: import a verl DAPO launch with its log, calibrate, plan -------
+EX=docs/examples/verl-dapo
+(cd "$SRC" && "$RLSIM" import verl $EX/run_dapo_qwen2.5_math_7b_megatron.sh --device h20 --log $EX/console.log \
+  --out "$WORK/dapo.yaml" 2>/dev/null)
+check "worked example: the import is the committed imported.yaml, byte for byte" cmp -s "$WORK/dapo.yaml" "$SRC/$EX/imported.yaml"
+"$RLSIM" calibrate "$SRC/$EX/imported.yaml" --verl-log "$SRC/$EX/console.log" --out "$WORK/dapo_cal" >"$WORK/dapo_cal.txt" 2>/dev/null
+awk '$1 == "step_time" {e = $6; gsub(/[%+-]/, "", e); exit !(e + 0 < 5)}' "$WORK/dapo_cal.txt"
+check "worked example: calibrated on its log, the step is within 5 % of the log's" test $? -eq 0
+check "worked example: no temporary record left beside the scenario" test -z "$(ls -A "$SRC/$EX" | grep verl-log)"
+"$RLSIM" plan "$SRC/$EX/what-if.yaml" --calibration "$WORK/dapo_cal/calibration.yaml" --out "$WORK/dapo_plan" -q --no-plots \
+  >"$WORK/dapo_plan.txt" 2>/dev/null
+check "worked example: the what-if study runs and recommends a point" grep -q "^recommended: rollout.tensor_parallel=" "$WORK/dapo_plan.txt"
+
+# --- rlsim import slime: a launch with bash arrays into a scenario that runs; bad input -----------
+"$RLSIM" import slime "$SRC/tests/data/slime/run_qwen3_30b_a3b_async.sh" --device h200 --out "$WORK/slime.yaml" \
+  -- --rollout-num-gpus-per-engine 4 --sglang-ep-size 4 2>"$WORK/slime.err"
+check "import slime: exit 0" test $? -eq 0
+check "import slime: a flag after the script wins, with its slime flag" \
+  grep -q "tensor_parallel: 4 .*# slime --rollout-num-gpus-per-engine 4$" "$WORK/slime.yaml"
+check "import slime: train_async.py is one step off" grep -q "schedule: {mode: one-step-off}" "$WORK/slime.yaml"
+check "import slime: unknown flags are warnings with their line" grep -q "line 19: --some-future-flag 3" "$WORK/slime.err"
+"$RLSIM" run "$WORK/slime.yaml" --out "$WORK/slime_run" -q --no-plots --no-trace
+check "import slime: the imported scenario runs" test -s "$WORK/slime_run/summary.json"
+"$RLSIM" import slime -- --hf-checkpoint Qwen3-8B --colocate >/dev/null 2>"$WORK/slime_bad.err"
+check "import slime: a missing --rollout-batch-size is bad input (2)" \
+  test $? -eq 2 -a -n "$(grep 'rollout-batch-size is required' "$WORK/slime_bad.err")"
+"$RLSIM" import slime "$SRC/tests/data/slime/run_qwen3_30b_a3b_async.sh" -- --rollout-num-gpus-per-engine 4 >/dev/null 2>"$WORK/slime_bad2.err"
+check "import slime: an imported layout that breaks a scenario rule is bad input (2), with the rule" \
+  test $? -eq 2 -a -n "$(grep 'scenario:[0-9]*:[0-9]*: rollout.expert_parallel must divide' "$WORK/slime_bad2.err")"
+
 # --- rlsim train: a short GRPO loop on stories260K; it learns; determinism; bad input -------------
 sed -e 's/^steps: .*/steps: 5/' -e 's/^learning_rate: .*/learning_rate: 3.0e-3/' -e "s|\.\./\.\./shared|$SRC/../shared|" \
   "$SRC/scenarios/train-lipogram-bf16.yaml" >"$WORK/train.yaml"
