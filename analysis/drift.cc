@@ -15,6 +15,7 @@
 #include "analysis/plots.h"
 #include "models/precision/format.h"
 #include "sim/engine/random.h"
+#include "sim/engine/stop.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -403,6 +404,7 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
       std::vector<float> rollout_logits(static_cast<std::size_t>(L) * static_cast<std::size_t>(c.vocab));
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t i = 0; i < n_seq; ++i) {
+        if (sim::stop_requested() != 0) continue;  // SIGINT / SIGTERM: finish the loop without work, throw below
         const std::size_t p = i / static_cast<std::size_t>(o.samples);
         const int k = static_cast<int>(i % static_cast<std::size_t>(o.samples));
         // Common random numbers: the same uniform draws for this (prompt, sample) in every pair.
@@ -431,6 +433,7 @@ std::vector<DriftPairResult> run_drift(const models::ModelWeights& weights, cons
     }
     // Each side's rate over the threads that ran it: tokens / (its summed seconds / threads).
     rollout_s /= threads;
+    sim::check_stop();
     train_s /= threads;
     res.rollout_tokens_per_s = rollout_s > 0 ? static_cast<double>(rollout_tokens) / rollout_s : 0;
     res.train_tokens_per_s = train_s > 0 ? static_cast<double>(train_tokens) / train_s : 0;

@@ -11,6 +11,7 @@
 
 #include "models/runtime/train.h"
 #include "sim/engine/random.h"
+#include "sim/engine/stop.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -228,6 +229,7 @@ std::vector<GrpoStep> run_grpo(const models::ModelWeights& initial, const models
 #endif
   std::vector<GrpoStep> steps;
   for (int k = 0; k < o.steps; ++k) {
+    sim::check_stop();  // SIGINT / SIGTERM: stop between steps
     GrpoStep m;
     m.step = k;
     auto t0 = Clock::now();

@@ -20,55 +20,88 @@ std::string csv_field(const std::string& s) {
   return out;
 }
 
-void write_text(const fs::path& path, const std::string& text) {
+namespace {
+
+// The system's reason for the last failed stream operation (EIO when the library left none).
+std::string last_reason() { return std::strerror(errno != 0 ? errno : EIO); }
+
+[[noreturn]] void fail(const fs::path& path, const std::string& why) {
+  throw OutputError(fmt::format("cannot write {}: {}", path.string(), why));
+}
+
+// `text` into `path`; false with errno's reason in `why` when opening, writing or closing fails.
+bool put(const fs::path& path, const std::string& text, std::string& why) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary);
+  if (!out.is_open()) {
+    why = last_reason();
+    return false;
+  }
   out << text;
   out.flush();
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
+  out.close();  // a full disk may show only here
+  if (!out) {
+    why = last_reason();
+    return false;
+  }
+  return true;
+}
+
+// ".NAME.tmp" beside `path`.
+fs::path temporary_sibling(const fs::path& path) {
+  const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  return parent / fmt::format(".{}.tmp", path.filename().string());
+}
+
+}  // namespace
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::string why;
+  if (!put(path, text, why)) fail(path, why);
 }
 
 void write_file(const fs::path& path, const std::string& text) {
-  const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::string tmp_name = ".";  // built stepwise: GCC 12 warns (-Wrestrict, false positive) on "." + string&&
-  tmp_name += path.filename().string();
-  tmp_name += ".tmp";
-  const fs::path tmp = parent / tmp_name;
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    out.flush();
-    if (!out) {
-      const std::string why = std::strerror(errno);
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), why));
-    }
-  }
   std::error_code ec;
+  if (path.has_parent_path()) {
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) fail(path, ec.message());
+  }
+  const fs::path tmp = temporary_sibling(path);
+  std::string why;
+  if (!put(tmp, text, why)) {
+    fs::remove(tmp, ec);
+    fail(path, why);
+  }
   fs::rename(tmp, path, ec);
   if (ec) {
     std::error_code ignore;
     fs::remove(tmp, ignore);
-    throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), ec.message()));
+    fail(path, ec.message());
   }
 }
 
 void write_directory(const fs::path& dir_in, const std::function<void(const fs::path& tmp)>& fill) {
   // "out/x/" names the folder x, like "out/x".
   const fs::path dir = dir_in.has_filename() ? dir_in : dir_in.parent_path();
-  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
-  fs::create_directories(parent);
-  std::string tmp_name = ".";  // built stepwise: GCC 12 warns (-Wrestrict, false positive) on "." + string&&
-  tmp_name += dir.filename().string();
-  tmp_name += ".tmp";
-  const fs::path tmp = parent / tmp_name;
+  const fs::path tmp = temporary_sibling(dir);
   std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
+  if (dir.has_parent_path()) {
+    fs::create_directories(dir.parent_path(), ec);
+    if (ec) fail(dir, ec.message());
+  }
+  fs::remove_all(tmp, ec);  // a killed run's leftovers
+  if (ec) fail(tmp, ec.message());
+  fs::create_directories(tmp, ec);
+  if (ec) fail(dir, ec.message());
   try {
     fill(tmp);
     fs::remove_all(dir, ec);
-    fs::rename(tmp, dir);
+    if (ec) fail(dir, ec.message());
+    fs::rename(tmp, dir, ec);
+    if (ec) fail(dir, ec.message());
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    fail(e.path1().empty() ? dir : e.path1(), e.code().message());
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

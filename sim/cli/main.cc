@@ -1,5 +1,7 @@
 // The `rlsim` executable. Exit status (SCENARIO.md): 0 success; 1 a check the command exists to
-// make failed; 2 bad input (file:line:column where there is one); 3 internal error (a bug).
+// make failed; 2 bad input (file:line:column where there is one); 3 internal error (a bug); 4 an
+// output could not be written (the environment's error); 128 + signal when SIGINT / SIGTERM
+// stopped it.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <iostream>
 
 #include "analysis/drift.h"
+#include "analysis/output_dir.h"
 #include "analysis/report.h"
 #include "analysis/validation.h"
 #include "models/graph/graph.h"
@@ -25,6 +28,7 @@
 #include "sim/cli/train_cmds.h"
 #include "sim/cli/validate_cmds.h"
 #include "sim/cli/verify_cmds.h"
+#include "sim/engine/stop.h"
 #include "sim/pipeline/pipeline.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/scenario.h"
@@ -526,7 +530,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "rlsim 0.1.0");
   app.footer(
-      "Exit status: 0 success, 1 a check failed, 2 bad input, 3 internal error.\nScenario format: see README.md and "
+      "Exit status: 0 success, 1 a check failed, 2 bad input, 3 internal error (a bug), 4 an output could not be written "
+      "(disk full, read-only, permission: the path and the reason are named), 130/143 stopped by SIGINT/SIGTERM.\nScenario "
+      "format: see README.md and "
       "SCENARIO.md.");
 
   RunOptions ro;
@@ -554,6 +560,7 @@ int main(int argc, char** argv) {
   CLI::App* validate = add_validate(app, vao);
   CLI::App* calibrate = add_calibrate(app, cao);
 
+  sim::install_stop_handlers();
   // `rlsim import verl|slime SCRIPT -- OVERRIDES...`: the words after `--` are the launch's own
   // (slime's start with --); CLI11 fills a positional once, so they are taken here.
   std::vector<std::string> import_overrides;
@@ -605,6 +612,15 @@ int main(int argc, char** argv) {
   } catch (const models::GraphError& e) {
     std::cerr << cli::input_error_line(e);
     return 2;
+  } catch (const analysis::OutputError& e) {
+    std::cerr << cli::output_error_line(e);
+    return 4;
+  } catch (const std::filesystem::filesystem_error& e) {  // the environment's, wherever it surfaced
+    std::cerr << cli::output_error_line(e);
+    return 4;
+  } catch (const sim::Interrupted& e) {
+    std::cerr << cli::interrupted_line(e);
+    return 128 + e.signal_number();
   } catch (const std::exception& e) {
     std::cerr << cli::internal_error_line(e);
     return 3;

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "analysis/output_dir.h"
 #include "analysis/report.h"
 #include "models/graph/build.h"
 #include "models/graph/io.h"
@@ -24,28 +25,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-/// Writes `text` to `path` through a temporary sibling and a rename: a reader never sees half a file.
-void write_atomic(const fs::path& path, const std::string& text) {
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + fmt::format(".tmp{}", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write " + path.string());
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + path.string() + ": " + ec.message());
-  }
-}
 
 std::string graph_line(const models::PrecisionGraph& g) {
   return fmt::format("{} operators, {} tensors", boost::num_vertices(g), boost::num_edges(g));
@@ -135,7 +114,7 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
     j["method"] = r.method == models::MatchMethod::kNameAnchored ? "name-anchored" : "vf2";
     j["training"] = {{"operators", r.train_vertices}, {"tensors", r.train_edges}};
     j["inference"] = {{"operators", r.infer_vertices}, {"tensors", r.infer_edges}};
-    write_atomic(o.json, j.dump(1) + "\n");
+    analysis::write_file(o.json, j.dump(1) + "\n");
   }
   if (!o.dot_dir.empty()) {
     for (const bool training : {true, false}) {
@@ -144,14 +123,14 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
       d.full = o.full;
       d.title = fmt::format("{} graph: {}", training ? "training" : "inference", title);
       models::write_dot(dot, training ? train : infer, models::mismatch_marks(r.mismatches, training), d);
-      write_atomic(fs::path(o.dot_dir) / (training ? "training.dot" : "inference.dot"), dot.str());
+      analysis::write_file(fs::path(o.dot_dir) / (training ? "training.dot" : "inference.dot"), dot.str());
     }
   }
   if (!o.graphml_dir.empty()) {
     for (const bool training : {true, false}) {
       std::ostringstream xml;
       models::write_graphml(xml, training ? train : infer);
-      write_atomic(fs::path(o.graphml_dir) / (training ? "training.graphml" : "inference.graphml"), xml.str());
+      analysis::write_file(fs::path(o.graphml_dir) / (training ? "training.graphml" : "inference.graphml"), xml.str());
     }
   }
   if (!o.quiet && (!o.json.empty() || !o.dot_dir.empty() || !o.graphml_dir.empty())) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "sim/engine/stop.h"
+
 namespace rlsim::sim {
 
 EventId EventQueue::schedule_at(TimeNs at, Callback fn) {
@@ -54,6 +56,7 @@ std::uint64_t EventQueue::run(TimeNs until) {
       heap_.pop_back();
     }
     if (heap_.empty() || heap_.front().time > until) break;
+    check_stop();  // SIGINT / SIGTERM: stop at this event boundary
     step();
     ++n;
   }

@@ -41,7 +41,8 @@ class EventQueue {
   bool cancel(EventId id);
 
   /// Runs events in order until the queue is empty or the next event is later than `until`
-  /// (then the clock stops at `until`). Returns the number of events run.
+  /// (then the clock stops at `until`). Returns the number of events run. Throws Interrupted
+  /// (sim/engine/stop.h) before the next event once SIGINT or SIGTERM asked to stop.
   std::uint64_t run(TimeNs until = kTimeNever);
 
   /// Runs exactly one event if any is pending; returns false when none is.

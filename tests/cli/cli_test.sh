@@ -295,6 +295,30 @@ check "calibrate --verl-log: its calibration.yaml runs the scenario" test $? -eq
 "$RLSIM" import verl "$SRC/tests/data/verl/run_qwen3_8b_grpo.sh" --device h1000 >/dev/null 2>"$WORK/import_bad.err"
 check "import verl: unknown device is bad input (2) with the catalog" test $? -eq 2 -a -n "$(grep 'unknown device' "$WORK/import_bad.err")"
 
+# --- I/O failures are the environment's (exit 4, path and reason); signals stop cleanly ---------
+"$RLSIM" run "$SRC/scenarios/default.yaml" --out "$WORK/io_prev" -q --no-plots --no-trace >/dev/null
+"$RLSIM" run "$SRC/scenarios/default.yaml" --out /etc/hostname/sub -q --no-plots --no-trace 2>"$WORK/io1.err"
+check "I/O: an output under a file is exit 4 with the system's reason" \
+  test $? -eq 4 -a -n "$(grep 'cannot write /etc/hostname/sub: Not a directory' "$WORK/io1.err")"
+(trap '' XFSZ; ulimit -f 16; exec "$RLSIM" run "$SRC/scenarios/default.yaml" --out "$WORK/io_prev" -q --no-plots) 2>"$WORK/io2.err"
+check "I/O: a write that fails half-way (file size limit) is exit 4 with the reason" \
+  test $? -eq 4 -a -n "$(grep 'File too large' "$WORK/io2.err")"
+check "I/O: ... the previous output is intact and no temporary is left" \
+  test -s "$WORK/io_prev/summary.json" -a ! -e "$WORK/.io_prev.tmp"
+mkdir -p "$WORK/.io_prev.tmp/stale"
+"$RLSIM" run "$SRC/scenarios/default.yaml" --out "$WORK/io_prev" -q --no-plots --no-trace >/dev/null
+check "I/O: a killed run's stale temporary directory is removed by the next run to the path" \
+  test ! -e "$WORK/.io_prev.tmp" -a -s "$WORK/io_prev/summary.json"
+"$RLSIM" run "$SRC/scenarios/default.yaml" --set workload.prompts_per_step=16384 --set steps=50 --out "$WORK/io_prev" -q \
+  2>"$WORK/sig.err" &
+SIMPID=$!
+sleep 1.5
+kill -INT $SIMPID
+wait $SIMPID
+check "signals: SIGINT stops the run with exit 130" test $? -eq 130
+check "signals: ... no temporary output is left and the previous output is kept" \
+  test ! -e "$WORK/.io_prev.tmp" -a -s "$WORK/io_prev/summary.json"
+
 # --- the README's worked example: import a verl DAPO launch with its log, calibrate, plan -------
 EX=docs/examples/verl-dapo
 (cd "$SRC" && "$RLSIM" import verl $EX/run_dapo_qwen2.5_math_7b_megatron.sh --device h20 --log $EX/console.log \

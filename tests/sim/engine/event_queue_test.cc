@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <string>
 #include <vector>
 
 #include "sim/engine/random.h"
+#include "sim/engine/stop.h"
 #include "sim/engine/trace.h"
 
 namespace rlsim::sim {
@@ -118,6 +120,31 @@ TEST(Rng, PortableStreams) {
   }
   EXPECT_NEAR(sum / kN, 0.0, 0.01);
   EXPECT_NEAR(sq / kN, 1.0, 0.01);
+}
+
+// A stop request (what SIGINT / SIGTERM set) ends run() before the next event with Interrupted
+// carrying the signal; the events before it ran, the rest stay pending.
+TEST(EventQueue, StopRequestInterruptsAtTheNextEventBoundary) {
+  EventQueue q;
+  int ran = 0;
+  q.schedule_at(1, [&] { ++ran; });
+  q.schedule_at(2, [&] {
+    ++ran;
+    request_stop(SIGTERM);
+  });
+  q.schedule_at(3, [&] { ++ran; });
+  try {
+    q.run();
+    ADD_FAILURE() << "run() finished despite the stop request";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.signal_number(), SIGTERM);
+    EXPECT_NE(std::string(e.what()).find("SIGTERM"), std::string::npos);
+  }
+  request_stop(0);
+  EXPECT_EQ(ran, 2);
+  EXPECT_EQ(q.pending(), 1u);
+  EXPECT_EQ(q.run(), 1u);  // cleared: the rest runs
+  EXPECT_EQ(ran, 3);
 }
 
 }  // namespace
