@@ -39,11 +39,42 @@ std::optional<double> parse_number(const std::string& text) {
   return x;
 }
 
-std::string catalog_model_for_path(const std::string& path) {
+std::string ascii_lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+std::string path_name_lower(const std::string& path) {
   std::string last = path;
   while (!last.empty() && last.back() == '/') last.pop_back();
   if (const auto slash = last.find_last_of('/'); slash != std::string::npos) last = last.substr(slash + 1);
-  std::transform(last.begin(), last.end(), last.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ascii_lower(last);
+}
+
+bool ends_command(const std::string& w) {
+  return w == "|" || w == "2>&1" || w.starts_with(">") || w.starts_with("2>") || w == "&&" || w == ";" || w == "&";
+}
+
+std::string setting_text(const LaunchSetting& s, const std::string& file) {
+  if (unresolved_expansion(s.text))
+    fail_at(file, s.line,
+            fmt::format("{}: the variable is not assigned in the script (assign it there, or give it after the script: {})",
+                        s.shown, s.give_after));
+  return s.text;
+}
+
+long long setting_integer(const LaunchSetting& s, const std::string& file) {
+  if (const auto x = parse_integer(setting_text(s, file))) return *x;
+  fail_at(file, s.line, s.shown + ": expected an integer");
+}
+
+double setting_number(const LaunchSetting& s, const std::string& file) {
+  if (const auto x = parse_number(setting_text(s, file))) return *x;
+  fail_at(file, s.line, s.shown + ": expected a number");
+}
+
+std::string catalog_model_for_path(const std::string& path) {
+  const std::string last = path_name_lower(path);
   std::string best;
   for (const std::string& name : sim::catalog_model_names()) {
     if (last == name) return name;

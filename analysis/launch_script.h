@@ -83,6 +83,35 @@ std::optional<long long> parse_integer(const std::string& text);
 /// The whole of `text` as a number (strtod's syntax), or nullopt.
 std::optional<double> parse_number(const std::string& text);
 
+/// `text` with ASCII letters lower-cased.
+std::string ascii_lower(std::string text);
+
+/// The last component of a path, lower-cased; trailing slashes ignored (`/root/Qwen3-8B-FP8/` ->
+/// `qwen3-8b-fp8`).
+std::string path_name_lower(const std::string& path);
+
+/// True for a word that ends a command's arguments: a pipe, a redirection, `&&`, `;` or `&`.
+bool ends_command(const std::string& word);
+
+/// One setting of a launch as an importer reads it: the value's text, the script line it came
+/// from (0: a default or rlsim's command line), how messages show it (`data.x=5`, `--flag 5`) and
+/// how to give it after the script instead (`rlsim import verl SCRIPT data.x=VALUE`).
+struct LaunchSetting {
+  std::string text;
+  int line = 0;
+  std::string shown, give_after;
+};
+
+/// The setting's text. Throws sim::ScenarioError at `file`:line when it is an expansion the script
+/// does not resolve (unresolved_expansion), saying how to give the value instead.
+std::string setting_text(const LaunchSetting& s, const std::string& file);
+
+/// The setting as an integer (parse_integer); errors as setting_text, or "expected an integer".
+long long setting_integer(const LaunchSetting& s, const std::string& file);
+
+/// The setting as a number (parse_number); errors as setting_text, or "expected a number".
+double setting_number(const LaunchSetting& s, const std::string& file);
+
 /// The catalog model named by a checkpoint path's last component, case-insensitive
 /// (`/models/Qwen3-8B` -> qwen3-8b); a catalog name followed by '-' and a suffix matches too, the
 /// longest such name winning (`Qwen3-8B-Base` -> qwen3-8b). "" when none matches.

@@ -19,10 +19,6 @@ bool is_slime_entry(const ShellWord& w) {
   return base == "train.py" || base == "train_async.py";
 }
 
-bool ends_command(const std::string& w) {
-  return w == "|" || w == "2>&1" || w.starts_with(">") || w.starts_with("2>") || w == "&&" || w == ";" || w == "&";
-}
-
 // Adds the flags among `words` (from `from` on) to `l`.
 void add_flags(SlimeLaunch& l, const std::vector<ShellWord>& words, std::size_t from, const std::string& file) {
   for (std::size_t i = from; i < words.size(); ++i) {
@@ -271,23 +267,9 @@ class Reader {
   }
   bool given(const std::string& flag) const { return !value(flag).text.empty(); }
   bool on(const std::string& flag) const { return value(flag).text == "true"; }
-  std::int64_t integer(const std::string& flag) const {
-    const Value v = value(flag);
-    unresolved(flag, v);
-    if (const auto x = parse_integer(v.text)) return *x;
-    fail_at(source_, v.line, fmt::format("{} {}: expected an integer", flag, v.text));
-  }
-  double number(const std::string& flag) const {
-    const Value v = value(flag);
-    unresolved(flag, v);
-    if (const auto x = parse_number(v.text)) return *x;
-    fail_at(source_, v.line, fmt::format("{} {}: expected a number", flag, v.text));
-  }
-  std::string text(const std::string& flag) const {
-    const Value v = value(flag);
-    unresolved(flag, v);
-    return v.text;
-  }
+  std::int64_t integer(const std::string& flag) const { return setting_integer(setting(flag), source_); }
+  double number(const std::string& flag) const { return setting_number(setting(flag), source_); }
+  std::string text(const std::string& flag) const { return setting_text(setting(flag), source_); }
   // "# slime --flag VALUE" with "(slime default)" or "(not given)" for the comment of a line.
   std::string note(const std::string& flag) const {
     const Value v = value(flag);
@@ -304,21 +286,14 @@ class Reader {
     }
     throw std::logic_error("slime import: flag " + flag + " is not in the table");
   }
-  void unresolved(const std::string& flag, const Value& v) const {
-    if (unresolved_expansion(v.text))
-      fail_at(source_, v.line,
-              fmt::format("{} {}: the variable is not assigned in the script (assign it there, or give the flag after the "
-                          "script: rlsim import slime SCRIPT -- {} VALUE)",
-                          flag, v.text, flag));
+  // The flag's value as a launch setting, for the shared readers and their messages.
+  LaunchSetting setting(const std::string& flag) const {
+    const Value v = value(flag);
+    return {v.text, v.line, fmt::format("{} {}", flag, v.text), fmt::format("rlsim import slime SCRIPT -- {} VALUE", flag)};
   }
   const SlimeLaunch& l_;
   std::string source_;
 };
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 // SGLang's mem_fraction_static when none is given, by the engine's tensor-parallel size
 // (sgl-project/sglang python/sglang/srt/server_args.py, __post_init__).
@@ -403,16 +378,9 @@ void write_workload(const Reader& r, ScenarioText& y, ImportedScenario& out) {
       "response_tokens from your run's figures");
 }
 
-// The last path component of a checkpoint, lower case.
-std::string checkpoint_name(std::string path) {
-  while (!path.empty() && path.back() == '/') path.pop_back();
-  if (const auto slash = path.find_last_of('/'); slash != std::string::npos) path = path.substr(slash + 1);
-  return lower(path);
-}
-
 // The rollout's precision from the checkpoint it serves: *-FP8 is a block-scaled FP8 checkpoint.
 void write_rollout_precision(const Reader& r, ScenarioText& y, ImportedScenario& out) {
-  const std::string name = checkpoint_name(r.text("--hf-checkpoint"));
+  const std::string name = path_name_lower(r.text("--hf-checkpoint"));
   if (name.ends_with("-fp8") || name.find("-fp8-") != std::string::npos) {
     y.line("  precision: fp8-block", "# slime --hf-checkpoint *-FP8: a block-scaled FP8 checkpoint served by SGLang");
     return;
@@ -454,7 +422,7 @@ void write_rollout(const Reader& r, ScenarioText& y, ImportedScenario& out) {
 // The precision of the trainer: Megatron's FP8 (Transformer Engine) recipes.
 void write_training_precision(const Reader& r, ScenarioText& y, ImportedScenario& out) {
   if (!r.given("--fp8-format")) return;
-  const std::string recipe = lower(r.text("--fp8-recipe"));
+  const std::string recipe = ascii_lower(r.text("--fp8-recipe"));
   if (recipe == "blockwise") {
     y.line("  precision: fp8-block", "# slime --fp8-format " + r.text("--fp8-format") + " --fp8-recipe blockwise");
     return;
@@ -513,7 +481,7 @@ void write_batching(const Reader& r, ScenarioText& y) {
 
 // The training lines: backend, precision, layout, batching, reference, optimizer.
 void write_training(const Reader& r, ScenarioText& y, ImportedScenario& out) {
-  const std::string backend = lower(r.text("--train-backend"));
+  const std::string backend = ascii_lower(r.text("--train-backend"));
   if (backend != "megatron" && backend != "fsdp")
     r.fail("--train-backend", "--train-backend " + backend + ": expected megatron or fsdp");
   y.line("training:");
@@ -522,7 +490,7 @@ void write_training(const Reader& r, ScenarioText& y, ImportedScenario& out) {
   if (backend == "megatron") write_megatron_layout(r, y, out);
   write_batching(r, y);
   y.line(fmt::format("  recompute_old_logprob: {}", !r.on("--use-rollout-logprobs")), r.note("--use-rollout-logprobs"));
-  const std::string recompute = lower(r.text("--recompute-granularity"));
+  const std::string recompute = ascii_lower(r.text("--recompute-granularity"));
   y.line(fmt::format("  activation_checkpointing: {}", recompute == "full"), r.note("--recompute-granularity"));
   if (recompute == "selective")
     out.warnings.push_back("--recompute-granularity selective: only attention is recomputed; imported as no checkpointing");
@@ -530,7 +498,7 @@ void write_training(const Reader& r, ScenarioText& y, ImportedScenario& out) {
   y.line(fmt::format("  reference_model: {}", reference), r.note("--use-kl-loss"));
   y.line(fmt::format("  optimizer: {{offload: false, cpu_adam: {}}}", r.on("--optimizer-cpu-offload")),
          r.note("--optimizer-cpu-offload"));
-  const std::string adv = lower(r.text("--advantage-estimator"));
+  const std::string adv = ascii_lower(r.text("--advantage-estimator"));
   if (adv == "ppo" || adv == "gae")
     out.warnings.push_back("--advantage-estimator " + adv + ": a critic is trained each step; rlsim models actor-only steps");
 }

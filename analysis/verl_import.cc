@@ -38,7 +38,7 @@ void add_words(VerlLaunch& l, const std::vector<ShellWord>& words, std::size_t f
       continue;
     }
     if (w.starts_with("--config-path=")) continue;
-    if (w == "|" || w == "2>&1" || w.starts_with(">") || w.starts_with("2>") || w == "&&" || w == ";") break;  // redirection
+    if (ends_command(w)) break;  // a pipe or redirection
     const auto eq = w.find('=');
     if ((eq == std::string::npos || eq == 0) && unresolved_expansion(w)) {
       l.unread.push_back(ShellWord{w, line});  // a variable or array the script does not assign
@@ -226,33 +226,19 @@ class Reader {
     }
     return {};
   }
-  std::int64_t integer(const std::string& key) const {
-    const Value v = value(key);
-    unresolved(key, v);
-    if (const auto x = parse_integer(v.text)) return *x;
-    fail_at(source_, v.line, fmt::format("{}={}: expected an integer", key, v.text));
-  }
+  std::int64_t integer(const std::string& key) const { return setting_integer(setting(key), source_); }
   bool has(const std::string& key) const { return !value(key).text.empty() && value(key).text != "null"; }
   bool boolean(const std::string& key) const {
-    std::string t = value(key).text;
-    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::string t = ascii_lower(value(key).text);
     if (t == "true") return true;
     if (t == "false" || t.empty() || t == "null") return false;
     fail_at(source_, value(key).line, fmt::format("{}={}: expected true or false", key, value(key).text));
   }
-  double number(const std::string& key) const {
+  double number(const std::string& key) const { return setting_number(setting(key), source_); }
+  // The key's value as a launch setting, for the shared readers and their messages.
+  LaunchSetting setting(const std::string& key) const {
     const Value v = value(key);
-    unresolved(key, v);
-    if (const auto x = parse_number(v.text)) return *x;
-    fail_at(source_, v.line, fmt::format("{}={}: expected a number", key, v.text));
-  }
-  // A mapped key whose value names a shell variable the script never assigns.
-  void unresolved(const std::string& key, const Value& v) const {
-    if (unresolved_expansion(v.text))
-      fail_at(source_, v.line,
-              fmt::format("{}={}: the variable is not assigned in the script (assign it there, or give the key after the "
-                          "script: rlsim import verl SCRIPT {}=VALUE)",
-                          key, v.text, key));
+    return {v.text, v.line, fmt::format("{}={}", key, v.text), fmt::format("rlsim import verl SCRIPT {}=VALUE", key)};
   }
   // "  # verl KEY=VALUE" (or "(verl default)") for the comment of a scenario line.
   std::string note(const std::string& key) const {
@@ -265,11 +251,6 @@ class Reader {
   std::string source_;
   bool megatron_ = false;
 };
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 }  // namespace
 
@@ -510,7 +491,7 @@ ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device
         "truncated at max_response_length); --log sets them from a run's console log");
   }
   // Rollout.
-  const std::string engine = lower(r.value("actor_rollout_ref.rollout.name").text);
+  const std::string engine = ascii_lower(r.value("actor_rollout_ref.rollout.name").text);
   if (engine != "vllm" && engine != "sglang")
     fail_at(source, r.value("actor_rollout_ref.rollout.name").line,
             fmt::format("actor_rollout_ref.rollout.name={}: expected vllm or sglang", engine));
@@ -566,7 +547,7 @@ ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device
          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu");
   // Megatron also recomputes when the transformer config is overridden to full recompute.
   const std::string recompute_key = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity";
-  if (meg && lower(launch.get(recompute_key)) == "full") {
+  if (meg && ascii_lower(launch.get(recompute_key)) == "full") {
     line("  activation_checkpointing: true", recompute_key);
   } else {
     line(fmt::format("  activation_checkpointing: {}", r.boolean("actor_rollout_ref.model.enable_gradient_checkpointing")),
@@ -579,7 +560,7 @@ ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device
   line(fmt::format("  optimizer: {{offload: {}}}", r.boolean(pre + "optimizer_offload")), pre + "optimizer_offload");
   // verl trains a critic when the advantage estimator is GAE (its default): not modelled.
   {
-    std::string adv = lower(launch.get("algorithm.adv_estimator"));
+    std::string adv = ascii_lower(launch.get("algorithm.adv_estimator"));
     if (adv.empty()) adv = "gae";  // verl's default
     if (adv == "gae")
       out.warnings.push_back("algorithm.adv_estimator=gae" +
