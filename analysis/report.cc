@@ -110,14 +110,10 @@ void add_warnings(const sim::Scenario& s, sim::SimResult& r) {
   if (pre > 0) {
     r.warnings.push_back(fmt::format("{} preemptions (KV cache full; sequences recomputed)", pre));
   }
-  const auto cap = s.workload.response_tokens.kind == sim::LengthDist::Kind::kLognormal ? s.workload.response_tokens.max : 0;
-  if (cap > 0) {
-    std::int64_t truncated = 0;
-    for (const auto& q : r.requests) truncated += q.response_tokens >= cap ? 1 : 0;
-    if (truncated > 0) {
-      r.warnings.push_back(fmt::format("{} of {} responses hit the {}-token limit (truncated, as max_response_length does)",
-                                       truncated, r.requests.size(), cap));
-    }
+  const auto& resp = s.workload.response_tokens;
+  if (resp.kind == sim::LengthDist::Kind::kLognormal && resp.max > 0 && r.responses_at_limit > 0) {
+    r.warnings.push_back(fmt::format("{} of {} responses hit the {}-token limit (truncated, as max_response_length does)",
+                                     r.responses_at_limit, r.requests_consumed, resp.max));
   }
   if (s.cluster.device.effective(s.rollout.precision.linear.compute(s.rollout.precision.mode)) !=
       s.rollout.precision.linear.compute(s.rollout.precision.mode)) {
@@ -290,99 +286,182 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& 
   for (const auto& w : u.warnings) out << "  warning: " << w << "\n";
 }
 
-std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const sim::RecordingSink& trace) {
-  using nlohmann::json;
-  json events = json::array();
-  std::map<std::string, int> tids;
-  auto tid_of = [&](const std::string& track) {
-    auto [it, inserted] = tids.emplace(track, static_cast<int>(tids.size()) + 1);
-    if (inserted) {
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", it->second}, {"args", {{"name", track}}}});
+namespace {
+
+// trace.json as nlohmann's dump(1) of {"displayTimeUnit": "ms", "traceEvents": [...]} would
+// print it, written one event at a time as the simulation reports it (Chrome's Trace Event
+// Format: "M" metadata, "X" complete events, "C" counters; times in microseconds). Engine
+// iterations (Span::detail) beyond `max_iterations` are counted, not written.
+class ChromeTraceWriter final : public sim::TraceSink {
+ public:
+  ChromeTraceWriter(WritableFile& out, const std::string& process, std::int64_t max_iterations)
+      : out_(out), max_iterations_(max_iterations) {
+    out_.append("{\n \"displayTimeUnit\": \"ms\",\n \"traceEvents\": [\n");
+    event({{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"args", {{"name", process}}}});
+  }
+
+  void span(const sim::Span& sp) override {
+    if (sp.detail && iterations_++ >= max_iterations_) {
+      if (dropped_++ == 0) first_dropped_ = sp.start;
+      return;
     }
-    return it->second;
-  };
-  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"args", {{"name", s.name}}}});
-  for (const auto& sp : trace.spans) {
-    json args = json::object();
+    nlohmann::json args = nlohmann::json::object();
     for (const auto& [k, v] : sp.args) args[k] = v;
-    events.push_back({{"ph", "X"},
-                      {"name", sp.name},
-                      {"cat", sp.category},
-                      {"pid", 1},
-                      {"tid", tid_of(sp.track)},
-                      {"ts", static_cast<double>(sp.start) / 1e3},
-                      {"dur", static_cast<double>(sp.duration) / 1e3},
-                      {"args", args}});
+    const int tid = tid_of(sp.track);
+    event({{"ph", "X"},
+           {"name", sp.name},
+           {"cat", sp.category},
+           {"pid", 1},
+           {"tid", tid},
+           {"ts", micros(sp.start)},
+           {"dur", micros(sp.duration)},
+           {"args", args}});
   }
-  for (const auto& l : r.ledgers) {
-    for (const auto& e : l.events()) {
-      events.push_back({{"ph", "C"},
-                        {"name", "memory " + l.group()},
-                        {"pid", 1},
-                        {"ts", static_cast<double>(e.time) / 1e3},
-                        {"args", {{"GB", e.total_bytes / 1e9}}}});
+
+  void counter(const sim::CounterSample& c) override {
+    event({{"ph", "C"},
+           {"name", c.name},
+           {"pid", 1},
+           {"tid", tid_of(c.track)},
+           {"ts", micros(c.time)},
+           {"args", {{c.name, c.value}}}});
+  }
+
+  /// The memory counters of every ledger, then the end of the document.
+  void finish(const std::vector<sim::MemoryLedger>& ledgers) {
+    for (const auto& l : ledgers) {
+      for (const auto& e : l.events()) {
+        event({{"ph", "C"},
+               {"name", "memory " + l.group()},
+               {"pid", 1},
+               {"ts", micros(e.time)},
+               {"args", {{"GB", e.total_bytes / 1e9}}}});
+      }
     }
+    out_.append("\n ]\n}\n");
   }
-  json root = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  return root.dump(1) + "\n";
+
+  std::int64_t dropped() const { return dropped_; }
+  sim::TimeNs first_dropped() const { return first_dropped_; }
+
+ private:
+  static double micros(sim::TimeNs t) { return static_cast<double>(t) / 1e3; }
+
+  int tid_of(const std::string& track) {
+    auto [it, inserted] = tids_.emplace(track, static_cast<int>(tids_.size()) + 1);
+    if (inserted) event({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", it->second}, {"args", {{"name", track}}}});
+    return it->second;
+  }
+
+  // One array member: the event's dump(1) indented by the array's two spaces (a JSON string
+  // holds no raw line break, so every '\n' of the dump starts a line of the document).
+  void event(const nlohmann::json& e) {
+    std::string text = e.dump(1);
+    line_.clear();
+    line_ += events_++ == 0 ? "  " : ",\n  ";
+    for (const char c : text) {
+      line_ += c;
+      if (c == '\n') line_ += "  ";
+    }
+    out_.append(line_);
+  }
+
+  WritableFile& out_;
+  std::int64_t max_iterations_;
+  std::map<std::string, int> tids_;
+  std::int64_t events_ = 0, iterations_ = 0, dropped_ = 0;
+  sim::TimeNs first_dropped_ = 0;
+  std::string line_;
+};
+
+// requests.csv: SCENARIO.md's columns, one row per consumed request.
+constexpr std::string_view kRequestsHeader =
+    "step,index,engine,prompt_tokens,response_tokens,admit_s,first_token_s,finish_s,preemptions,group,policy_version,"
+    "staleness,interruptions\n";
+
+std::string request_row(const sim::Request& q) {
+  return fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", q.step, q.index, q.engine, q.prompt_tokens,
+                     q.response_tokens, sim::to_seconds(q.admit_ns), sim::to_seconds(q.first_token_ns),
+                     sim::to_seconds(q.finish_ns), q.preemptions, q.group, q.version, q.step - q.version, q.interruptions);
 }
 
-RunSummary write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow,
-                         const sim::RecordingSink& trace) {
+// The files written from the simulation's aggregates, after it ends: plots, steps.csv,
+// phases.csv, memory.csv and summary.json.
+RunSummary write_aggregates(const fs::path& tmp, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow) {
+  // Plots first: a failure to draw becomes a warning in summary.json, not a lost run.
+  if (s.output.plots) {
+    std::string why;
+    if (!plot_timeline(tmp / "timeline.png", s, r, &why)) r.warnings.push_back("timeline.png not drawn: " + why);
+    if (!plot_memory(tmp / "memory.png", s, r, &why)) r.warnings.push_back("memory.png not drawn: " + why);
+  }
+  {
+    // SCENARIO.md's columns in their order, then rlsim's step_overhead_s.
+    std::string t =
+        "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,"
+        "step_overhead_s\n";
+    for (const auto& st : r.steps) {
+      t += fmt::format("{},{:.6f}", st.step, st.step_s());
+      for (const auto p : sim::kPhases) {
+        if (p != sim::Phase::kStepOverhead) t += fmt::format(",{:.6f}", st.phase_s[p]);
+      }
+      t += fmt::format(",{},{:.6f}\n", st.generated_tokens, st.phase_s[sim::Phase::kStepOverhead]);
+    }
+    write_text(tmp / "steps.csv", t);
+  }
+  {
+    std::string t = "step,phase,role,start_s,end_s,duration_s\n";
+    for (const auto& p : r.phases) {
+      t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, sim::phase_name(p.phase), sim::role_name(p.role),
+                       sim::to_seconds(p.start), sim::to_seconds(p.end), p.seconds());
+    }
+    write_text(tmp / "phases.csv", t);
+  }
+  {
+    std::string t = "time_s,device_group,tag,delta_bytes,total_bytes,capacity_bytes\n";
+    for (const auto& l : r.ledgers) {
+      for (const auto& e : l.events()) {
+        t += fmt::format("{:.6f},{},{},{:.0f},{:.0f},{:.0f}\n", sim::to_seconds(e.time), csv_field(l.group()),
+                         sim::memory_tag_name(e.tag), e.delta_bytes, e.total_bytes, l.capacity());
+      }
+    }
+    write_text(tmp / "memory.csv", t);
+  }
+  RunSummary summary = summarize(s, r, flow);
+  write_text(tmp / "summary.json", summary_json(summary).dump(2) + "\n");
+  return summary;
+}
+
+}  // namespace
+
+RunSummary run_to_directory(const std::string& dir, const sim::Scenario& s, const PrecisionFlowVerdict& flow,
+                            const sim::ProgressFn& progress) {
   RunSummary summary;
   write_directory(dir, [&](const fs::path& tmp) {
-    // Plots first: a failure to draw becomes a warning in summary.json, not a lost run.
-    if (s.output.plots) {
-      std::string why;
-      if (!plot_timeline(tmp / "timeline.png", s, r, &why)) r.warnings.push_back("timeline.png not drawn: " + why);
-      if (!plot_memory(tmp / "memory.png", s, r, &why)) r.warnings.push_back("memory.png not drawn: " + why);
+    // requests.csv and trace.json grow as the simulation runs; the rest is written at its end.
+    auto requests = file_system().create(tmp / "requests.csv");
+    requests->append(kRequestsHeader);
+    std::unique_ptr<WritableFile> trace_file;
+    std::unique_ptr<ChromeTraceWriter> trace;
+    sim::NullSink no_trace;
+    if (s.output.trace) {
+      trace_file = file_system().create(tmp / "trace.json");
+      trace = std::make_unique<ChromeTraceWriter>(*trace_file, s.name, s.output.trace_max_iterations);
     }
-    {
-      // SCENARIO.md's columns in their order, then rlsim's step_overhead_s.
-      std::string t =
-          "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,"
-          "step_overhead_s\n";
-      for (const auto& st : r.steps) {
-        t += fmt::format("{},{:.6f}", st.step, st.step_s());
-        for (const auto p : sim::kPhases) {
-          if (p != sim::Phase::kStepOverhead) t += fmt::format(",{:.6f}", st.phase_s[p]);
-        }
-        t += fmt::format(",{},{:.6f}\n", st.generated_tokens, st.phase_s[sim::Phase::kStepOverhead]);
+    sim::SimResult r = sim::simulate(s, trace ? static_cast<sim::TraceSink&>(*trace) : no_trace, progress,
+                                     [&](const sim::Request& q) { requests->append(request_row(q)); });
+    requests->close();
+    add_warnings(s, r);
+    if (trace) {
+      trace->finish(r.ledgers);
+      trace_file->close();
+      if (trace->dropped() > 0) {
+        r.warnings.push_back(fmt::format(
+            "trace.json holds the first {} engine iterations (output.trace_max_iterations); {} from t = {:.3f} s on are "
+            "left out (phases and memory are complete)",
+            s.output.trace_max_iterations, trace->dropped(), sim::to_seconds(trace->first_dropped())));
       }
-      write_text(tmp / "steps.csv", t);
     }
-    {
-      std::string t = "step,phase,role,start_s,end_s,duration_s\n";
-      for (const auto& p : r.phases) {
-        t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, sim::phase_name(p.phase), sim::role_name(p.role),
-                         sim::to_seconds(p.start), sim::to_seconds(p.end), p.seconds());
-      }
-      write_text(tmp / "phases.csv", t);
-    }
-    {
-      std::string t = "time_s,device_group,tag,delta_bytes,total_bytes,capacity_bytes\n";
-      for (const auto& l : r.ledgers) {
-        for (const auto& e : l.events()) {
-          t += fmt::format("{:.6f},{},{},{:.0f},{:.0f},{:.0f}\n", sim::to_seconds(e.time), csv_field(l.group()),
-                           sim::memory_tag_name(e.tag), e.delta_bytes, e.total_bytes, l.capacity());
-        }
-      }
-      write_text(tmp / "memory.csv", t);
-    }
-    {
-      std::string t =
-          "step,index,engine,prompt_tokens,response_tokens,admit_s,first_token_s,finish_s,preemptions,group,policy_version,"
-          "staleness,interruptions\n";
-      for (const auto& q : r.requests) {
-        t += fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", q.step, q.index, q.engine, q.prompt_tokens,
-                         q.response_tokens, sim::to_seconds(q.admit_ns), sim::to_seconds(q.first_token_ns),
-                         sim::to_seconds(q.finish_ns), q.preemptions, q.group, q.version, q.step - q.version, q.interruptions);
-      }
-      write_text(tmp / "requests.csv", t);
-    }
-    if (s.output.trace) write_text(tmp / "trace.json", chrome_trace(s, r, trace));
-    summary = summarize(s, r, flow);
-    write_text(tmp / "summary.json", summary_json(summary).dump(2) + "\n");
+    summary = write_aggregates(tmp, s, r, flow);
   });
   return summary;
 }

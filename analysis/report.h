@@ -71,16 +71,16 @@ nlohmann::json summary_json(const RunSummary& sum);
 /// capacity, the bottleneck, the precision-flow verdict and warnings.
 void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& sum);
 
-/// Writes every output file into `dir`: first into a sibling temporary directory, then renamed
-/// over `dir` (an existing `dir` is replaced), so a reader never sees a half-written set.
-/// Plots are drawn only when `plots` and gnuplot is installed (a warning is added otherwise).
-/// Returns the run's summary (with those warnings), as written to summary.json. Throws
-/// std::runtime_error on I/O failure (the temporary directory is removed).
-RunSummary write_outputs(const std::string& dir, const sim::Scenario& s, sim::SimResult& r, const PrecisionFlowVerdict& flow,
-                         const sim::RecordingSink& trace);
-
-/// Chrome trace JSON (an object with "traceEvents"; opens in Perfetto / chrome://tracing).
-std::string chrome_trace(const sim::Scenario& s, const sim::SimResult& r, const sim::RecordingSink& trace);
+/// Simulates `s` and writes every output file into `dir` (SCENARIO.md, "Outputs"): requests.csv
+/// and trace.json are streamed as the simulation runs, so memory stays bounded by the requests
+/// in flight; the aggregates (steps, phases, memory, summary, plots) follow at its end. All goes
+/// into a sibling temporary directory renamed over `dir` (write_directory), so a reader sees the
+/// previous output or the whole new one. Plots are drawn only when `s.output.plots` and gnuplot
+/// is installed (a warning is added otherwise). Returns the summary written to summary.json.
+/// Throws OutputError on an I/O failure, sim::Interrupted on a stop request, ScenarioError for
+/// a scenario the simulator cannot represent; the temporary directory is removed in each case.
+RunSummary run_to_directory(const std::string& dir, const sim::Scenario& s, const PrecisionFlowVerdict& flow,
+                            const sim::ProgressFn& progress = {});
 
 /// Verifies the scenario's precision flow (models/graph: the training recipe's forward graph
 /// against the rollout recipe's inference graph with its KV-cache format): the verdict and the

@@ -25,6 +25,7 @@
 #include "sim/cli/plan_cmds.h"
 #include "sim/cli/precision_cmds.h"
 #include "sim/cli/runtime_cmds.h"
+#include "sim/cli/sim_bench.h"
 #include "sim/cli/train_cmds.h"
 #include "sim/cli/validate_cmds.h"
 #include "sim/cli/verify_cmds.h"
@@ -67,24 +68,18 @@ int cmd_run(const RunOptions& o) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  sim::RecordingSink sink;
-  sim::NullSink null_sink;
-  sim::TraceSink& trace_sink = s.output.trace ? static_cast<sim::TraceSink&>(sink) : null_sink;
+  const analysis::PrecisionFlowVerdict flow = analysis::check_precision_flow(s);
   bool progress_shown = false;
-  sim::SimResult r = sim::simulate(s, trace_sink, [&](int done, int total) {
+  const analysis::RunSummary summary = analysis::run_to_directory(s.output.dir, s, flow, [&](int done, int total) {
     if (o.quiet || (elapsed() < 1.0 && !progress_shown)) return;
     progress_shown = true;
     std::cerr << fmt::format("rlsim: simulated step {}/{} ({:.1f} s)\n", done, total, elapsed());
   });
-  analysis::add_warnings(s, r);
-  const analysis::PrecisionFlowVerdict flow = analysis::check_precision_flow(s);
-  if (!o.quiet && elapsed() > 1.0) std::cerr << fmt::format("rlsim: writing outputs to {}\n", s.output.dir);
-  const analysis::RunSummary summary = analysis::write_outputs(s.output.dir, s, r, flow, sink);
   if (!o.quiet) {
     analysis::print_summary(std::cout, s, summary);
     std::cout << fmt::format("  outputs: {}/ (summary.json, steps.csv, phases.csv, memory.csv, requests.csv{}{})\n", s.output.dir,
                              s.output.trace ? ", trace.json" : "", s.output.plots ? ", timeline.png, memory.png" : "");
-    std::cout << fmt::format("  simulated {} events in {:.3f} s wall\n", r.events, elapsed());
+    std::cout << fmt::format("  simulated {} events in {:.3f} s wall\n", summary.events, elapsed());
   }
   return 0;
 }
@@ -129,7 +124,8 @@ int cmd_catalog(const std::string& what) {
   return 0;
 }
 
-int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, cli::BenchReloadOptions ro, int jobs) {
+int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, cli::BenchReloadOptions ro, int jobs,
+              std::int64_t max_requests) {
   if (what == "quantize") return cli::bench_quantize(repeat, std::cout);
   if (what == "plan") return cli::bench_plan(jobs, repeat, std::cout);
   if (what == "reload") {
@@ -151,30 +147,7 @@ int cmd_bench(const std::string& what, int repeat, cli::BenchRuntimeOptions bo, 
   if (what != "sim")
     throw sim::ScenarioError("rlsim bench: unknown benchmark '" + what +
                              "' (available: sim, quantize, verify, runtime, reload, plan, host)");
-  // The benchmark scenario is scenarios/bench-sim.yaml (the repository's, or ./scenarios).
-  const sim::Scenario s = sim::load_scenario((analysis::default_scenarios_dir() / "bench-sim.yaml").string());
-  std::cout << fmt::format("rlsim bench sim: {}\n", s.name);
-  std::cout << fmt::format("  {} devices ({} rollout engines, {} training), {} steps of {} x {} sequences, max response {}\n",
-                           s.cluster.devices(), s.placement.rollout_devices / s.rollout.tensor_parallel,
-                           s.placement.train_devices, s.steps, s.workload.prompts_per_step, s.workload.samples_per_prompt,
-                           s.workload.response_tokens.upper_bound());
-  double best = 1e300;
-  for (int i = 0; i < repeat; ++i) {
-    sim::NullSink sink;
-    const auto t0 = std::chrono::steady_clock::now();
-    const sim::SimResult r = sim::simulate(s, sink);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, wall);
-    double step = 0;
-    for (const auto& st : r.steps) step += st.step_s();
-    std::cout << fmt::format(
-        "  run {}: wall {:.3f} s, {} events, {:.0f} events/s; simulated {:.1f} s ({:.1f} s per step), "
-        "{} tokens generated\n",
-        i + 1, wall, r.events, static_cast<double>(r.events) / wall, r.wall_s, step / static_cast<double>(r.steps.size()),
-        r.tokens_generated);
-  }
-  std::cout << fmt::format("  best wall {:.3f} s (target: under 2 s on one core)\n", best);
-  return 0;
+  return cli::bench_sim(repeat, max_requests, std::cout);
 }
 
 // Options of `rlsim bench` (what to run and each benchmark's own).
@@ -184,6 +157,7 @@ struct BenchArgs {
   cli::BenchRuntimeOptions runtime;
   cli::BenchReloadOptions reload;
   int jobs = 0;
+  std::int64_t max_requests = 10'000'000;
   CLI::Option* precision = nullptr;  // --precision, shared by runtime and reload
 };
 
@@ -220,7 +194,8 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
   bench
       ->add_option(
           "what", a.what,
-          "sim: 10 steps of a 1,024-device async pipeline; quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
+          "sim: 10 steps of a 1,024-device async pipeline, then `rlsim run` of the default scenario at 10^4 .. "
+          "--max-requests requests (wall, requests/s, peak RSS); quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
           "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
           "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
           "precision on synthetic weights; reload: the quantised weight reload lifecycle (restore, load, quantise, "
@@ -236,6 +211,11 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
                                  "runtime, reload: fp32 or recipes to measure (reload default: fp8-block)")
                     ->delimiter(',')
                     ->capture_default_str();
+  bench
+      ->add_option("--max-requests", a.max_requests,
+                   "sim: largest run of the scaling series (10^4, 10^5, ... up to it; below 10^4: none)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{100'000'000}))
+      ->capture_default_str();
   bench->add_option("--model", a.reload.model,
                     "reload: llama2.c checkpoint, Hugging Face directory, or synthetic-moe (a small MoE with synthetic weights)");
   bench->add_option("--cycles", a.reload.cycles, "reload: reload cycles")->check(CLI::Range(1, 1 << 24))->capture_default_str();
@@ -591,7 +571,7 @@ int main(int argc, char** argv) {
     if (*catalog) return cmd_catalog(catalog_what);
     if (*bench) {
       if (ba.precision->count() > 0) ba.reload.precisions = ba.runtime.precisions;
-      return cmd_bench(ba.what, ba.repeat, ba.runtime, ba.reload, ba.jobs);
+      return cmd_bench(ba.what, ba.repeat, ba.runtime, ba.reload, ba.jobs, ba.max_requests);
     }
     if (*quant) return cli::cmd_quantize(qo, std::cin, std::cout);
     if (*verify) return cli::cmd_verify(vo, std::cout);

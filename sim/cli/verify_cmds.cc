@@ -1,18 +1,14 @@
 #include "sim/cli/verify_cmds.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <ostream>
-#include <sstream>
 
 #include "analysis/output_dir.h"
 #include "analysis/report.h"
+#include "analysis/verify_outputs.h"
 #include "models/graph/build.h"
 #include "models/graph/io.h"
 #include "models/graph/verify.h"
@@ -21,7 +17,6 @@
 namespace rlsim::cli {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -96,43 +91,13 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
     }
   }
 
-  if (!o.json.empty()) {
-    nlohmann::json j;
-    j["verdict"] = r.consistent ? "consistent" : "inconsistent";
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& m : r.mismatches) {
-      list.push_back({{"operator", m.op},
-                      {"kind", std::string(models::op_kind_name(m.kind))},
-                      {"tensor", m.tensor},
-                      {"role", m.tensor.empty() ? "" : std::string(models::role_name(m.role))},
-                      {"train", m.train},
-                      {"inference", m.inference},
-                      {"reason", m.reason},
-                      {"layer", m.layer}});
-    }
-    j["mismatches"] = std::move(list);
-    j["method"] = r.method == models::MatchMethod::kNameAnchored ? "name-anchored" : "vf2";
-    j["training"] = {{"operators", r.train_vertices}, {"tensors", r.train_edges}};
-    j["inference"] = {{"operators", r.infer_vertices}, {"tensors", r.infer_edges}};
-    analysis::write_file(o.json, j.dump(1) + "\n");
-  }
-  if (!o.dot_dir.empty()) {
-    for (const bool training : {true, false}) {
-      std::ostringstream dot;
-      models::DotOptions d;
-      d.full = o.full;
-      d.title = fmt::format("{} graph: {}", training ? "training" : "inference", title);
-      models::write_dot(dot, training ? train : infer, models::mismatch_marks(r.mismatches, training), d);
-      analysis::write_file(fs::path(o.dot_dir) / (training ? "training.dot" : "inference.dot"), dot.str());
-    }
-  }
-  if (!o.graphml_dir.empty()) {
-    for (const bool training : {true, false}) {
-      std::ostringstream xml;
-      models::write_graphml(xml, training ? train : infer);
-      analysis::write_file(fs::path(o.graphml_dir) / (training ? "training.graphml" : "inference.graphml"), xml.str());
-    }
-  }
+  analysis::VerifyOutputPaths paths;
+  paths.json = o.json;
+  paths.dot_dir = o.dot_dir;
+  paths.graphml_dir = o.graphml_dir;
+  paths.full_dot = o.full;
+  paths.title = title;
+  analysis::write_verify_outputs(paths, r, train, infer);
   if (!o.quiet && (!o.json.empty() || !o.dot_dir.empty() || !o.graphml_dir.empty())) {
     std::string files;
     if (!o.json.empty()) files += " " + o.json;

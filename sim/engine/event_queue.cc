@@ -10,18 +10,39 @@ namespace rlsim::sim {
 EventId EventQueue::schedule_at(TimeNs at, Callback fn) {
   if (at < now_) throw std::invalid_argument("EventQueue: cannot schedule an event in the past");
   if (!fn) throw std::invalid_argument("EventQueue: empty callback");
-  const EventId id = callbacks_.size();
-  callbacks_.push_back(std::move(fn));
+  std::size_t slot = slots_.size();
+  if (free_slots_.empty()) {
+    slots_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  slots_[slot].fn = std::move(fn);
+  const EventId id = (static_cast<EventId>(slots_[slot].generation) << kSlotBits) | slot;
   heap_.push_back(Entry{at, next_seq_++, id});
   std::push_heap(heap_.begin(), heap_.end(), later);
   ++live_;
   return id;
 }
 
-bool EventQueue::cancel(EventId id) {
-  if (id >= callbacks_.size() || !callbacks_[id]) return false;
-  callbacks_[id] = nullptr;
+bool EventQueue::is_live(EventId id) const {
+  const std::size_t slot = slot_of(id);
+  return slot < slots_.size() && slots_[slot].generation == (id >> kSlotBits) && slots_[slot].fn;
+}
+
+EventQueue::Callback EventQueue::release(EventId id) {
+  Slot& s = slots_[slot_of(id)];
+  Callback fn = std::move(s.fn);
+  s.fn = nullptr;
+  ++s.generation;
+  free_slots_.push_back(slot_of(id));
   --live_;
+  return fn;
+}
+
+bool EventQueue::cancel(EventId id) {
+  if (!is_live(id)) return false;
+  release(id);
   return true;
 }
 
@@ -30,7 +51,7 @@ bool EventQueue::pop_live(Entry& out) {
     std::pop_heap(heap_.begin(), heap_.end(), later);
     out = heap_.back();
     heap_.pop_back();
-    if (callbacks_[out.id]) return true;  // skip cancelled entries
+    if (is_live(out.id)) return true;  // skip cancelled entries
   }
   return false;
 }
@@ -39,9 +60,7 @@ bool EventQueue::step() {
   Entry e{};
   if (!pop_live(e)) return false;
   now_ = e.time;
-  Callback fn = std::move(callbacks_[e.id]);
-  callbacks_[e.id] = nullptr;
-  --live_;
+  Callback fn = release(e.id);
   ++events_run_;
   fn();
   return true;
@@ -51,7 +70,7 @@ std::uint64_t EventQueue::run(TimeNs until) {
   std::uint64_t n = 0;
   while (live_ > 0) {
     // Peek: drop cancelled entries on top so the time check sees a live event.
-    while (!heap_.empty() && !callbacks_[heap_.front().id]) {
+    while (!heap_.empty() && !is_live(heap_.front().id)) {
       std::pop_heap(heap_.begin(), heap_.end(), later);
       heap_.pop_back();
     }

@@ -63,8 +63,21 @@ class EventQueue {
   static bool later(const Entry& a, const Entry& b) { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
   bool pop_live(Entry& out);
 
+  // A callback's place. An EventId is (generation << 32) | slot: a slot is reused once its event
+  // ran or was cancelled, with the generation bumped, so memory is bounded by the events pending,
+  // not by the events of the whole run, and a stale id (or heap entry) no longer matches.
+  struct Slot {
+    Callback fn;
+    std::uint32_t generation = 0;
+  };
+  static constexpr int kSlotBits = 32;
+  static std::size_t slot_of(EventId id) { return static_cast<std::size_t>(id & ((EventId{1} << kSlotBits) - 1)); }
+  bool is_live(EventId id) const;
+  Callback release(EventId id);  // takes the callback out and frees the slot
+
   std::vector<Entry> heap_;
-  std::vector<Callback> callbacks_;  // indexed by EventId; emptied when run or cancelled
+  std::vector<Slot> slots_;
+  std::vector<std::size_t> free_slots_;
   TimeNs now_ = 0;
   std::uint64_t next_seq_ = 0;
   std::size_t live_ = 0;

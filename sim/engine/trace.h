@@ -18,6 +18,7 @@ struct Span {
   TimeNs start = 0;
   TimeNs duration = 0;
   std::vector<std::pair<std::string, double>> args;  // numeric annotations
+  bool detail = false;  // one engine iteration (a writer may drop these first; phases are never details)
 };
 
 /// A sampled value over time (memory in bytes, running sequences).

@@ -28,8 +28,8 @@ std::string gb(double bytes) { return format_quantity(bytes, Dimension::kBytes);
 
 class Simulation {
  public:
-  Simulation(const Scenario& s, TraceSink& sink, const ProgressFn& progress)
-      : s_(s), sink_(sink), progress_(progress), trainer_(s) {}
+  Simulation(const Scenario& s, TraceSink& sink, const ProgressFn& progress, const RequestFn& on_request)
+      : s_(s), sink_(sink), progress_(progress), on_request_(on_request), trainer_(s) {}
 
   SimResult run();
 
@@ -38,7 +38,13 @@ class Simulation {
   MemoryLedger& train_ledger() { return ledgers_.back(); }
   bool colocated() const { return s_.placement.mode == PlacementMode::kColocated; }
 
-  void sample_step(int step);
+  // Step `step`'s requests as drawn from its own seed (sync and one-step-off schedules): the
+  // same whenever they are drawn, so the batch shapes can be known before the requests exist.
+  std::vector<Request> sample_requests(int step) const;
+  void materialize_step(int step);
+  // Hands the consumed requests of steps up to `last` to on_request_, in order, and frees them.
+  void release_steps(int last);
+  Request& streamed(std::int64_t i) { return stream_[static_cast<std::size_t>(i - stream_base_)]; }
   void start_rollout(int step, std::function<void()> done);
   void run_sync_schedule();
   void run_one_step_off();
@@ -89,6 +95,7 @@ class Simulation {
   const Scenario& s_;
   TraceSink& sink_;
   const ProgressFn& progress_;
+  const RequestFn& on_request_;
   EventQueue queue_;
   TrainerCostModel trainer_;
   SimResult r_;
@@ -102,9 +109,12 @@ class Simulation {
   MemoryLedger::AllocId rollout_w_ = 0, kv_ = 0, buffers_ = 0, optimizer_ = 0, params_ = 0, reference_ = 0;
   bool rollout_w_live_ = false;
   bool rollout_w_on_host_ = false;  // colocated, sleep level 1: weights parked in host memory
-  // async schedule: every request ever dispatched (stable addresses)
+  // async schedule: the requests dispatched and not yet released (stable addresses); request i
+  // of the run is stream_[i - stream_base_]
   std::deque<Request> stream_;
+  std::int64_t stream_base_ = 0;
   std::vector<std::vector<Request*>> consumed_;
+  int next_release_ = 0;  // first step whose requests are not yet released
 };
 
 TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
@@ -131,7 +141,7 @@ TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
   return b;
 }
 
-void Simulation::sample_step(int step) {
+std::vector<Request> Simulation::sample_requests(int step) const {
   Rng rng(mix_seed(s_.seed) + static_cast<std::uint64_t>(step));
   const auto& w = s_.workload;
   std::vector<Request> reqs(static_cast<std::size_t>(w.sequences_per_step()));
@@ -146,10 +156,36 @@ void Simulation::sample_step(int step) {
       q.response_tokens = w.response_tokens.sample(rng);
     }
   }
-  step_requests_[static_cast<std::size_t>(step)] = std::move(reqs);
+  return reqs;
+}
+
+void Simulation::materialize_step(int step) {
+  auto& reqs = step_requests_[static_cast<std::size_t>(step)];
+  reqs = sample_requests(step);
   auto& consumed = consumed_[static_cast<std::size_t>(step)];
-  for (auto& q : step_requests_[static_cast<std::size_t>(step)]) consumed.push_back(&q);
-  batches_[static_cast<std::size_t>(step)] = batch_of(consumed);
+  consumed.clear();
+  for (auto& q : reqs) consumed.push_back(&q);
+}
+
+void Simulation::release_steps(int last) {
+  const std::int64_t limit = s_.workload.response_tokens.upper_bound();
+  for (; next_release_ <= last && next_release_ < s_.steps; ++next_release_) {
+    const auto k = static_cast<std::size_t>(next_release_);
+    auto& reqs = consumed_[k];
+    std::sort(reqs.begin(), reqs.end(), [](const Request* a, const Request* b) { return a->index < b->index; });
+    for (const Request* q : reqs) {
+      r_.requests_consumed++;
+      if (q->response_tokens >= limit) r_.responses_at_limit++;
+      if (on_request_) on_request_(*q);
+    }
+    std::vector<Request*>().swap(reqs);
+    std::vector<Request>().swap(step_requests_[k]);
+  }
+  // Async: the oldest dispatched requests, once their steps are released.
+  while (!stream_.empty() && stream_.front().step >= 0 && stream_.front().step < next_release_) {
+    stream_.pop_front();
+    ++stream_base_;
+  }
 }
 
 void Simulation::record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end) {
@@ -167,6 +203,7 @@ void Simulation::record_phase(int step, Phase phase, Role role, TimeNs start, Ti
 }
 
 void Simulation::start_rollout(int step, std::function<void()> done) {
+  materialize_step(step);
   auto& reqs = step_requests_[static_cast<std::size_t>(step)];
   const TimeNs start = queue_.now();
   set_phase(Role::kRollout);
@@ -392,6 +429,7 @@ void Simulation::finish_step(int k) {
     rec.generated_tokens += q->response_tokens;
   }
   rec.staleness_mean = reqs.empty() ? 0.0 : sum / static_cast<double>(reqs.size());
+  release_steps(k);
   if (progress_) progress_(k + 1, s_.steps);
 }
 
@@ -533,7 +571,7 @@ class Simulation::AsyncSchedule {
 
  private:
   struct Group {
-    std::size_t first = 0;  // index of its first request in stream_
+    std::int64_t first = 0;  // index in the run of its first request (Simulation::streamed)
     int done = 0;
   };
 
@@ -542,7 +580,7 @@ class Simulation::AsyncSchedule {
     Rng rng(mix_seed(sim_.s_.seed ^ 0xA5A5A5A5A5A5A5A5ULL) + static_cast<std::uint64_t>(g));
     const std::int64_t prompt = w.prompt_tokens.sample(rng);
     Group grp;
-    grp.first = sim_.stream_.size();
+    grp.first = sim_.stream_base_ + static_cast<std::int64_t>(sim_.stream_.size());
     for (int j = 0; j < n_; ++j) {
       Request q;
       q.group = g;
@@ -572,7 +610,7 @@ class Simulation::AsyncSchedule {
       ++started_;
       ++in_flight_;
       for (int j = 0; j < n_; ++j) {
-        engines[static_cast<std::size_t>(best)]->submit(&sim_.stream_[groups_.back().first + static_cast<std::size_t>(j)]);
+        engines[static_cast<std::size_t>(best)]->submit(&sim_.streamed(groups_.back().first + j));
       }
     }
   }
@@ -640,7 +678,7 @@ class Simulation::AsyncSchedule {
       const Group& grp = groups_[static_cast<std::size_t>(ready_.front())];
       ready_.pop_front();
       for (int j = 0; j < n_; ++j) {
-        Request* q = &sim_.stream_[grp.first + static_cast<std::size_t>(j)];
+        Request* q = &sim_.streamed(grp.first + j);
         q->step = k;
         q->index = i * n_ + j;
         reqs.push_back(q);
@@ -731,7 +769,12 @@ SimResult Simulation::run() {
   for (int k = 0; k < s_.steps; ++k) {
     r_.steps[static_cast<std::size_t>(k)].step = k;
     if (!async) {
-      sample_step(k);
+      // The batch shapes only: the requests themselves are drawn again when the step starts.
+      std::vector<Request> reqs = sample_requests(k);
+      std::vector<Request*> ptrs;
+      ptrs.reserve(reqs.size());
+      for (auto& q : reqs) ptrs.push_back(&q);
+      batches_[static_cast<std::size_t>(k)] = batch_of(ptrs);
       largest.max_sequence = std::max(largest.max_sequence, batches_[static_cast<std::size_t>(k)].max_sequence);
     }
   }
@@ -798,11 +841,7 @@ SimResult Simulation::run() {
     l.free_all(queue_.now());
   }
   report_memory();
-  for (int k = 0; k < s_.steps; ++k) {
-    auto reqs = consumed_[static_cast<std::size_t>(k)];
-    std::sort(reqs.begin(), reqs.end(), [](const Request* a, const Request* b) { return a->index < b->index; });
-    for (const Request* q : reqs) r_.requests.push_back(*q);
-  }
+  release_steps(s_.steps - 1);
   r_.ledgers = std::move(ledgers_);
   return std::move(r_);
 }
@@ -821,8 +860,8 @@ double SimResult::trainer_idle_ratio() const {
   return std::max(0.0, 1.0 - trainer_busy_s / wall_s);
 }
 
-SimResult simulate(const Scenario& s, TraceSink& sink, const ProgressFn& progress) {
-  Simulation sim(s, sink, progress);
+SimResult simulate(const Scenario& s, TraceSink& sink, const ProgressFn& progress, const RequestFn& on_request) {
+  Simulation sim(s, sink, progress, on_request);
   return sim.run();
 }
 

@@ -57,8 +57,9 @@ struct OomReport {
 struct SimResult {
   std::vector<StepRecord> steps;
   std::vector<PhaseSpan> phases;
-  std::vector<Request> requests;      // all steps, in (step, index) order
-  std::vector<MemoryLedger> ledgers;  // one per device group
+  std::int64_t requests_consumed = 0;   // requests of the steps trained on (each passed to the RequestFn)
+  std::int64_t responses_at_limit = 0;  // of those, responses at the length distribution's upper bound
+  std::vector<MemoryLedger> ledgers;    // one per device group
   std::optional<OomReport> oom;
   std::vector<std::string> warnings;
   RolloutCostModel rollout_cost;
@@ -91,9 +92,15 @@ double copy_s(double bytes, const models::Link& link);
 /// Called after each simulated step with (steps done, steps total).
 using ProgressFn = std::function<void(int, int)>;
 
-/// Simulates `s.steps` RL steps. Spans and counters go to `sink`. Throws ScenarioError for a
-/// combination the simulator cannot represent (reported as bad input); never throws for a
-/// configuration that does not fit memory (that is SimResult::oom).
-SimResult simulate(const Scenario& s, TraceSink& sink, const ProgressFn& progress = {});
+/// Receives each consumed request once its step has ended: steps in order, each step's requests
+/// by index (prompt-major). The simulation keeps no request past this call, so its memory is
+/// bounded by the requests in flight, not by the length of the run.
+using RequestFn = std::function<void(const Request&)>;
+
+/// Simulates `s.steps` RL steps. Spans and counters go to `sink`, finished requests to
+/// `on_request` (when given). Throws ScenarioError for a combination the simulator cannot
+/// represent (reported as bad input), Interrupted when a stop was requested (stop.h); never
+/// throws for a configuration that does not fit memory (that is SimResult::oom).
+SimResult simulate(const Scenario& s, TraceSink& sink, const ProgressFn& progress = {}, const RequestFn& on_request = {});
 
 }  // namespace rlsim::sim

@@ -253,7 +253,7 @@ void RolloutEngine::finish_tokens(std::int64_t n) {
 
 void RolloutEngine::trace_iteration(TimeNs end) {
   if (!trace_ || pending_label_.empty()) return;
-  sink_.span(Span{track_, pending_label_, "rollout", pending_start_, end - pending_start_, std::move(pending_args_)});
+  sink_.span(Span{track_, pending_label_, "rollout", pending_start_, end - pending_start_, std::move(pending_args_), true});
   pending_label_.clear();
   pending_args_.clear();
 }

@@ -732,7 +732,7 @@ void parse_weight_sync_section(const Source& src, Map& top, Scenario& s) {
   }
 }
 
-// output: folder, plots, trace.
+// output: folder, plots, trace and its cap.
 void parse_output_section(const Source& src, Map& top, const std::string& path, Scenario& s) {
   s.output.dir = (fs::path("out") / fs::path(path).stem()).string();
   if (top.has("output")) {
@@ -740,7 +740,8 @@ void parse_output_section(const Source& src, Map& top, const std::string& path, 
     s.output.dir = m.str("dir", s.output.dir);
     s.output.plots = m.boolean("plots", s.output.plots);
     s.output.trace = m.boolean("trace", s.output.trace);
-    m.finish({"dir", "plots", "trace"});
+    s.output.trace_max_iterations = m.integer("trace_max_iterations", s.output.trace_max_iterations, 0, std::int64_t{1} << 40);
+    m.finish({"dir", "plots", "trace", "trace_max_iterations"});
   }
 }
 

@@ -198,8 +198,8 @@ std::string resolved_yaml(const Scenario& s) {
     << YAML::Key << "bucket" << YAML::Value << fmt::format("{:g} MiB", s.weight_sync.bucket_bytes / 1048576.0) << YAML::Key
     << "per_matrix" << YAML::Value << fmt::format("{} s", s.weight_sync.per_matrix_s) << YAML::EndMap;
   e << YAML::Key << "output" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << s.output.dir
-    << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace
-    << YAML::EndMap;
+    << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace << YAML::Key
+    << "trace_max_iterations" << YAML::Value << s.output.trace_max_iterations << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -211,6 +211,10 @@ struct OutputConfig {
   std::string dir;    // Default: out/<file stem>
   bool plots = true;  // Default: true
   bool trace = true;  // Default: true (Chrome trace JSON)
+  /// Engine iterations written to trace.json; later ones are left out (with a warning), phases and
+  /// memory counters never are. About 250 bytes each: the default keeps the file near 250 MB,
+  /// which Perfetto and chrome://tracing still open. Default: 1,000,000.
+  std::int64_t trace_max_iterations = 1'000'000;
 };
 
 struct Scenario {

@@ -92,9 +92,11 @@ check "--print-config shows the resolved recipe" grep -q "fp8-e4m3/block128x128"
 check "resolved config runs" test $? -eq 0
 
 # --- benchmark ---------------------------------------------------------------------------------
-"$RLSIM" bench sim --repeat 1 >"$WORK/bench" 2>&1
+"$RLSIM" bench sim --repeat 1 --max-requests 100000 >"$WORK/bench" 2>&1
 check "bench sim exits 0" test $? -eq 0
 check "bench sim prints events/s" grep -q "events/s" "$WORK/bench"
+check "bench sim prints the scaling rows with peak RSS (10^4 and 10^5 requests)" \
+  test "$(grep -cE '^ +(10000|100000) +[0-9]+ .* MB ' "$WORK/bench")" -eq 2
 "$RLSIM" bench nope >/dev/null 2>&1
 check "bench: unknown benchmark is bad input (2)" test $? -eq 2
 

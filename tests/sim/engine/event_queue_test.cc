@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,34 @@ TEST(EventQueue, CancelSkipsEventAndIsIdempotent) {
   q.run();
   EXPECT_EQ(ran, 10);
   EXPECT_FALSE(q.cancel(12345));
+}
+
+// Slots of events that ran or were cancelled are reused: an id of the old occupant must neither
+// cancel the new one nor count as live, and a cancelled entry still in the heap must not run the
+// event that took over its slot.
+TEST(EventQueue, ReusedSlotIgnoresStaleIds) {
+  EventQueue q;
+  int ran = 0;
+  const EventId a = q.schedule_at(5, [&] { ran += 1; });
+  EXPECT_TRUE(q.cancel(a));                                 // its heap entry stays until popped
+  const EventId b = q.schedule_at(10, [&] { ran += 10; });  // takes a's slot
+  EXPECT_NE(a, b);
+  EXPECT_FALSE(q.cancel(a));
+  EXPECT_EQ(q.pending(), 1u);
+  EXPECT_EQ(q.run(7), 0u) << "a's stale entry at t = 5 must not run b";
+  q.run();
+  EXPECT_EQ(ran, 10);
+  EXPECT_FALSE(q.cancel(b));
+  // A long run of one-at-a-time events reuses one slot: ids repeat their slot, never collide.
+  std::set<EventId> ids;
+  int chain = 0;
+  std::function<void()> next = [&] {
+    if (++chain < 1000) ids.insert(q.schedule_in(1, next));
+  };
+  ids.insert(q.schedule_in(1, next));
+  q.run();
+  EXPECT_EQ(chain, 1000);
+  EXPECT_EQ(ids.size(), 1000u);
 }
 
 TEST(EventQueue, RunUntilStopsClockAtLimit) {

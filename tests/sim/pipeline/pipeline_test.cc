@@ -8,6 +8,7 @@
 #include <set>
 
 #include "sim/pipeline/collectives.h"
+#include "tests/sim/recorded_run.h"
 
 namespace rlsim::sim {
 namespace {
@@ -52,9 +53,10 @@ TEST(Pipeline, SyncStepIsTheSumOfItsPhases) {
 TEST(Pipeline, EverySequenceOnceAndEveryAllocationFreed) {
   NullSink sink;
   const Scenario s = load_text(kBase);
-  const SimResult r = simulate(s, sink);
-  ASSERT_EQ(r.requests.size(), static_cast<std::size_t>(s.steps * s.workload.sequences_per_step()));
-  for (const auto& q : r.requests) {
+  const testing::RecordedRun run = testing::simulate_recorded(s, sink);
+  const SimResult& r = run.result;
+  ASSERT_EQ(run.requests.size(), static_cast<std::size_t>(s.steps * s.workload.sequences_per_step()));
+  for (const auto& q : run.requests) {
     EXPECT_EQ(q.generated, q.response_tokens);
     EXPECT_GE(q.finish_ns, r.steps[static_cast<std::size_t>(q.step)].start);
   }
@@ -116,7 +118,9 @@ TEST(Pipeline, OneStepOffOverlapsRolloutAndTraining) {
   NullSink sink;
   const std::string dis = std::string(kBase) + "placement: {mode: disaggregated, rollout_devices: 4, train_devices: 4}\n";
   const SimResult sync = simulate(load_text(dis, {"steps=4"}), sink);
-  const SimResult off = simulate(load_text(dis + "schedule: {mode: one-step-off}\n", {"steps=4"}), sink);
+  const testing::RecordedRun off_run =
+      testing::simulate_recorded(load_text(dis + "schedule: {mode: one-step-off}\n", {"steps=4"}), sink);
+  const SimResult& off = off_run.result;
   ASSERT_TRUE(sync.fits());
   ASSERT_TRUE(off.fits());
   const double sync_total = to_seconds(sync.steps.back().end);
@@ -130,7 +134,7 @@ TEST(Pipeline, OneStepOffOverlapsRolloutAndTraining) {
   }
   EXPECT_GE(off_total, rollouts - 1e-6);
   EXPECT_GE(off_total, train);
-  for (const auto& q : off.requests) EXPECT_EQ(q.generated, q.response_tokens);
+  for (const auto& q : off_run.requests) EXPECT_EQ(q.generated, q.response_tokens);
 }
 
 TEST(Pipeline, DisaggregatedUsesNcclBroadcast) {
@@ -181,13 +185,21 @@ rollout: {memory_utilization: 0.8, max_num_seqs: 64}
 
 // Conservation: every consumed sequence is generated exactly once (tokens decoded by the engines
 // = tokens of consumed sequences + tokens of those left in flight), no sequence is consumed twice,
-// every allocation is freed, and no device is busy longer than the wall clock.
-void expect_conserved(const Scenario& s, const SimResult& r) {
+// every allocation is freed, and no device is busy longer than the wall clock. Requests come out
+// in (step, index) order.
+void expect_conserved(const Scenario& s, const testing::RecordedRun& run) {
+  const SimResult& r = run.result;
   ASSERT_TRUE(r.fits());
-  ASSERT_EQ(r.requests.size(), static_cast<std::size_t>(s.steps * s.workload.sequences_per_step()));
+  ASSERT_EQ(run.requests.size(), static_cast<std::size_t>(s.steps * s.workload.sequences_per_step()));
+  EXPECT_EQ(r.requests_consumed, static_cast<std::int64_t>(run.requests.size()));
+  for (std::size_t i = 1; i < run.requests.size(); ++i) {
+    const auto& a = run.requests[i - 1];
+    const auto& b = run.requests[i];
+    ASSERT_TRUE(a.step < b.step || (a.step == b.step && a.index < b.index)) << "request " << i;
+  }
   std::int64_t consumed_tokens = 0;
   std::set<std::pair<std::int64_t, int>> seen;  // (group, sample)
-  for (const auto& q : r.requests) {
+  for (const auto& q : run.requests) {
     EXPECT_EQ(q.generated, q.response_tokens);
     consumed_tokens += q.generated;
     EXPECT_TRUE(seen.insert({q.group, q.index % s.workload.samples_per_prompt}).second) << "group " << q.group;
@@ -235,14 +247,14 @@ TEST(Schedules, SyncAndOneStepOffConserve) {
   for (const char* mode : {"sync", "one-step-off"}) {
     NullSink sink;
     const Scenario s = load_text(kDisagg, {std::string("schedule.mode=") + mode});
-    const SimResult r = simulate(s, sink);
+    const testing::RecordedRun run = testing::simulate_recorded(s, sink);
     SCOPED_TRACE(mode);
-    expect_conserved(s, r);
-    EXPECT_EQ(r.left_in_flight, 0);
+    expect_conserved(s, run);
+    EXPECT_EQ(run.result.left_in_flight, 0);
   }
   NullSink sink;
   const Scenario s = load_text(kBase);  // colocated
-  expect_conserved(s, simulate(s, sink));
+  expect_conserved(s, testing::simulate_recorded(s, sink));
 }
 
 TEST(Schedules, AsyncConservesWithAndWithoutPartialRollout) {
@@ -250,9 +262,10 @@ TEST(Schedules, AsyncConservesWithAndWithoutPartialRollout) {
     NullSink sink;
     const Scenario s =
         load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=0.5", std::string("schedule.partial_rollout=") + partial});
-    const SimResult r = simulate(s, sink);
+    const testing::RecordedRun run = testing::simulate_recorded(s, sink);
+    const SimResult& r = run.result;
     SCOPED_TRACE(partial);
-    expect_conserved(s, r);
+    expect_conserved(s, run);
     std::int64_t interrupted = 0;
     for (const auto& st : r.steps) {
       interrupted += st.interruptions;
@@ -273,10 +286,12 @@ TEST(Schedules, AsyncStalenessZeroIsOnPolicyAndStalenessBuysThroughput) {
   NullSink a, b;
   const Scenario s0 = load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=0"});
   const Scenario s1 = load_text(kDisagg, {"schedule.mode=async", "schedule.staleness=1"});
-  const SimResult r0 = simulate(s0, a);
-  const SimResult r1 = simulate(s1, b);
-  expect_conserved(s0, r0);
-  expect_conserved(s1, r1);
+  const testing::RecordedRun run0 = testing::simulate_recorded(s0, a);
+  const testing::RecordedRun run1 = testing::simulate_recorded(s1, b);
+  const SimResult& r0 = run0.result;
+  const SimResult& r1 = run1.result;
+  expect_conserved(s0, run0);
+  expect_conserved(s1, run1);
   for (const auto& st : r0.steps) {
     EXPECT_EQ(st.staleness_max, 0);
     EXPECT_EQ(st.stale_sequences, 0);

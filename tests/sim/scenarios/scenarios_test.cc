@@ -9,6 +9,7 @@
 
 #include "analysis/report.h"
 #include "sim/pipeline/pipeline.h"
+#include "tests/sim/recorded_run.h"
 
 namespace rlsim {
 namespace {
@@ -34,10 +35,11 @@ class EveryScenario : public ::testing::TestWithParam<std::string> {};
 TEST_P(EveryScenario, RunsFitsAndConserves) {
   const sim::Scenario s = sim::load_scenario((scenario_dir() / GetParam()).string());
   sim::NullSink sink;
-  sim::SimResult r = sim::simulate(s, sink);
+  const sim::testing::RecordedRun run = sim::testing::simulate_recorded(s, sink);
+  const sim::SimResult& r = run.result;
   ASSERT_TRUE(r.fits()) << r.oom->reason;
   ASSERT_EQ(static_cast<int>(r.steps.size()), s.steps);
-  for (const auto& q : r.requests) ASSERT_EQ(q.generated, q.response_tokens);
+  for (const auto& q : run.requests) ASSERT_EQ(q.generated, q.response_tokens);
   for (const auto& l : r.ledgers) EXPECT_EQ(l.live_allocations(), 0u);
   const analysis::RunSummary u = analysis::summarize(s, r);
   EXPECT_GT(u.step_time_mean_s, 0);
@@ -48,7 +50,7 @@ TEST_P(EveryScenario, RunsFitsAndConserves) {
   // Conservation: tokens decoded = tokens of consumed sequences (+ those left in flight, async),
   // and no device is busy longer than the wall clock.
   std::int64_t consumed = 0;
-  for (const auto& q : r.requests) consumed += q.generated;
+  for (const auto& q : run.requests) consumed += q.generated;
   EXPECT_EQ(r.tokens_generated, consumed + r.left_in_flight_tokens);
   // Busy time sums the stages' durations in seconds, the clock advances in whole nanoseconds: up
   // to 1 ns of rounding per event (a saturated pipeline, as the host scenario's, meets the bound).
@@ -177,11 +179,12 @@ TEST(PublishedFigures, VerlOneStepOffQwen25Math7B_16xH20) {
 TEST(PublishedFigures, VerlDeepSeekV3_96xH20) {
   const sim::Scenario s = sim::load_scenario((scenario_dir() / "verl-deepseek-v3-h20-96.yaml").string());
   sim::NullSink sink;
-  const auto r = sim::simulate(s, sink);
+  const sim::testing::RecordedRun run = sim::testing::simulate_recorded(s, sink);
+  const auto& r = run.result;
   ASSERT_TRUE(r.fits()) << r.oom->reason;
   double resp = 0;
-  for (const auto& q : r.requests) resp += static_cast<double>(q.response_tokens);
-  resp /= static_cast<double>(r.requests.size());
+  for (const auto& q : run.requests) resp += static_cast<double>(q.response_tokens);
+  resp /= static_cast<double>(run.requests.size());
   figure("DeepSeek-V3 mean response tokens", resp, 1960);
   figure("DeepSeek-V3 rollout s", mean_phase(r, sim::Phase::kRollout), 1050);
   figure("DeepSeek-V3 step s", mean_step(r), 1700);
