@@ -37,9 +37,21 @@ std::vector<T> list_of(sim::Map& m, const std::string& key, const char* expected
   return v;
 }
 
-// Fills every option the command line left unset from the drift file; every key of the file is
-// checked, whether or not the command line overrides it.
-void merge_file(DriftCliOptions& o) {
+std::vector<std::string> read_prompt_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw sim::ScenarioError(fmt::format("{}: cannot open the prompt file", path));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (lines.empty()) throw sim::ScenarioError(fmt::format("{}: no prompt (one per line expected)", path));
+  return lines;
+}
+
+}  // namespace
+
+void merge_drift_file(DriftCliOptions& o) {
   const YAML::Node root = sim::load_yaml_file(o.file, "drift file");
   const sim::Source f{o.file, {}, "--set"};
   if (!root.IsMap()) f.fail(root, "", fmt::format("expected a mapping of drift keys ({})", fmt::join(drift_file_keys(), ", ")));
@@ -85,20 +97,6 @@ void merge_file(DriftCliOptions& o) {
   if (m.has("out")) set_if_unset(o.out, m.str("out", ""), true);
 }
 
-std::vector<std::string> read_prompt_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw sim::ScenarioError(fmt::format("{}: cannot open the prompt file", path));
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) lines.push_back(line);
-  }
-  if (lines.empty()) throw sim::ScenarioError(fmt::format("{}: no prompt (one per line expected)", path));
-  return lines;
-}
-
-}  // namespace
-
 const std::vector<std::string>& drift_file_keys() {
   static const std::vector<std::string> keys = {
       "name",    "model",       "tokenizer", "prompt_file",     "pairs",   "lengths",   "prompts",
@@ -108,7 +106,7 @@ const std::vector<std::string>& drift_file_keys() {
 
 int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) {
   DriftCliOptions o = cli;
-  if (!o.file.empty()) merge_file(o);
+  if (!o.file.empty()) merge_drift_file(o);
   if (!o.model) throw sim::ScenarioError("rlsim drift: no model (give --model or model: in the drift file)");
   if (o.pairs.empty())
     throw sim::ScenarioError("rlsim drift: no pairs (give --pairs TRAIN:ROLLOUT,... or pairs: in the drift file)");

@@ -37,6 +37,12 @@ struct DriftCliOptions {
 /// expected) or bad options, models::ModelFileError (exit 2) for bad model files.
 int cmd_drift(const DriftCliOptions& o, std::ostream& out, std::ostream& err);
 
+/// Fills every option of `o` the command line left unset from the drift file `o.file`; every key
+/// of the file is checked, whether or not the command line overrides it (relative paths in it
+/// are resolved against its folder). Throws sim::ScenarioError naming the file, line and what
+/// was expected.
+void merge_drift_file(DriftCliOptions& o);
+
 /// The drift file's keys (for --help and error messages).
 const std::vector<std::string>& drift_file_keys();
 

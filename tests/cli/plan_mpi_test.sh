@@ -11,6 +11,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 # single-copy (CMA) is often blocked in containers.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Under ASan (./rlsim.sh sanitize), Open MPI's allocations are suppressed by library name
+# (tests/sanitize/lsan.supp); the fast unwinder stops inside its frame-pointer-less libraries
+# before reaching a name, so leaks are traced with the slow one here. Ignored by normal builds.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 
 STUDY="$SRC/scenarios/study-rollout-length-qwen3-8b.yaml"
 "$RLSIM" plan "$STUDY" --out "$WORK/one" --jobs 1 --no-plots --set steps=2 >"$WORK/one.txt" 2>&1

@@ -1,0 +1,22 @@
+// llama2.c tokenizer (tokenizer.bin, vocabulary of 512 as stories260K's): a tokenizer that loads
+// encodes and decodes text without failing.
+#include <cstdint>
+#include <memory>
+
+#include "models/runtime/tokenizer.h"
+#include "tests/fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace rlsim;
+  std::unique_ptr<models::Tokenizer> tok;
+  if (!fuzz::accepts([&] { tok = models::load_tokenizer(fuzz::input_file(data, size, "tokenizer.bin"), 512); })) return 0;
+  fuzz::accepts([&] {
+    const auto ids = tok->encode("Once upon a time, \xc3\xa9 \xff <0x0A>", true);
+    int prev = tok->bos();
+    for (const int id : ids) {
+      (void)tok->decode(prev, id);
+      prev = id;
+    }
+  });
+  return 0;
+}

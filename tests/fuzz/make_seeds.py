@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<harness>/) from the
+repository's own files and ../shared/models, plus small generated model files (a llama2.c
+checkpoint and a safetensors file of a 1-layer, 8-wide Llama; a 40-token BPE tokenizer.json cut
+from SmolLM2-135M's). Run from the repository root; the corpora are committed, this script says
+how they were made. Inputs of crashes found later are added beside them as regress-*."""
+import json, os, re, shutil, struct, sys, glob
+
+root = os.getcwd()
+shared = os.path.join(root, "..", "shared", "models")
+out = os.path.join(root, "tests", "fuzz", "corpus")
+
+
+def put(harness, name, data):
+    d = os.path.join(out, harness)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# Scenarios, and one with --set overrides.
+for p in sorted(glob.glob("scenarios/*.yaml") + glob.glob("scenarios/validation/*.yaml")):
+    text = read(p)
+    if b"\nbase:" in b"\n" + text or b"\npairs:" in b"\n" + text:
+        continue  # studies and drift files have their own harnesses
+    put("scenario", os.path.basename(p), text)
+put("scenario", "default-with-set.yaml",
+    read("scenarios/default.yaml") + b"\n#--set\nrollout.precision=int4-w4a16-g32\nworkload.prompts_per_step=3\nsteps=2\n")
+
+# Studies, on the harness's base.yaml.
+for p in sorted(glob.glob("scenarios/study-*.yaml")):
+    put("study", os.path.basename(p), re.sub(rb"(?m)^base: .*$", b"base: base.yaml", read(p)))
+
+# Drift files.
+for p in sorted(glob.glob("scenarios/drift-*.yaml")):
+    put("drift_file", os.path.basename(p), read(p))
+
+# Length CSVs.
+put("length_csv", "plain.csv", "prompt_tokens,response_tokens\n120,900\n340,1500\n80,8000\n")
+put("length_csv", "quoted.csv", '"id","response_tokens"\n"a, b",12\n"c",7\n')
+
+# A 1-layer llama2.c checkpoint: dim 8, hidden 16, 2 heads, 1 KV head, vocab 16, seq 32
+# (header of 7 int32, then the float32 tensors in llama2.c's order; a negative vocab means an
+# unshared classifier follows).
+dim, hidden, layers, heads, kv, vocab, seq = 8, 16, 1, 2, 1, 16, 32
+head = dim // heads
+floats = (vocab * dim + layers * dim + layers * dim * dim + 2 * layers * dim * kv * head + layers * dim * dim
+          + layers * dim + 3 * layers * dim * hidden + dim + seq * head)
+weights = b"".join(struct.pack("<f", ((i * 37) % 17 - 8) / 64.0) for i in range(floats))
+put("llama2c_checkpoint", "tiny.bin", struct.pack("<7i", dim, hidden, layers, heads, kv, vocab, seq) + weights)
+put("llama2c_checkpoint", "header-only.bin", struct.pack("<7i", dim, hidden, layers, heads, kv, vocab, seq))
+
+# llama2.c tokenizer: stories260K's (512 tokens).
+put("llama2c_tokenizer", "tok512.bin", read(os.path.join(shared, "stories260K", "tok512.bin")))
+
+# tokenizer.json: SmolLM2's pre-tokenizer, decoder and special tokens with a 40-token vocabulary.
+tj = json.loads(read(os.path.join(shared, "smollm2-135m-tokenizer", "tokenizer.json")))
+keep = {k: v for k, v in tj["model"]["vocab"].items() if v < 40}
+tj["model"]["vocab"] = keep
+tj["model"]["merges"] = [m for m in tj["model"]["merges"]
+                         if all(part in keep for part in (m.split(" ") if isinstance(m, str) else m))
+                         and "".join(m.split(" ") if isinstance(m, str) else m) in keep]
+tj["added_tokens"] = [t for t in tj.get("added_tokens", []) if t["id"] < 40]
+put("tokenizer_json", "smollm2-40.json", json.dumps(tj))
+
+# config.json: SmolLM2-135M's, and the safetensors harness's tiny Llama.
+put("hf_config", "smollm2-135m.json", read(os.path.join(shared, "smollm2-135m-tokenizer", "config.json")))
+tiny_config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
+               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 16,
+               "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+               "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2}
+put("hf_config", "tiny-llama.json", json.dumps(tiny_config, indent=1))
+
+# model.safetensors of that tiny Llama (F32; 8-byte little-endian header length, JSON, data).
+shapes = [("model.embed_tokens.weight", [16, 8]), ("model.layers.0.input_layernorm.weight", [8]),
+          ("model.layers.0.post_attention_layernorm.weight", [8]),
+          ("model.layers.0.self_attn.q_proj.weight", [8, 8]), ("model.layers.0.self_attn.k_proj.weight", [4, 8]),
+          ("model.layers.0.self_attn.v_proj.weight", [4, 8]), ("model.layers.0.self_attn.o_proj.weight", [8, 8]),
+          ("model.layers.0.mlp.gate_proj.weight", [16, 8]), ("model.layers.0.mlp.up_proj.weight", [16, 8]),
+          ("model.layers.0.mlp.down_proj.weight", [8, 16]), ("model.norm.weight", [8])]
+header, data = {}, b""
+for name, shape in shapes:
+    n = 1
+    for s in shape:
+        n *= s
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + 4 * n]}
+    data += b"".join(struct.pack("<f", ((i * 13) % 11 - 5) / 32.0) for i in range(n))
+h = json.dumps(header).encode()
+put("safetensors", "tiny-llama.safetensors", struct.pack("<Q", len(h)) + h + data)
+
+# quantize text.
+put("quantize", "e4m3.txt", "fp8-e4m3 tensor -\n1 -2.5 3e-3 448 500 nan inf -inf 0\n")
+put("quantize", "mxfp8.txt", "mxfp8 - 2,32\n" + " ".join(str((i % 7) - 3.5) for i in range(64)) + "\n")
+put("quantize", "int4-group.txt", "int4 group32 1,64\n" + " ".join(str(i / 10) for i in range(64)) + "\n")
+put("quantize", "nvfp4.txt", "nvfp4 - -\n0.1 0.2 -6 6 12 1e-9 -1e9\n")
+put("quantize", "e8m0.txt", "e8m0 - -\n1 2 0.5 3 1e38 1e-38\n")
+print("seeds written under", out)
