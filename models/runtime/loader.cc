@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -214,14 +215,17 @@ ModelWeights load_llama2c(const std::string& path) {
   if (!in) throw ModelFileError(path + ": cannot open");
   const std::uint64_t size = fs::file_size(path);
   std::int32_t h[7];
-  if (size < sizeof h) throw ModelFileError(fmt::format("{}: {} bytes, too short for the 28-byte llama2.c header", path, size));
+  if (size < sizeof h)
+    throw ModelFileError(fmt::format("{}: {} bytes, too short for the {}-byte llama2.c header", path, size, sizeof h));
   in.read(reinterpret_cast<char*>(h), sizeof h);
   ModelWeights w;
   TransformerConfig& c = w.config;
   c.name = fs::path(path).stem().string();
   c.dim = h[0], c.hidden_dim = h[1], c.layers = h[2], c.heads = h[3], c.kv_heads = h[4];
   c.tied_embeddings = h[5] > 0;
-  c.vocab = h[5] > 0 ? h[5] : -h[5];
+  // A negative vocab_size means an unshared classifier follows; -2^31 has no positive int.
+  const std::int64_t vocab = h[5] > 0 ? h[5] : -static_cast<std::int64_t>(h[5]);
+  c.vocab = vocab > std::numeric_limits<int>::max() ? 0 : static_cast<int>(vocab);  // 0: rejected below
   c.max_seq = h[6];
   const auto bad = [&](const std::string& what) {
     return ModelFileError(
@@ -245,7 +249,7 @@ ModelWeights load_llama2c(const std::string& path) {
   const std::uint64_t floats = static_cast<std::uint64_t>(c.vocab) * d + L * d * 2 + L * (d * d + 2 * kv * d + d * d) +
                                L * 3 * f * d + d + static_cast<std::uint64_t>(c.max_seq) * hd +
                                (c.tied_embeddings ? 0 : static_cast<std::uint64_t>(c.vocab) * d);
-  const std::uint64_t expected = 28 + 4 * floats;
+  const std::uint64_t expected = sizeof h + sizeof(float) * floats;
 
   Reader r(path, size, in);
   r.set_offset(28);

@@ -10,6 +10,7 @@
 
 #include "sim/scenario/catalog_data.h"
 #include "sim/scenario/units.h"
+#include "sim/scenario/yaml_file.h"
 #include "sim/scenario/yaml_map.h"
 
 namespace rlsim::sim {
@@ -67,6 +68,7 @@ std::string seconds(double s) {
 }  // namespace
 
 Calibration parse_calibration(const std::string& text, const std::string& file) {
+  require_utf8(text, file);
   YAML::Node root;
   try {
     root = YAML::Load(text);

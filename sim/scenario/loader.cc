@@ -41,6 +41,7 @@ std::optional<double> optional_quantity(Map& m, const std::string& key) {
 }
 
 YAML::Node parse_yaml_text(const std::string& text, const std::string& file) {
+  require_utf8(text, file);
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -353,6 +354,11 @@ void apply_override(YAML::Node& root, const std::string& text, Source& src) {
   }
   const std::string key = text.substr(0, eq);
   where.key = key;
+  try {
+    require_utf8(text, src.label);
+  } catch (const ScenarioError&) {
+    throw ScenarioError(where, "not valid UTF-8");
+  }
   YAML::Node value;
   try {
     value = YAML::Load(text.substr(eq + 1));
@@ -384,6 +390,47 @@ void apply_override(YAML::Node& root, const std::string& text, Source& src) {
 }
 
 }  // namespace
+
+void require_utf8(std::string_view text, const std::string& file) {
+  std::size_t i = 0, line = 1, line_start = 0;
+  while (i < text.size()) {
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    std::size_t n = 0;                   // continuation bytes
+    unsigned char lo = 0x80, hi = 0xBF;  // range of the first continuation byte
+    if (b0 < 0x80) {
+      if (b0 == '\n') {
+        ++line;
+        line_start = i + 1;
+      }
+      ++i;
+      continue;
+    }
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+      n = 1;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      n = 2;
+      if (b0 == 0xE0) lo = 0xA0;  // overlong
+      if (b0 == 0xED) hi = 0x9F;  // surrogates
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      n = 3;
+      if (b0 == 0xF0) lo = 0x90;  // overlong
+      if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
+    }
+    bool ok = n > 0;  // 0x80..0xC1 and 0xF5..0xFF never start a sequence
+    for (std::size_t k = 1; ok && k <= n; ++k) {
+      if (i + k >= text.size()) {
+        ok = false;
+        break;
+      }
+      const auto b = static_cast<unsigned char>(text[i + k]);
+      ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    }
+    if (!ok) {
+      throw ScenarioError(fmt::format("{}:{}:{}: not valid UTF-8 (byte 0x{:02X})", file, line, i - line_start + 1, b0));
+    }
+    i += n + 1;
+  }
+}
 
 YAML::Node load_yaml_file(const std::string& path, const std::string& what) {
   return parse_yaml_text(read_input_file(path, what), path);

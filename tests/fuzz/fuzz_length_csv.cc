@@ -11,10 +11,16 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace rlsim;
   static const std::string scenario = fuzz::input_file(
-      "model: qwen3-8b\ncluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}\n"
+      "name: fuzz\nmodel: qwen3-8b\ncluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}\n"
       "workload:\n  prompts_per_step: 4\n  samples_per_prompt: 2\n  prompt_tokens: {dist: fixed, value: 16}\n"
       "  response_tokens: {dist: csv, file: lengths.csv, column: response_tokens}\n",
       "scenario.yaml");
+  static const bool harness_ok = [] {  // the fixed scenario must load with a good CSV, or nothing is fuzzed
+    fuzz::input_file("response_tokens\n12\n", "lengths.csv");
+    if (!fuzz::accepts([] { (void)sim::load_scenario(scenario); })) fuzz::fail("the harness's scenario does not load");
+    return true;
+  }();
+  (void)harness_ok;
   fuzz::input_file(data, size, "lengths.csv");
   sim::Scenario s;
   if (!fuzz::accepts([&] { s = sim::load_scenario(scenario); })) return 0;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "models/graph/graph.h"
+#include "models/llm/hf_config.h"
 #include "models/runtime/model.h"
 #include "sim/scenario/scenario.h"
 
@@ -23,7 +24,8 @@ std::string input_file(const std::uint8_t* data, std::size_t size, const std::st
 std::string input_file(std::string_view text, const std::string& name);
 
 /// Runs `read`; true when it accepted its input. The readers' input errors (sim::ScenarioError,
-/// models::ModelFileError, models::GraphError: the CLI's exit 2) are expected and give false;
+/// models::ModelFileError, models::GraphError: the CLI's exit 2; models::HfConfigError, which
+/// the config.json reader's callers restate as one of those) are expected and give false;
 /// any other exception escapes, and libFuzzer reports it as a crash (the CLI's exit 3, a bug).
 template <typename F>
 bool accepts(F&& read) {
@@ -33,6 +35,7 @@ bool accepts(F&& read) {
   } catch (const sim::ScenarioError&) {
   } catch (const models::ModelFileError&) {
   } catch (const models::GraphError&) {
+  } catch (const models::HfConfigError&) {
   }
   return false;
 }

@@ -106,6 +106,26 @@ TEST(Loader, UnknownKeyNamesFileLineColumn) {
   EXPECT_NE(e.find("tensor_parallel"), std::string::npos) << "should list the valid keys: " << e;
 }
 
+// YAML must be Unicode, and its strings reach JSON outputs: a byte that is not well-formed
+// UTF-8 is bad input at its line and column (a study with one ended in an internal error when
+// plan.json was written, found by tests/fuzz).
+TEST(Loader, InvalidUtf8IsRejectedAtItsByte) {
+  const std::string e = error_of(std::string(kMinimal) + "name: caf\xc3\xa9 \xff\n");
+  EXPECT_EQ(e.rfind("FILE:12:13: not valid UTF-8 (byte 0xFF)", 0), 0u) << e;  // column in bytes
+  const std::string name = std::string(kMinimal) + "name: ";
+  // Well-formed: 2-, 3- and 4-byte sequences at their bounds.
+  for (const char* ok :
+       {"\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xee\x80\x80", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"}) {
+    EXPECT_EQ(error_of(name + ok + "\n"), "no error") << ok;
+  }
+  // Overlong forms, a surrogate, above U+10FFFF, a lone continuation byte, a truncated sequence.
+  for (const char* bad : {"\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf", "\xed\xa0\x80", "\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80",
+                          "\xf5\x80\x80\x80", "\x80", "\xe2\x82"}) {
+    EXPECT_NE(error_of(name + bad + "\n").find("not valid UTF-8"), std::string::npos) << bad;
+  }
+  EXPECT_NE(error_of(kMinimal, {"name=\xfe"}).find("not valid UTF-8"), std::string::npos);
+}
+
 TEST(Loader, NumberWithoutUnitIsRejected) {
   const std::string e = error_of(std::string(kMinimal) + "weight_sync:\n  bucket: 512\n");
   EXPECT_EQ(e.rfind("FILE:13:11: 'weight_sync.bucket': '512' has no unit", 0), 0u) << e;
