@@ -27,7 +27,7 @@ HfConfig read_hf_config_json(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number too large
     throw HfConfigError(path + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw HfConfigError(path + ": expected a JSON object");

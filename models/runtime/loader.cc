@@ -37,33 +37,36 @@ class Reader {
  public:
   Reader(std::string path, std::uint64_t size, std::ifstream& in) : path_(std::move(path)), size_(size), in_(in) {}
   void floats(float* dst, std::uint64_t count, const std::string& tensor) {
-    const std::uint64_t bytes = count * 4;
-    if (offset_ + bytes > size_) {
-      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_,
-                                       tensor, bytes, offset_, size_));
-    }
+    const std::uint64_t bytes = count * sizeof(float);
+    check(bytes, tensor);
     in_.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(bytes));
     if (!in_) throw ModelFileError(fmt::format("{}: read error in tensor '{}'", path_, tensor));
     offset_ += bytes;
   }
   void matrix(MatrixRM& m, Eigen::Index rows, Eigen::Index cols, const std::string& tensor) {
+    check(static_cast<std::uint64_t>(rows * cols) * sizeof(float), tensor);  // before allocating
     m.resize(rows, cols);
     floats(m.data(), static_cast<std::uint64_t>(rows * cols), tensor);
   }
   void vector(VectorF& v, Eigen::Index n, const std::string& tensor) {
+    check(static_cast<std::uint64_t>(n) * sizeof(float), tensor);
     v.resize(n);
     floats(v.data(), static_cast<std::uint64_t>(n), tensor);
   }
   void skip(std::uint64_t bytes, const std::string& tensor) {
-    if (offset_ + bytes > size_) {
-      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_,
-                                       tensor, bytes, offset_, size_));
-    }
+    check(bytes, tensor);
     in_.seekg(static_cast<std::streamoff>(bytes), std::ios::cur);
     offset_ += bytes;
   }
   std::uint64_t offset() const { return offset_; }
   void set_offset(std::uint64_t o) { offset_ = o; }
+  // Throws when `bytes` at the current offset run past the end of the file.
+  void check(std::uint64_t bytes, const std::string& tensor) const {
+    if (offset_ + bytes > size_) {
+      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path_,
+                                       tensor, bytes, offset_, size_));
+    }
+  }
 
  private:
   std::string path_;
@@ -126,7 +129,8 @@ class SafetensorsModel {
   explicit SafetensorsModel(const fs::path& dir) {
     const fs::path single = dir / "model.safetensors";
     const fs::path index = dir / "model.safetensors.index.json";
-    if (fs::exists(index)) {
+    std::error_code ec;  // an unreadable or impossible name is a missing file here
+    if (fs::exists(index, ec)) {
       std::ifstream f(index);
       nlohmann::json j;
       try {
@@ -144,7 +148,7 @@ class SafetensorsModel {
           throw ModelFileError(fmt::format("{}: tensor '{}' listed in the index is missing", (dir / s).string(), name));
         tensors_[name] = it->second;
       }
-    } else if (fs::exists(single)) {
+    } else if (fs::exists(single, ec)) {
       tensors_ = read_safetensors_header(single);
     } else {
       throw ModelFileError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
@@ -245,14 +249,40 @@ ModelWeights load_llama2c(const std::string& path) {
   c.rope_theta = 10000.0f;
   c.norm_eps = 1e-5f;
   const Eigen::Index d = c.dim, hd = c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * hd, f = c.hidden_dim, L = c.layers;
-  // The exact size the header announces: catches truncation and trailing garbage alike.
-  const std::uint64_t floats = static_cast<std::uint64_t>(c.vocab) * d + L * d * 2 + L * (d * d + 2 * kv * d + d * d) +
-                               L * 3 * f * d + d + static_cast<std::uint64_t>(c.max_seq) * hd +
-                               (c.tied_embeddings ? 0 : static_cast<std::uint64_t>(c.vocab) * d);
-  const std::uint64_t expected = sizeof h + sizeof(float) * floats;
+  // The tensors in file order (llama2.c's export: each tensor for all layers together), with their
+  // sizes in floats: the exact size the header announces, checked before anything is allocated
+  // (a header may announce terabytes), so truncation and trailing garbage are both caught.
+  const auto u = [](Eigen::Index x) { return static_cast<std::uint64_t>(x); };
+  const std::uint64_t vocab_d = static_cast<std::uint64_t>(c.vocab) * u(d);
+  const std::pair<const char*, std::uint64_t> layout[] = {{"token_embedding", vocab_d},
+                                                          {"rms_att_weight", u(L * d)},
+                                                          {"wq", u(L * d * d)},
+                                                          {"wk", u(L * kv * d)},
+                                                          {"wv", u(L * kv * d)},
+                                                          {"wo", u(L * d * d)},
+                                                          {"rms_ffn_weight", u(L * d)},
+                                                          {"w1", u(L * f * d)},
+                                                          {"w2", u(L * d * f)},
+                                                          {"w3", u(L * f * d)},
+                                                          {"rms_final_weight", u(d)},
+                                                          {"freq_cis", static_cast<std::uint64_t>(c.max_seq) * u(hd)},
+                                                          {"wcls", c.tied_embeddings ? 0 : vocab_d}};
+  std::uint64_t expected = sizeof h;
+  for (const auto& [tensor, count] : layout) {
+    const std::uint64_t bytes = count * sizeof(float);
+    if (expected + bytes > size) {
+      throw ModelFileError(fmt::format("{}: truncated in tensor '{}' (needs {} bytes at offset {}, the file has {})", path,
+                                       tensor, bytes, expected, size));
+    }
+    expected += bytes;
+  }
+  if (size != expected) {
+    throw ModelFileError(
+        fmt::format("{}: {} bytes, the header announces {} ({} trailing bytes)", path, size, expected, size - expected));
+  }
 
   Reader r(path, size, in);
-  r.set_offset(28);
+  r.set_offset(sizeof h);
   r.matrix(w.embedding, c.vocab, d, "token_embedding");
   w.layers.resize(static_cast<std::size_t>(L));
   // llama2.c stores each tensor for all layers contiguously.
@@ -266,12 +296,8 @@ ModelWeights load_llama2c(const std::string& path) {
   for (auto& l : w.layers) r.matrix(l.w_down, d, f, "w2");
   for (auto& l : w.layers) r.matrix(l.w_up, f, d, "w3");
   r.vector(w.final_norm, d, "rms_final_weight");
-  r.skip(static_cast<std::uint64_t>(c.max_seq) * hd * 4, "freq_cis");
+  r.skip(static_cast<std::uint64_t>(c.max_seq) * u(hd) * sizeof(float), "freq_cis");
   if (!c.tied_embeddings) r.matrix(w.lm_head, c.vocab, d, "wcls");
-  if (size != expected) {
-    throw ModelFileError(
-        fmt::format("{}: {} bytes, the header announces {} ({} trailing bytes)", path, size, expected, size - expected));
-  }
   return w;
 }
 
@@ -424,7 +450,8 @@ TransformerConfig synthetic_moe_config() {
 }
 
 ModelWeights load_model(const std::string& path) {
-  if (fs::is_directory(path)) return load_hf(path);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return load_hf(path);
   return load_llama2c(path);
 }
 

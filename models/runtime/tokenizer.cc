@@ -412,7 +412,8 @@ std::string ByteLevelBpeTokenizer::decode(int /*prev*/, int token) const {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, int vocab_size) {
   const fs::path p(path);
-  if (fs::is_directory(p)) return std::make_unique<ByteLevelBpeTokenizer>((p / "tokenizer.json").string());
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) return std::make_unique<ByteLevelBpeTokenizer>((p / "tokenizer.json").string());
   if (p.extension() == ".json") return std::make_unique<ByteLevelBpeTokenizer>(path);
   return std::make_unique<Llama2cTokenizer>(path, vocab_size);
 }

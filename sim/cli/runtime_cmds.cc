@@ -61,11 +61,12 @@ std::vector<std::vector<int>> encode_prompts(const models::Tokenizer& tokenizer,
 
 std::string default_tokenizer(const std::string& model, std::string_view command) {
   const fs::path p(model);
-  if (fs::is_directory(p)) return (p / "tokenizer.json").string();
+  std::error_code ec;  // an impossible name is not a directory, and not found below
+  if (fs::is_directory(p, ec)) return (p / "tokenizer.json").string();
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (fs::exists(dir / "tokenizer.bin")) return (dir / "tokenizer.bin").string();
+  if (fs::exists(dir / "tokenizer.bin", ec)) return (dir / "tokenizer.bin").string();
   std::vector<fs::path> found;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("tok", 0) == 0 && e.path().extension() == ".bin") found.push_back(e.path());
   }

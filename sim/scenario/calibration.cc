@@ -86,7 +86,7 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
     Map d(src, top.get("devices"), "devices");
     std::vector<std::string> names;
     for (const auto& kv : d.node()) {
-      const auto name = kv.first.as<std::string>();
+      const auto name = d.key_of(kv.first);
       names.push_back(name);
       if (name == "other") {
         c.other_device = parse_device(Map(src, d.get(name), d.path(name)), c.other_device);

@@ -251,7 +251,8 @@ Study load_study(const std::string& path) {
     st.name = root.str("name", fs::path(path).filename().string());
     const fs::path b = root.str("base", "", true);
     st.base = (b.is_absolute() ? b : fs::path(path).parent_path() / b).string();
-    if (!fs::is_regular_file(st.base))
+    std::error_code ec;  // a name too long, a loop of links...: not found, as the message says
+    if (!fs::is_regular_file(st.base, ec))
       src.fail(root.get("base"), "base", fmt::format("base scenario '{}' not found (looked for {})", b.string(), st.base));
     parse_sweep(root, st);
     parse_objective_and_constraints(root, st);

@@ -93,10 +93,16 @@ class Map {
   const Source& src() const { return src_; }
   const YAML::Node& node() const { return node_; }
 
+  // The text of a key of this mapping; a list or mapping used as a key is bad input.
+  std::string key_of(const YAML::Node& key) const {
+    if (!key.IsScalar()) src_.fail(key, path_, "a key must be a plain name, not a list or mapping");
+    return key.Scalar();
+  }
+
   // Rejects keys that were never read, listing the valid ones.
   void finish(const std::vector<std::string>& valid) const {
     for (const auto& kv : node_) {
-      const auto key = kv.first.as<std::string>();
+      const auto key = key_of(kv.first);
       if (!read_.count(key) && std::find(valid.begin(), valid.end(), key) == valid.end()) {
         src_.fail(kv.first, child_path(path_, key),
                   "unknown key '" + child_path(path_, key) + "' (valid keys here: " + join(valid) + ")", true);
