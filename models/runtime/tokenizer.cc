@@ -281,9 +281,18 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const std::string& path) {
       check(pre);
     }
     if (!byte_level) throw ModelFileError(path + ": pre_tokenizer has no ByteLevel step");
+    // Token ids index the piece table: each must be in 0..2^24 (the largest vocabularies in use
+    // hold about 2^18 tokens), so a corrupt id can neither index outside it nor size it absurdly.
+    constexpr int kMaxTokenId = 1 << 24;
+    const auto token_id = [&](const nlohmann::json& v, const std::string& token) {
+      const int id = v.get<int>();
+      if (id < 0 || id >= kMaxTokenId)
+        throw ModelFileError(fmt::format("{}: token '{}' has id {}, outside 0..{}", path, token, id, kMaxTokenId - 1));
+      return id;
+    };
     int size = 0;
-    for (const auto& [tok, id] : model.at("vocab").items()) size = std::max(size, id.get<int>() + 1);
-    for (const auto& t : j.at("added_tokens")) size = std::max(size, t.at("id").get<int>() + 1);
+    for (const auto& [tok, id] : model.at("vocab").items()) size = std::max(size, token_id(id, tok) + 1);
+    for (const auto& t : j.at("added_tokens")) size = std::max(size, token_id(t.at("id"), t.value("content", "")) + 1);
     pieces_.resize(static_cast<std::size_t>(size));
     special_.assign(static_cast<std::size_t>(size), false);
     for (const auto& [tok, id] : model.at("vocab").items()) {

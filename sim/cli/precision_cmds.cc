@@ -89,13 +89,14 @@ int cmd_quantize(const QuantizeOptions& o, std::istream& in, std::ostream& out) 
   std::int64_t rows = 1, cols = static_cast<std::int64_t>(x.size());
   if (!o.shape.empty()) {
     const auto comma = o.shape.find(',');
+    // Each side at most 2^31, so R x C cannot overflow (and no input holds that many values).
     auto parse = [&](std::string_view s, std::int64_t& v) {
       const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-      return ec == std::errc() && p == s.data() + s.size() && v > 0;
+      return ec == std::errc() && p == s.data() + s.size() && v > 0 && v <= (std::int64_t{1} << 31);
     };
     if (comma == std::string::npos || !parse(std::string_view(o.shape).substr(0, comma), rows) ||
         !parse(std::string_view(o.shape).substr(comma + 1), cols)) {
-      throw sim::ScenarioError("rlsim quantize: --shape '" + o.shape + "': expected R,C with positive integers");
+      throw sim::ScenarioError("rlsim quantize: --shape '" + o.shape + "': expected R,C with integers in 1..2^31");
     }
     if (rows * cols != static_cast<std::int64_t>(x.size())) {
       throw sim::ScenarioError(
