@@ -70,7 +70,8 @@ void dist(YAML::Emitter& e, const char* key, const LengthDist& d) {
       break;
     case LengthDist::Kind::kLognormal:
       e << YAML::Key << "dist" << YAML::Value << "lognormal" << YAML::Key << "median" << YAML::Value << num(d.median) << YAML::Key
-        << "sigma" << YAML::Value << num(d.sigma) << YAML::Key << "max" << YAML::Value << d.max;
+        << "sigma" << YAML::Value << num(d.sigma);
+      if (d.max > 0) e << YAML::Key << "max" << YAML::Value << d.max;  // absent: not truncated (0 does not load)
       break;
     case LengthDist::Kind::kCsv:
       e << YAML::Key << "dist" << YAML::Value << "csv" << YAML::Key << "file" << YAML::Value << d.file << YAML::Key << "column"
