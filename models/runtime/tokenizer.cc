@@ -285,10 +285,13 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const std::string& path) {
     // hold about 2^18 tokens), so a corrupt id can neither index outside it nor size it absurdly.
     constexpr int kMaxTokenId = 1 << 24;
     const auto token_id = [&](const nlohmann::json& v, const std::string& token) {
-      const int id = v.get<int>();
-      if (id < 0 || id >= kMaxTokenId)
-        throw ModelFileError(fmt::format("{}: token '{}' has id {}, outside 0..{}", path, token, id, kMaxTokenId - 1));
-      return id;
+      const bool ok = v.is_number_unsigned()
+                          ? v.get<std::uint64_t>() < static_cast<std::uint64_t>(kMaxTokenId)
+                          : v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() < kMaxTokenId;
+      if (!ok)
+        throw ModelFileError(
+            fmt::format("{}: token '{}' has id {}, not an integer in 0..{}", path, token, v.dump(), kMaxTokenId - 1));
+      return static_cast<int>(v.get<std::int64_t>());
     };
     int size = 0;
     for (const auto& [tok, id] : model.at("vocab").items()) size = std::max(size, token_id(id, tok) + 1);
