@@ -43,6 +43,16 @@ std::string input_file(const std::uint8_t* data, std::size_t size, const std::st
   return input_file(std::string_view(reinterpret_cast<const char*>(data), size), name);
 }
 
+void exercise_tokenizer(const models::Tokenizer& tok, std::string_view text) {
+  accepts([&] {
+    int prev = tok.bos();
+    for (const int id : tok.encode(text, true)) {
+      (void)tok.decode(prev, id);
+      prev = id;
+    }
+  });
+}
+
 void fail(const std::string& what) {
   std::fprintf(stderr, "fuzz property failed: %s\n", what.c_str());
   std::abort();

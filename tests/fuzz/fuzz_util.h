@@ -12,6 +12,7 @@
 #include "models/graph/graph.h"
 #include "models/llm/hf_config.h"
 #include "models/runtime/model.h"
+#include "models/runtime/tokenizer.h"
 #include "sim/scenario/scenario.h"
 
 namespace rlsim::fuzz {
@@ -39,6 +40,10 @@ bool accepts(F&& read) {
   }
   return false;
 }
+
+/// Encodes `text` (with BOS) and decodes every token after its predecessor, as the drift and
+/// train loops do; the tokenizer's own input errors are expected.
+void exercise_tokenizer(const models::Tokenizer& tok, std::string_view text);
 
 /// A property a harness checks failed: prints `what` and aborts (a crash to libFuzzer).
 [[noreturn]] void fail(const std::string& what);
