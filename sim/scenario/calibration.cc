@@ -68,7 +68,7 @@ std::string seconds(double s) {
 }  // namespace
 
 Calibration parse_calibration(const std::string& text, const std::string& file) {
-  require_utf8(text, file);
+  require_yaml_text(text, file);
   YAML::Node root;
   try {
     root = YAML::Load(text);

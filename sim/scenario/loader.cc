@@ -41,7 +41,7 @@ std::optional<double> optional_quantity(Map& m, const std::string& key) {
 }
 
 YAML::Node parse_yaml_text(const std::string& text, const std::string& file) {
-  require_utf8(text, file);
+  require_yaml_text(text, file);
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -355,7 +355,7 @@ void apply_override(YAML::Node& root, const std::string& text, Source& src) {
   const std::string key = text.substr(0, eq);
   where.key = key;
   try {
-    require_utf8(text, src.label);
+    require_yaml_text(text, src.label);
   } catch (const ScenarioError&) {
     throw ScenarioError(where, "not valid UTF-8");
   }
@@ -391,16 +391,23 @@ void apply_override(YAML::Node& root, const std::string& text, Source& src) {
 
 }  // namespace
 
-void require_utf8(std::string_view text, const std::string& file) {
+void require_yaml_text(std::string_view text, const std::string& file) {
   std::size_t i = 0, line = 1, line_start = 0;
   while (i < text.size()) {
     const auto b0 = static_cast<unsigned char>(text[i]);
     std::size_t n = 0;                   // continuation bytes
     unsigned char lo = 0x80, hi = 0xBF;  // range of the first continuation byte
+    const auto where = [&] { return fmt::format("{}:{}:{}", file, line, i - line_start + 1); };
+    const auto control = [&](unsigned code) {
+      throw ScenarioError(
+          fmt::format("{}: control character U+{:04X} is not allowed in YAML text (YAML 1.2, 5.1)", where(), code));
+    };
     if (b0 < 0x80) {
       if (b0 == '\n') {
         ++line;
         line_start = i + 1;
+      } else if ((b0 < 0x20 && b0 != '\t' && b0 != '\r') || b0 == 0x7F) {
+        control(b0);  // yaml-cpp turns some into bytes that are not UTF-8
       }
       ++i;
       continue;
@@ -425,9 +432,10 @@ void require_utf8(std::string_view text, const std::string& file) {
       const auto b = static_cast<unsigned char>(text[i + k]);
       ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
     }
-    if (!ok) {
-      throw ScenarioError(fmt::format("{}:{}:{}: not valid UTF-8 (byte 0x{:02X})", file, line, i - line_start + 1, b0));
-    }
+    if (!ok) throw ScenarioError(fmt::format("{}: not valid UTF-8 (byte 0x{:02X})", where(), b0));
+    const auto b1 = static_cast<unsigned char>(text[i + 1]);
+    if (b0 == 0xC2 && b1 <= 0x9F && b1 != 0x85) control(b1);  // C1 controls but NEL
+    if (b0 == 0xEF && b1 == 0xBF && static_cast<unsigned char>(text[i + 2]) >= 0xBE) control(0xFFFE + (text[i + 2] & 1));
     i += n + 1;
   }
 }

@@ -13,16 +13,19 @@ namespace rlsim::sim {
 /// console log"). Throws ScenarioError "PATH: cannot open WHAT (REASON)", REASON the system's.
 std::string read_input_file(const std::string& path, const std::string& what);
 
-/// Throws ScenarioError "FILE:LINE:COLUMN: not valid UTF-8 (byte 0xNN)" at the first byte of
-/// `text` that does not start or continue a well-formed UTF-8 sequence (Unicode 15, table 3-7:
-/// no overlong forms, no surrogates, nothing above U+10FFFF). YAML text must be Unicode (YAML
-/// 1.2, 5.2), and every string read from it may reach a JSON output, which must be UTF-8.
-void require_utf8(std::string_view text, const std::string& file);
+/// Throws ScenarioError at FILE:LINE:COLUMN (column in bytes) for the first byte of `text` that
+/// does not start or continue a well-formed UTF-8 sequence (Unicode 15, table 3-7: no overlong
+/// forms, no surrogates, nothing above U+10FFFF), or that begins a character outside YAML's
+/// printable set (YAML 1.2, 5.1: C0 controls but tab, LF and CR; DEL; C1 controls but NEL;
+/// U+FFFE, U+FFFF). YAML text must be Unicode (5.2), and every string read from it may reach a
+/// JSON output, which must be UTF-8 (yaml-cpp turns some control characters into bytes that
+/// are not).
+void require_yaml_text(std::string_view text, const std::string& file);
 
 /// Reads and parses the YAML file `path`; `what` names it in messages ("scenario file", "study
 /// file"). Throws ScenarioError: "PATH: cannot open WHAT" when it cannot be read, or
 /// "PATH:LINE:COLUMN: YAML syntax error: ..." (1-based) when it does not parse, or
-/// require_utf8's error.
+/// require_yaml_text's error.
 YAML::Node load_yaml_file(const std::string& path, const std::string& what);
 
 }  // namespace rlsim::sim

@@ -113,9 +113,9 @@ TEST(Loader, InvalidUtf8IsRejectedAtItsByte) {
   const std::string e = error_of(std::string(kMinimal) + "name: caf\xc3\xa9 \xff\n");
   EXPECT_EQ(e.rfind("FILE:12:13: not valid UTF-8 (byte 0xFF)", 0), 0u) << e;  // column in bytes
   const std::string name = std::string(kMinimal) + "name: ";
-  // Well-formed: 2-, 3- and 4-byte sequences at their bounds.
+  // Well-formed: 2-, 3- and 4-byte sequences at their bounds (U+00A0: the 2-byte range below it holds the C1 controls).
   for (const char* ok :
-       {"\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xee\x80\x80", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"}) {
+       {"\xc2\xa0", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xee\x80\x80", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"}) {
     EXPECT_EQ(error_of(name + ok + "\n"), "no error") << ok;
   }
   // Overlong forms, a surrogate, above U+10FFFF, a lone continuation byte, a truncated sequence.
@@ -124,6 +124,12 @@ TEST(Loader, InvalidUtf8IsRejectedAtItsByte) {
     EXPECT_NE(error_of(name + bad + "\n").find("not valid UTF-8"), std::string::npos) << bad;
   }
   EXPECT_NE(error_of(kMinimal, {"name=\xfe"}).find("not valid UTF-8"), std::string::npos);
+  // YAML's printable set: no C0 controls but tab, LF, CR; no DEL, no C1 controls but NEL, no
+  // U+FFFE / U+FFFF (a study with a U+0001 in its name reached plan.json as invalid UTF-8).
+  for (const char* ok : {"a\tb", "\xc2\x85", "\xc2\xa0", "\xef\xbf\xbd"}) EXPECT_EQ(error_of(name + ok + "\n"), "no error") << ok;
+  for (const char* bad : {"a\x01", "\x7f", "\xc2\x80", "\xc2\x9f", "\xef\xbf\xbe", "\xef\xbf\xbf"}) {
+    EXPECT_NE(error_of(name + bad + "\n").find("control character"), std::string::npos) << bad;
+  }
 }
 
 TEST(Loader, NumberWithoutUnitIsRejected) {
