@@ -1,6 +1,5 @@
 // Scenario and catalog loading (SCENARIO.md). Every error names file:line:column (1-based) or the
 // --set override it came from, and what was expected.
-#include <csv.h>
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -17,6 +16,7 @@
 #include "models/llm/hf_config.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/catalog_data.h"
+#include "sim/scenario/csv_table.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/units.h"
 #include "sim/scenario/yaml_file.h"
@@ -238,37 +238,14 @@ Recipe parse_recipe(const Source& src, const YAML::Node& n, const std::string& p
 // Workload --------------------------------------------------------------------------------------
 
 std::vector<std::int64_t> read_csv_column(const std::string& file, const std::string& column) {
-  const std::string text = read_input_file(file, "length trace");
-  struct State {
-    std::vector<std::string> row;
-    std::vector<std::vector<std::string>> rows;
-    std::string field;
-  } st;
-  csv_parser p;
-  if (csv_init(&p, CSV_APPEND_NULL) != 0) throw ScenarioError(file + ": cannot initialise the CSV parser");
-  auto on_field = [](void* s, std::size_t n, void* data) {
-    static_cast<State*>(data)->row.emplace_back(static_cast<const char*>(s), n);
-  };
-  auto on_row = [](int, void* data) {
-    auto* d = static_cast<State*>(data);
-    d->rows.push_back(std::move(d->row));
-    d->row.clear();
-  };
-  if (csv_parse(&p, text.data(), text.size(), on_field, on_row, &st) != text.size()) {
-    const std::string err = csv_strerror(csv_error(&p));
-    csv_free(&p);
-    throw ScenarioError(file + ": CSV parse error: " + err);
-  }
-  csv_fini(&p, on_field, on_row, &st);
-  csv_free(&p);
-  if (st.rows.empty()) throw ScenarioError(file + ":1: empty CSV file (expected a header row)");
-  const auto& header = st.rows.front();
+  const std::vector<std::vector<std::string>> rows = read_csv_table(file, "length trace");
+  const auto& header = rows.front();
   const auto it = std::find(header.begin(), header.end(), column);
   if (it == header.end()) throw ScenarioError(fmt::format("{}:1: no column '{}' (columns: {})", file, column, join(header)));
   const auto col = static_cast<std::size_t>(it - header.begin());
   std::vector<std::int64_t> values;
-  for (std::size_t r = 1; r < st.rows.size(); ++r) {
-    const auto& row = st.rows[r];
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    const auto& row = rows[r];
     if (row.size() == 1 && row[0].empty()) continue;  // blank line
     std::int64_t v = 0;
     const std::string cell = col < row.size() ? row[col] : "";
