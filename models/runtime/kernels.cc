@@ -538,6 +538,86 @@ void PackedWeight::gemv_rows_scalar(const float* x, float* y, std::int64_t r0, s
   }
 }
 
+bool PackedWeight::codes_in_bf16() const {
+  return layout_ == WeightLayout::kBf16 || layout_ == WeightLayout::kE4M3 || layout_ == WeightLayout::kE4M3KMajor ||
+         layout_ == WeightLayout::kNibble;
+}
+
+std::int64_t PackedWeight::scale_block_cols() const { return scaled_ && grid_cols_ > 1 ? block_cols_ : cols_; }
+
+namespace {
+// BF16 bits of an exactly representable FP32 value.
+inline std::uint16_t bf16_bits(float v) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16); }
+
+// BF16 bits of every E4M3 code (NaN codes are excluded from the kernel layouts; their entry is 0).
+const std::array<std::uint16_t, 256>& e4m3_bf16_table() {
+  static const std::array<std::uint16_t, 256> table = [] {
+    std::array<std::uint16_t, 256> t{};
+    for (std::uint32_t c = 0; c < 256; ++c) t[c] = (c & 0x7Fu) == 0x7Fu ? 0 : bf16_bits(e4m3_value(c));
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) const {
+  if (!codes_in_bf16()) throw std::logic_error("PackedWeight::decode_rows_bf16: layout has no BF16 codes");
+  const auto& e4m3 = e4m3_bf16_table();
+  std::uint16_t nib[16];
+  for (int c = 0; c < 16; ++c) nib[c] = bf16_bits(lut_[c]);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    std::uint16_t* o = out + (r - r0) * ld;
+    std::fill(o + cols_, o + ld, std::uint16_t{0});
+    if (layout_ == WeightLayout::kE4M3KMajor) {
+      for (std::int64_t c = 0; c < cols_; ++c) o[c] = e4m3[data_[static_cast<std::size_t>(c * rows_ + r)]];
+      continue;
+    }
+    for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
+      const std::uint8_t* p = data_.data() + offset(r, c0);
+      const std::int64_t n = std::min(chunk_cols_, cols_ - c0);
+      std::uint16_t* oc = o + c0;
+      switch (layout_) {
+        case WeightLayout::kBf16:
+          std::memcpy(oc, p, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+          break;
+        case WeightLayout::kE4M3:
+          for (std::int64_t k = 0; k < n; ++k) oc[k] = e4m3[p[k]];
+          break;
+        default:  // kNibble: byte k holds element k (low nibble) and k + 16 (high nibble)
+          for (std::int64_t k = 0; k < n; ++k) oc[k] = nib[k < 16 ? p[k] & 0xFu : p[k - 16] >> 4u];
+          break;
+      }
+    }
+  }
+}
+
+void PackedWeight::block_scales(std::int64_t r0, std::int64_t r1, float* out) const {
+  const std::int64_t nb = scale_blocks(), bc = scale_block_cols();
+  for (std::int64_t r = r0; r < r1; ++r) {
+    for (std::int64_t b = 0; b < nb; ++b) out[(r - r0) * nb + b] = scale(r, b * bc) * tensor_scale_;
+  }
+}
+
+void PackedWeight::decode_rows_f32(std::int64_t r0, std::int64_t r1, float* out, std::int64_t ld) const {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    float* o = out + (r - r0) * ld;
+    std::fill(o + cols_, o + ld, 0.0f);
+    if (layout_ == WeightLayout::kF32) {
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_)
+        std::memcpy(o + c0, data_.data() + offset(r, c0), static_cast<std::size_t>(std::min(chunk_cols_, cols_ - c0)) * 4);
+      continue;
+    }
+    if (layout_ == WeightLayout::kBf16) {
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
+        const std::uint8_t* p = data_.data() + offset(r, c0);
+        for (std::int64_t k = 0; k < std::min(chunk_cols_, cols_ - c0); ++k) o[c0 + k] = chunk_value(p, k);
+      }
+      continue;
+    }
+    for (std::int64_t c = 0; c < cols_; ++c) o[c] = at(r, c);
+  }
+}
+
 #ifdef RLSIM_AVX512
 namespace {
 
@@ -756,8 +836,10 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
 }
 
 namespace {
-// Rows per pass of the k-major kernel (4 vectors: 4 x NT accumulators).
-constexpr std::int64_t kKMajorRows = 64;
+// Columns ahead that the k-major kernel prefetches (each column's rows are one contiguous run),
+// and columns per pass over a row range.
+constexpr std::int64_t kKMajorPrefetchColumns = 8;
+constexpr int kKMajorColumns = 4;
 // E8M0 scales of 16 rows r..r+15 of 32-column block b in the Ascend layout ([kb/2, rows, 2]:
 // 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 (the
 // E4M3 bit trick), as FP32.
@@ -774,41 +856,62 @@ inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::
 
 template <int NT>
 void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
-  // Rows [r0, r1) of NT tokens. The columns go one 32-column scale block at a time; within a
-  // block, the rows go kKMajorRows at a time (V vectors of 16), each (token, row) one FMA chain
-  // over the block's columns in order, its running sum kept in y between blocks (an exact FP32
-  // store and load), so every row is summed in column order as kmajor_scalar sums it. A block's
-  // codes are one contiguous stream of 32 x rows bytes.
-  constexpr int V = kKMajorRows / 16;
+  // Rows [r0, r1) of NT tokens, column by column: column c's codes for these rows are one
+  // contiguous run (the layout is k-major), read once, in address order; each (token, row) is
+  // one FMA chain over the columns in order, its running sum kept in y (an exact FP32 store and
+  // load, in L1), so every row is summed in column order as kmajor_scalar sums it. The scales of
+  // a 32-column block are decoded once per block into a row vector.
+  const std::int64_t n = r1 - r0, nv = (n + 15) / 16;
+  const __mmask16 last = tail_mask(n - 16 * (nv - 1));
+  thread_local std::vector<float> scale_row;
+  scale_row.resize(static_cast<std::size_t>(16 * nv));
+  for (int t = 0; t < NT; ++t) std::fill(y + t * ldy, y + t * ldy + n, 0.0f);
   for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
+    for (std::int64_t v = 0; v < nv; ++v) {
+      const __m512 s = scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, r0 + 16 * v, v + 1 < nv ? tail_mask(16) : last)
+                               : _mm512_set1_ps(kE4M3Fix);
+      _mm512_storeu_ps(scale_row.data() + 16 * v, s);
+    }
+    // Columns go kKMajorColumns at a time: each row vector of y is loaded once, takes their FMAs
+    // in column order, and is stored once.
     const std::int64_t c1 = std::min(cols_, c0 + 32);
-    for (std::int64_t rb = r0; rb < r1; rb += kKMajorRows) {
-      __mmask16 m[V];
-      for (int v = 0; v < V; ++v) m[v] = tail_mask(std::clamp<std::int64_t>(r1 - rb - 16 * v, 0, 16));
-      __m512 acc[NT][V], s[V];
-      for (int n = 0; n < NT; ++n) {
-        for (int v = 0; v < V; ++v)
-          acc[n][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], y + n * ldy + (rb - r0) + 16 * v);
-      }
-      for (int v = 0; v < V; ++v)
-        s[v] = scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, rb + 16 * v, m[v]) : _mm512_set1_ps(kE4M3Fix);
-      const std::uint8_t* codes = data_.data() + rb;
-      for (std::int64_t c = c0; c < c1; ++c) {
-        const std::uint8_t* ck = codes + c * rows_;
-        __m512 w[V];
-#pragma GCC unroll 4
-        for (int v = 0; v < V; ++v) {
-          const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m[v], ck + 16 * v)), 20);
-          w[v] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), s[v]);
-        }
-        for (int n = 0; n < NT; ++n) {
-          const __m512 xb = _mm512_set1_ps(x[n * cols_ + c]);
-          for (int v = 0; v < V; ++v) acc[n][v] = _mm512_fmadd_ps(w[v], xb, acc[n][v]);
+    for (std::int64_t c = c0; c < c1; c += kKMajorColumns) {
+      const int nc = static_cast<int>(std::min<std::int64_t>(kKMajorColumns, c1 - c));
+      const std::uint8_t* ck = data_.data() + c * rows_ + r0;
+      if (c + kKMajorPrefetchColumns < cols_) {
+        for (int j = 0; j < nc; ++j) {
+          for (std::int64_t b = 0; b < n; b += 64) prefetch(ck + (kKMajorPrefetchColumns + j) * rows_ + b);
         }
       }
-      for (int n = 0; n < NT; ++n) {
-        for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(y + n * ldy + (rb - r0) + 16 * v, m[v], acc[n][v]);
+      __m512 xb[kKMajorColumns][NT];
+      for (int j = 0; j < nc; ++j) {
+        for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(x[t * cols_ + c + j]);
       }
+      // Full vectors unmasked (the loads fold into the conversions), the last one masked.
+      auto pass = [&](std::int64_t v, auto masked) {
+        const __mmask16 m = masked ? last : tail_mask(16);
+        const __m512 sv = _mm512_loadu_ps(scale_row.data() + 16 * v);
+        __m512 acc[NT];
+        for (int t = 0; t < NT; ++t)
+          acc[t] = masked ? _mm512_maskz_loadu_ps(m, y + t * ldy + 16 * v) : _mm512_loadu_ps(y + t * ldy + 16 * v);
+        for (int j = 0; j < nc; ++j) {
+          const std::uint8_t* q = ck + j * rows_ + 16 * v;
+          const __m128i bytes = masked ? _mm_maskz_loadu_epi8(m, q) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+          const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20);
+          const __m512 w =
+              _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), sv);
+          for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(w, xb[j][t], acc[t]);
+        }
+        for (int t = 0; t < NT; ++t) {
+          if (masked) {
+            _mm512_mask_storeu_ps(y + t * ldy + 16 * v, m, acc[t]);
+          } else {
+            _mm512_storeu_ps(y + t * ldy + 16 * v, acc[t]);
+          }
+        }
+      };
+      for (std::int64_t v = 0; v + 1 < nv; ++v) pass(v, std::false_type{});
+      pass(nv - 1, std::true_type{});
     }
   }
 }
@@ -889,17 +992,7 @@ void gemv(std::span<const GemvJob> jobs) {
       off += rows * cols;
     }
   };
-#ifdef _OPENMP
-  if (total >= (1 << 16) && omp_get_max_threads() > 1) {
-#pragma omp parallel
-    {
-      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-      run(total * t / nt, total * (t + 1) / nt);
-    }
-    return;
-  }
-#endif
-  run(0, total);
+  split_work(total, total >= (1 << 16), run);
 }
 
 }  // namespace rlsim::models

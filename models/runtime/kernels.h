@@ -24,6 +24,10 @@
 
 #include "models/precision/quantize.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace rlsim::models {
 
 /// How a PackedWeight stores its elements.
@@ -141,6 +145,34 @@ class PackedWeight {
   /// The scalar kernel: the same products, summed in column order.
   void gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
+  // --- Operands of the multi-token (prefill) GEMM of gemm.h ------------------------------------
+  /// Whether every element's value before its scales is exactly a BF16 value: kBf16, kE4M3,
+  /// kE4M3KMajor and kNibble (E4M3 and E2M1 values and INT4 levels have at most 4 significant
+  /// bits and exponents well inside BF16's). The BF16 dot-product GEMM then multiplies codes and
+  /// applies scale_block_cols()-column block scales to each block's sum.
+  bool codes_in_bf16() const;
+  /// Columns per weight scale block along the reduction dimension: block_cols of a scaled
+  /// layout, cols() when one scale (or none) spans a row.
+  std::int64_t scale_block_cols() const;
+  /// Scale blocks per row: ceil(cols() / scale_block_cols()).
+  std::int64_t scale_blocks() const { return (cols_ + scale_block_cols() - 1) / scale_block_cols(); }
+  /// Rows [r0, r1) (r1 <= rows()) of element values before scaling, as BF16 bits: row r at
+  /// out + (r - r0) * ld, columns [cols(), ld) zero. Requires codes_in_bf16() (std::logic_error
+  /// otherwise) and ld >= cols().
+  void decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) const;
+  /// Scales of rows [r0, r1): out[(r - r0) * scale_blocks() + b] = block scale x tensor scale of
+  /// block b of row r (1 where unscaled), the factor decode_rows_bf16's codes are multiplied by.
+  void block_scales(std::int64_t r0, std::int64_t r1, float* out) const;
+  /// Rows [r0, r1) of dequantised values, at(r, c) for every element: row r at out + (r - r0) *
+  /// ld, columns [cols(), ld) zero. Any layout; ld >= cols().
+  void decode_rows_f32(std::int64_t r0, std::int64_t r1, float* out, std::int64_t ld) const;
+  /// Bytes this weight keeps resident: its code and scale storage as allocated (the larger of
+  /// the loader and kernel layouts, with tile padding).
+  std::size_t resident_bytes() const { return data_.size() + scale_data_.size(); }
+  /// Bytes of the tensor in its format: loader_bytes() (codes at their width, scales in their
+  /// storage element).
+  std::size_t packed_bytes() const { return loader_bytes(); }
+
  private:
   static constexpr std::int64_t kTileRows = 4;  // rows per tile (one accumulator each)
 
@@ -199,6 +231,25 @@ struct GemvJob {
   float* y = nullptr;
   std::int64_t tokens = 1;
 };
+
+/// Calls run(w0, w1) once per OpenMP thread with the thread's contiguous share [w0, w1) of
+/// [0, total) work units (share t: [total t / n, total (t + 1) / n)), or once with [0, total) on
+/// the calling thread when `parallel` is false or one thread is available. The GEMV and GEMM
+/// drivers split rows by work with it.
+template <typename F>
+void split_work(std::int64_t total, bool parallel, F&& run) {
+#ifdef _OPENMP
+  if (parallel && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      run(total * t / nt, total * (t + 1) / nt);
+    }
+    return;
+  }
+#endif
+  run(std::int64_t{0}, total);
+}
 
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
 /// rows split among the threads in contiguous ranges of equal work (rows x cols x tokens). Each

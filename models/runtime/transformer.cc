@@ -6,10 +6,12 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 
 #include "models/precision/quantize.h"
+#include "models/runtime/gemm.h"
 
 namespace rlsim::models {
 namespace {
@@ -132,8 +134,7 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, Kerne
   }
   const Format none{Element::kFp32, {}};
   auto make = [&](std::string name, Eigen::Index rows, Eigen::Index cols, const LinearPrecision* lp) {
-    return Linear{QuantizedLinear(std::move(name), lp ? lp->weight : none, rows, cols, true), VectorF(),
-                  lp ? lp->activation : none};
+    return Linear{QuantizedLinear(std::move(name), lp ? lp->weight : none, rows, cols), VectorF(), lp ? lp->activation : none};
   };
   const LinearPrecision* lin = recipe_ ? &recipe_->linear : nullptr;
   const LinearPrecision* head = recipe_ ? &recipe_->lm_head : nullptr;
@@ -159,6 +160,9 @@ Transformer::Transformer(const ModelWeights& w, const RuntimePrecision& p, Kerne
     layers_.push_back(std::move(l));
   }
   head_ = make("lm_head", c.vocab, d, head);
+  // The embedding table in recipe.embedding, held and reloaded as a linear's weight; its rows are
+  // looked up (embed()), never multiplied.
+  embedding_ = Linear{QuantizedLinear("embed_tokens", recipe_ ? recipe_->embedding : none, c.vocab, d), VectorF(), none};
   inv_freq_ = rope_inv_freq(c);
   k_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
   v_cache_.assign(static_cast<std::size_t>(c.layers), MatrixRM::Zero(c.max_seq, kvd));
@@ -178,6 +182,7 @@ std::vector<Transformer::Linear*> Transformer::all_linears() {
     }
   }
   out.push_back(&head_);
+  out.push_back(&embedding_);
   return out;
 }
 
@@ -278,15 +283,11 @@ ReloadStats Transformer::load_weights(const ModelWeights& m) {
   check_shape(m.classifier(), c.vocab, c.dim, "lm_head");
   ReloadStats st;
   for (int i = 0; i < c.layers; ++i) st += load_layer(i, m.layers[static_cast<std::size_t>(i)]);
-  auto t0 = std::chrono::steady_clock::now();
-  copy_in_place(embedding_, m.embedding, "embed_tokens");
+  const auto t0 = std::chrono::steady_clock::now();
   copy_in_place(final_norm_, m.final_norm, "norm");
   st.load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  st.load_bytes += 2 * static_cast<std::size_t>(m.embedding.size() + m.final_norm.size()) * sizeof(float);
-  t0 = std::chrono::steady_clock::now();
-  if (recipe_) round_to_format(embedding_.data(), embedding_.rows(), embedding_.cols(), recipe_->embedding);
-  st.quantize_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  st.quantize_bytes += 2 * static_cast<std::size_t>(embedding_.size()) * sizeof(float);
+  st.load_bytes += 2 * static_cast<std::size_t>(m.final_norm.size()) * sizeof(float);
+  embedding_.weight.load_weight(std::span<const float>(m.embedding.data(), static_cast<std::size_t>(m.embedding.size())), st);
   const MatrixRM& cls = m.classifier();
   head_.weight.load_weight(std::span<const float>(cls.data(), static_cast<std::size_t>(cls.size())), st);
   ready_ = false;
@@ -338,21 +339,41 @@ MatrixRM Transformer::linear(const Linear& l, const MatrixRM& x) const {
 }
 
 void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixRM*>> outs, const MatrixRM& x) const {
-  // The input rounded to each distinct activation format (q/k/v and gate/up share one).
-  std::vector<std::pair<const Format*, MatrixRM>> inputs;
-  inputs.reserve(outs.size());
-  auto input_for = [&](const Format& f) -> const MatrixRM& {
-    if (is_fp32(f)) return x;
-    for (const auto& [g, m] : inputs) {
-      if (*g == f) return m;
+  if (x.rows() > 1 && kernels_ == KernelMode::kDefault) {
+    // Several tokens: the prefill GEMM on the packed weights, the activations rounded and laid
+    // out once per distinct (format, kernel) (q/k/v and gate/up share one).
+    std::vector<std::unique_ptr<GemmActivations>> acts;
+    std::vector<std::pair<const Format*, bool>> keys;
+    std::vector<GemmJob> jobs;
+    for (const auto& [l, y] : outs) {
+      const PackedWeight& w = l->weight.packed();
+      const bool bf16 = gemm_bf16_applies(w, l->activation);
+      std::size_t k = 0;
+      while (k < keys.size() && !(*keys[k].first == l->activation && keys[k].second == bf16)) ++k;
+      if (k == keys.size()) {
+        keys.emplace_back(&l->activation, bf16);
+        acts.push_back(std::make_unique<GemmActivations>(x.data(), x.rows(), x.cols(), l->activation, bf16));
+      }
+      y->resize(x.rows(), w.rows());
+      jobs.push_back({&w, acts[k].get(), y->data(), w.rows()});
     }
-    inputs.emplace_back(&f, x);
-    MatrixRM& m = inputs.back().second;
-    round_activation(m, f);
-    return m;
-  };
-  for (const auto& [l, y] : outs) input_for(l->activation);  // all roundings first: `inputs` stops growing
-  if (x.rows() == 1 || kernels_ == KernelMode::kBatchInvariant) {
+    gemm(jobs);
+  } else {
+    // One token, or batch-invariant kernels: the GEMV kernels, whose per-token sums do not
+    // depend on the number of tokens. The input rounded to each distinct activation format.
+    std::vector<std::pair<const Format*, MatrixRM>> inputs;
+    inputs.reserve(outs.size());
+    auto input_for = [&](const Format& f) -> const MatrixRM& {
+      if (is_fp32(f)) return x;
+      for (const auto& [g, m] : inputs) {
+        if (*g == f) return m;
+      }
+      inputs.emplace_back(&f, x);
+      MatrixRM& m = inputs.back().second;
+      round_activation(m, f);
+      return m;
+    };
+    for (const auto& [l, y] : outs) input_for(l->activation);  // all roundings first: `inputs` stops growing
     std::vector<GemvJob> jobs;
     for (const auto& [l, y] : outs) {
       const PackedWeight& w = l->weight.packed();
@@ -360,8 +381,6 @@ void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixR
       jobs.push_back({&w, input_for(l->activation).data(), y->data(), x.rows()});
     }
     gemv(jobs);
-  } else {
-    for (const auto& [l, y] : outs) y->noalias() = input_for(l->activation) * l->weight.dense().transpose();
   }
   for (const auto& [l, y] : outs) {
     if (l->bias.size() > 0) y->rowwise() += l->bias.transpose();
@@ -378,7 +397,8 @@ void Transformer::round_activation(MatrixRM& x, const Format& f) const {
 }
 
 std::size_t Transformer::decode_weight_bytes() const {
-  std::size_t b = head_.weight.packed().bytes() + static_cast<std::size_t>(config_.dim) * sizeof(float);
+  const PackedWeight& emb = embedding_.weight.packed();
+  std::size_t b = head_.weight.packed().bytes() + emb.bytes() / static_cast<std::size_t>(emb.rows());  // one embedding row
   for (const Layer& l : layers_) {
     for (const Linear* p : {&l.q, &l.k, &l.v, &l.o}) b += p->weight.packed().bytes();
     if (config_.experts > 0) {
@@ -391,11 +411,30 @@ std::size_t Transformer::decode_weight_bytes() const {
   return b;
 }
 
+std::size_t Transformer::kv_cache_bytes_per_position() const {
+  return 2 * static_cast<std::size_t>(config_.layers) * static_cast<std::size_t>(config_.kv_heads * config_.head_dim) *
+         sizeof(float);
+}
+
+Transformer::WeightMemory Transformer::weight_memory() const {
+  WeightMemory m;
+  auto add = [&](const PackedWeight& w) { m.resident += w.resident_bytes(), m.packed += w.packed_bytes(); };
+  for (Linear* l : const_cast<Transformer*>(this)->all_linears()) add(l->weight.packed());
+  if (config_.experts > 0) {
+    for (const Layer& l : layers_) {
+      for (int e = 0; e < l.experts.experts(); ++e) add(l.experts.w13(e)), add(l.experts.w2(e));
+    }
+  }
+  return m;
+}
+
 void Transformer::round_hidden(MatrixRM& x) const {
   if (hidden_ != Element::kFp32) round_to_format(x.data(), x.rows(), x.cols(), Format{hidden_, {}});
 }
 
 void Transformer::rmsnorm(MatrixRM& x, const VectorF& w) const {
+  // Rows are independent: split among the threads for a prefill (each row computed alike).
+#pragma omp parallel for schedule(static) if (x.rows() >= 64)
   for (Eigen::Index r = 0; r < x.rows(); ++r) {
     float ss = 0;
     for (Eigen::Index j = 0; j < x.cols(); ++j) ss += x(r, j) * x(r, j);
@@ -406,13 +445,18 @@ void Transformer::rmsnorm(MatrixRM& x, const VectorF& w) const {
 
 void Transformer::rope(MatrixRM& x, int heads, int first_pos) const {
   const int hd = config_.head_dim;
+#pragma omp parallel for schedule(static) if (x.rows() >= 64)
   for (Eigen::Index r = 0; r < x.rows(); ++r) {
     const float pos = static_cast<float>(first_pos + r);
+    std::vector<float> cs(static_cast<std::size_t>(hd));  // cos and sin of each frequency at this position
+    for (int j = 0; j < hd / 2; ++j) {
+      const float val = pos * inv_freq_[static_cast<std::size_t>(j)];
+      cs[static_cast<std::size_t>(2 * j)] = std::cos(val), cs[static_cast<std::size_t>(2 * j + 1)] = std::sin(val);
+    }
     for (int h = 0; h < heads; ++h) {
       float* v = x.row(r).data() + static_cast<std::ptrdiff_t>(h) * hd;
       for (int j = 0; j < hd / 2; ++j) {
-        const float val = pos * inv_freq_[static_cast<std::size_t>(j)];
-        const float fcr = std::cos(val), fci = std::sin(val);
+        const float fcr = cs[static_cast<std::size_t>(2 * j)], fci = cs[static_cast<std::size_t>(2 * j + 1)];
         // llama2.c: consecutive pairs (2j, 2j+1); Hugging Face rotate_half: (j, j + hd/2).
         const int a = config_.rope_interleaved ? 2 * j : j;
         const int b = config_.rope_interleaved ? 2 * j + 1 : j + hd / 2;
@@ -483,7 +527,10 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
         // A fresh prefill is causal over a square: only the lower triangle of the scores is needed.
         const bool causal_square = first_pos == 0 && T > 1;
         if (causal_square) {
-          s.triangularView<Eigen::Lower>() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
+          // `+=` on zeros: Eigen's `=` into a triangular view first zeroes the triangle column by
+          // column, strided across this row-major matrix.
+          s.setZero();
+          s.triangularView<Eigen::Lower>() += q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
         } else {
           s.noalias() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
         }
@@ -520,6 +567,7 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
       linears({{&l.gate, &gt}, {&l.up, &up}}, xb);
       round_hidden(gt);
       round_hidden(up);
+#pragma omp parallel for schedule(static) if (gt.size() >= (1 << 16))
       for (Eigen::Index i = 0; i < gt.size(); ++i) {
         const float a = gt.data()[i];
         gt.data()[i] = a / (1.0f + std::exp(-a)) * up.data()[i];
@@ -667,7 +715,7 @@ MatrixRM Transformer::embed(std::span<const int> tokens) const {
     const int tok = tokens[static_cast<std::size_t>(t)];
     if (tok < 0 || tok >= c.vocab)
       throw std::invalid_argument(fmt::format("token {} outside the vocabulary of {}", tok, c.vocab));
-    x.row(t) = embedding_.row(tok);
+    embedding_.weight.packed().decode_rows_f32(tok, tok + 1, x.row(t).data(), c.dim);
   }
   return x;
 }

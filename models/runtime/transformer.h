@@ -1,6 +1,6 @@
 // The transformer forward of the real runtime, in every precision of a recipe: the trainer path
-// (prefill: all positions' logits at once, Eigen GEMMs) and the rollout path (incremental decode
-// with a KV cache).
+// (prefill: all positions' logits at once, the packed GEMM of gemm.h) and the rollout path
+// (incremental decode with a KV cache, the GEMV kernels of kernels.h).
 #pragma once
 
 #include <initializer_list>
@@ -34,9 +34,10 @@ std::vector<float> rope_inv_freq(const TransformerConfig& c);
 RuntimePrecision runtime_precision(std::string_view name);
 
 /// Which kernels compute the linears and attention.
-///  - kDefault: as real stacks do, prefill (several tokens) runs Eigen GEMMs and Eigen attention
-///    products whose blocking depends on the number of tokens, decode (one token) the packed
-///    GEMV kernels: the trainer and rollout paths sum in different orders.
+///  - kDefault: as real stacks do, prefill (several tokens) runs the GEMM of gemm.h (BF16 dot
+///    products with block scales applied per block) and Eigen attention products whose blocking
+///    depends on the number of tokens, decode (one token) the GEMV kernels: the trainer and
+///    rollout paths sum in different orders.
 ///  - kBatchInvariant: every linear runs the packed kernels with a per-token reduction order
 ///    that does not depend on how many tokens share the call (PackedWeight::gemm_rows);
 ///    attention sums each query's scores and outputs in one fixed order; activation scales that
@@ -56,7 +57,8 @@ std::string_view kernel_mode_name(KernelMode m);
 ///   linear.weight format and its input quantised per call to linear.activation (per token rows:
 ///   token, group1xN, mx32, nv16 scales are row-local except NVFP4's tensor scale), products
 ///   accumulated in FP32; bf16 means bf16-rounded inputs and weights with FP32 accumulation;
-/// - lm_head uses recipe.lm_head, the embedding table recipe.embedding;
+/// - lm_head uses recipe.lm_head, the embedding table recipe.embedding (stored in that format and
+///   decoded row by row);
 /// - the residual stream and norm outputs are rounded to Recipe::hidden_element() (bf16 for every
 ///   built-in but fp16); RMSNorm, RoPE and softmax compute in FP32 and the softmax output is
 ///   rounded to recipe.softmax;
@@ -65,9 +67,9 @@ std::string_view kernel_mode_name(KernelMode m);
 ///   with scale 1 (vLLM's default k_scale = v_scale = 1.0 when no calibration is loaded), other
 ///   scalings per token.
 /// The prefill and decode paths perform the same roundings, so they differ only by FP32
-/// summation order: projections of more than one token run as Eigen GEMMs on the dequantised
-/// weights, projections of one token (decode) as the packed GEMV kernels of kernels.h on the
-/// weights in their storage format, with the same products.
+/// rounding: projections of more than one token run the prefill GEMM of gemm.h, projections of
+/// one token (decode) the GEMV kernels of kernels.h, both on the weights in their storage format
+/// and with the same products (the GEMM applies block scales to each block's sum).
 ///
 /// MoE layers (config.experts > 0): the router is a linear in recipe.router (FP32 logits), a
 /// softmax over the experts in FP32, the top experts_per_token (lowest index on ties) with their
@@ -109,6 +111,18 @@ class Transformer {
   /// the lm_head, and one embedding row (as FP32); for MoE layers the router and
   /// experts_per_token experts (one token's). The numerator of the decode roofline.
   std::size_t decode_weight_bytes() const;
+  /// Bytes of the KV cache one decode step reads per cached position (keys and values of every
+  /// layer, as this runtime stores them: FP32 values rounded to recipe.kv_cache).
+  std::size_t kv_cache_bytes_per_position() const;
+
+  /// Weight memory of the quantised tensors (every linear, the lm_head, the embedding table and
+  /// the routed experts): `resident` as allocated (PackedWeight::resident_bytes: codes and
+  /// scales, tile padding included), `packed` the tensors in their formats
+  /// (PackedWeight::packed_bytes). No other copy of a weight is kept.
+  struct WeightMemory {
+    std::size_t resident = 0, packed = 0;
+  };
+  WeightMemory weight_memory() const;
 
   // --- Reload lifecycle (weight_lifecycle.h), over every linear and expert group -------------
   /// Restores every quantised tensor to the loader layout (no-op for those already there).
@@ -169,7 +183,7 @@ class Transformer {
   KernelMode kernels_ = KernelMode::kDefault;
   Element hidden_ = Element::kFp32, attention_ = Element::kFp32, softmax_ = Element::kFp32;
   Format kv_{Element::kFp32, {}};
-  MatrixRM embedding_;
+  Linear embedding_;  // [vocab, dim] in recipe.embedding: rows looked up by embed(), never multiplied
   std::vector<Layer> layers_;
   VectorF final_norm_;
   Linear head_;

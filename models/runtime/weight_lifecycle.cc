@@ -38,17 +38,17 @@ std::string_view weight_state_name(WeightState s) {
 }
 
 ReloadStats& ReloadStats::operator+=(const ReloadStats& o) {
-  restore_s += o.restore_s, load_s += o.load_s, quantize_s += o.quantize_s, transform_s += o.transform_s, dense_s += o.dense_s;
+  restore_s += o.restore_s, load_s += o.load_s, quantize_s += o.quantize_s, transform_s += o.transform_s;
   restore_bytes += o.restore_bytes, load_bytes += o.load_bytes, quantize_bytes += o.quantize_bytes;
-  transform_bytes += o.transform_bytes, dense_bytes += o.dense_bytes;
+  transform_bytes += o.transform_bytes;
   return *this;
 }
 
 // ---------------------------------------------------------------------------------------------
 // ReloadableTensor
 
-ReloadableTensor::ReloadableTensor(const Format& format, std::int64_t rows, std::int64_t cols, bool with_dense)
-    : format_(format), rows_(rows), cols_(cols), with_dense_(with_dense) {
+ReloadableTensor::ReloadableTensor(const Format& format, std::int64_t rows, std::int64_t cols)
+    : format_(format), rows_(rows), cols_(cols) {
   if (rows <= 0 || cols <= 0)
     throw std::invalid_argument(fmt::format("reloadable tensor: shape [{}, {}] must be positive", rows, cols));
 }
@@ -88,7 +88,6 @@ void ReloadableTensor::store_loader(const QuantizedTensor& q) {
 void ReloadableTensor::store(const QuantizedTensor& q, ReloadStats& stats) {
   const auto t0 = std::chrono::steady_clock::now();
   store_loader(q);
-  if (with_dense_) pending_ = q;
   stats.load_s += seconds_since(t0);
   stats.load_bytes += 2 * packed_.loader_bytes();
 }
@@ -105,7 +104,6 @@ void ReloadableTensor::quantize(ReloadStats& stats) {
   QuantizedTensor q = models::quantize(format_, rows_, cols_, std::span<const float>(staging_));
   store_loader(q);
   stats.quantize_bytes += staging_.size() * sizeof(float) + packed_.loader_bytes();
-  if (with_dense_) pending_ = std::move(q);
   std::vector<float>().swap(staging_);
   std::vector<std::uint8_t>().swap(staged_);
   staged_rows_ = 0;
@@ -113,24 +111,10 @@ void ReloadableTensor::quantize(ReloadStats& stats) {
 }
 
 void ReloadableTensor::transform(ReloadStats& stats) {
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   stats.transform_bytes += packed_.loader_to_kernel();
   stats.transform_s += seconds_since(t0);
   stored_ = false;
-  if (with_dense_ && pending_) {
-    t0 = std::chrono::steady_clock::now();
-    if (dense_.size() == 0) dense_.resize(rows_, cols_);  // the only allocation; later copies are in place
-    if (format_.element == Element::kFp32 && format_.scaling.kind == ScaleKind::kNone) {
-      for (Eigen::Index i = 0; i < dense_.size(); ++i)
-        std::memcpy(dense_.data() + i, &pending_->codes[static_cast<std::size_t>(i)], sizeof(float));
-    } else {
-      const std::vector<double> v = dequantize(*pending_);
-      for (Eigen::Index i = 0; i < dense_.size(); ++i) dense_.data()[i] = static_cast<float>(v[static_cast<std::size_t>(i)]);
-    }
-    pending_.reset();
-    stats.dense_s += seconds_since(t0);
-    stats.dense_bytes += static_cast<std::size_t>(dense_.size()) * (sizeof(float) + sizeof(std::uint32_t));
-  }
 }
 
 void ReloadableTensor::restore(ReloadStats& stats) {
@@ -142,14 +126,13 @@ void ReloadableTensor::restore(ReloadStats& stats) {
 void ReloadableTensor::buffers(std::vector<const void*>& out) const {
   out.push_back(packed_.code_storage());
   out.push_back(packed_.scale_storage());
-  out.push_back(dense_.size() > 0 ? dense_.data() : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------
 // QuantizedLinear
 
-QuantizedLinear::QuantizedLinear(std::string name, const Format& weight, std::int64_t rows, std::int64_t cols, bool with_dense)
-    : name_(std::move(name)), t_(weight, rows, cols, with_dense) {}
+QuantizedLinear::QuantizedLinear(std::string name, const Format& weight, std::int64_t rows, std::int64_t cols)
+    : name_(std::move(name)), t_(weight, rows, cols) {}
 
 void QuantizedLinear::require(bool ok, std::string_view call) const {
   if (!ok) throw state_error(name_, call, state_);
@@ -201,11 +184,6 @@ const PackedWeight& QuantizedLinear::packed() const {
   return t_.packed();
 }
 
-const MatrixRM& QuantizedLinear::dense() const {
-  if (state_ != WeightState::kTransformed) require(false, "a forward pass");
-  return t_.dense();
-}
-
 // ---------------------------------------------------------------------------------------------
 // QuantizedExpertGroup
 
@@ -214,8 +192,8 @@ QuantizedExpertGroup::QuantizedExpertGroup(std::string name, const Format& weigh
     : name_(std::move(name)), dim_(dim), hidden_(expert_hidden) {
   if (experts <= 0) throw std::invalid_argument(fmt::format("{}: {} experts (expected at least 1)", name_, experts));
   for (int e = 0; e < experts; ++e) {
-    w13_.emplace_back(weight, 2 * expert_hidden, dim, false);
-    w2_.emplace_back(weight, dim, expert_hidden, false);
+    w13_.emplace_back(weight, 2 * expert_hidden, dim);
+    w2_.emplace_back(weight, dim, expert_hidden);
   }
 }
 

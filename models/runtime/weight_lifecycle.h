@@ -16,7 +16,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -52,24 +51,23 @@ class WeightStateError : public std::logic_error {
 ///  - restore: kernel layout -> loader layout, in place;
 ///  - load: the weight loader's copy of the new high-precision weights (or pre-quantised tensors);
 ///  - quantize: high-precision weights -> codes and scales in the loader layout;
-///  - transform: loader layout -> kernel layout, in place;
-///  - dense: this CPU runtime's extra FP32 copy of each linear for the multi-token Eigen GEMM
-///    (prefill); a GPU engine has no such copy, so it is kept apart from the four stages.
+///  - transform: loader layout -> kernel layout, in place.
+/// The prefill GEMM reads the kernel layout too (gemm.h): no FP32 copy of any weight is kept.
 struct ReloadStats {
-  double restore_s = 0, load_s = 0, quantize_s = 0, transform_s = 0, dense_s = 0;
-  std::size_t restore_bytes = 0, load_bytes = 0, quantize_bytes = 0, transform_bytes = 0, dense_bytes = 0;
+  double restore_s = 0, load_s = 0, quantize_s = 0, transform_s = 0;
+  std::size_t restore_bytes = 0, load_bytes = 0, quantize_bytes = 0, transform_bytes = 0;
   ReloadStats& operator+=(const ReloadStats& o);
 };
 
 /// One tensor's storage through reloads: high-precision rows staged by the loader, the quantised
-/// tensor in a PackedWeight (loader or kernel layout) and optionally its FP32 values (dense copy).
+/// tensor in a PackedWeight (loader or kernel layout).
 /// The building block of QuantizedLinear and QuantizedExpertGroup; it keeps no state of its own.
 class ReloadableTensor {
  public:
   ReloadableTensor() = default;
-  /// A [rows, cols] tensor in `format` (cols: the reduction dimension). with_dense: also keep the
-  /// FP32 values. Throws std::invalid_argument for non-positive sizes.
-  ReloadableTensor(const Format& format, std::int64_t rows, std::int64_t cols, bool with_dense);
+  /// A [rows, cols] tensor in `format` (cols: the reduction dimension). Throws
+  /// std::invalid_argument for non-positive sizes.
+  ReloadableTensor(const Format& format, std::int64_t rows, std::int64_t cols);
 
   std::int64_t rows() const { return rows_; }
   std::int64_t cols() const { return cols_; }
@@ -90,25 +88,21 @@ class ReloadableTensor {
   /// storing nothing, for a NaN or infinite value (a corrupt update must not become codes: INT4
   /// would turn a NaN into 0 silently) or values that do not fit the layout.
   void quantize(ReloadStats& stats);
-  void transform(ReloadStats& stats);  // loader -> kernel layout (and the dense copy)
+  void transform(ReloadStats& stats);  // loader -> kernel layout
   void restore(ReloadStats& stats);    // kernel -> loader layout
   const PackedWeight& packed() const { return packed_; }
-  const MatrixRM& dense() const { return dense_; }
-  /// Storage addresses: codes, scales, dense values (null where absent).
+  /// Storage addresses: codes, scales.
   void buffers(std::vector<const void*>& out) const;
 
  private:
   void store_loader(const QuantizedTensor& q);  // allocates on the first call
   Format format_{Element::kFp32, {}};
   std::int64_t rows_ = 0, cols_ = 0;
-  bool with_dense_ = false;
   std::vector<float> staging_;        // [rows, cols] while rows are being loaded
   std::vector<std::uint8_t> staged_;  // per row: loaded since the last quantize()
   std::int64_t staged_rows_ = 0;
-  bool stored_ = false;                     // quantised or stored since the last transform()
-  std::optional<QuantizedTensor> pending_;  // the last stored tensor, for the dense copy
+  bool stored_ = false;  // quantised or stored since the last transform()
   PackedWeight packed_;
-  MatrixRM dense_;
 };
 
 /// The weight of one linear layer [out_features, in_features] through reloads, with its state.
@@ -128,8 +122,8 @@ class ReloadableTensor {
 class QuantizedLinear {
  public:
   QuantizedLinear() = default;
-  /// `name` appears in error messages; with_dense keeps the FP32 values for the prefill GEMM.
-  QuantizedLinear(std::string name, const Format& weight, std::int64_t rows, std::int64_t cols, bool with_dense);
+  /// `name` appears in error messages.
+  QuantizedLinear(std::string name, const Format& weight, std::int64_t rows, std::int64_t cols);
 
   const std::string& name() const { return name_; }
   WeightState state() const { return state_; }
@@ -143,9 +137,8 @@ class QuantizedLinear {
   void process_weights_after_loading(ReloadStats& stats);
   void restore_weights_for_loading(ReloadStats& stats);
 
-  /// The kernel-layout weight and its FP32 values; WeightStateError unless kTransformed.
+  /// The kernel-layout weight; WeightStateError unless kTransformed.
   const PackedWeight& packed() const;
-  const MatrixRM& dense() const;
   /// The loader-layout bytes while restored or loaded (tests: restore is the exact inverse).
   std::vector<std::uint8_t> loader_image() const { return t_.packed().loader_image(); }
   void buffers(std::vector<const void*>& out) const { t_.buffers(out); }

@@ -239,6 +239,10 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
       ->capture_default_str();
   bench->add_flag("--batch-invariant", a.runtime.batch_invariant,
                   "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
+  bench->add_option("--compare-gguf", a.runtime.compare_gguf,
+                    "runtime: folder of llama-bench CSV files (llama-bench -o csv, e.g. -p 512 -n 128 on BF16, Q8_0 and Q4_0 "
+                    "models of the same shapes: docs/baseline/smollm2_random_gguf.py); prints each recipe's prefill and decode "
+                    "ratio to the file of its weight class");
   bench->add_option("--jobs,-j", a.jobs, "plan: parallel jobs (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bench->add_option("--repeat", a.repeat, "Runs to time (the best is reported)")
       ->check(CLI::Range(1, 100))

@@ -8,14 +8,17 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <ostream>
 
+#include "models/runtime/gemm.h"
 #include "models/runtime/kernels.h"
 #include "models/runtime/reload.h"
 #include "models/runtime/tokenizer.h"
 #include "models/runtime/transformer.h"
 #include "sim/engine/random.h"
+#include "sim/scenario/csv_table.h"
 #include "sim/scenario/scenario.h"
 
 #ifdef _OPENMP
@@ -163,9 +166,76 @@ double measure_read_bandwidth(std::size_t bytes, int repeat) {
   return static_cast<double>(n * sizeof(float)) / best / 1e9;
 }
 
+namespace {
+
+// llama-bench results of one GGUF weight type: prompt processing and generation tok/s.
+struct GgufSpeed {
+  double prefill = 0, decode = 0;
+};
+
+// Every *.csv file in `dir` (llama-bench -o csv), by the weight type ending model_type ("llama
+// 256M Q8_0" -> "Q8_0"). Rows with n_prompt > 0 and n_gen 0 are prompt processing, n_prompt 0 and
+// n_gen > 0 generation; the last of each kind wins.
+std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw sim::ScenarioError(fmt::format("{}: --compare-gguf expects a folder of llama-bench CSV files", dir));
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".csv") files.push_back(e.path());
+  }
+  if (ec) throw sim::ScenarioError(fmt::format("{}: cannot list the folder ({})", dir, ec.message()));
+  std::sort(files.begin(), files.end());
+  std::map<std::string, GgufSpeed> out;
+  for (const auto& f : files) {
+    const auto rows = sim::read_csv_table(f.string(), "llama-bench CSV");
+    const auto& h = rows.front();
+    auto column = [&](const char* name) {
+      const auto it = std::find(h.begin(), h.end(), name);
+      if (it == h.end())
+        throw sim::ScenarioError(fmt::format("{}:1: no column '{}' (expected llama-bench -o csv output)", f.string(), name));
+      return static_cast<std::size_t>(it - h.begin());
+    };
+    const std::size_t type = column("model_type"), np = column("n_prompt"), ng = column("n_gen"), ts = column("avg_ts"),
+                      nt = column("n_threads");
+    for (std::size_t r = 1; r < rows.size(); ++r) {
+      const auto& row = rows[r];
+      if (row.size() == 1 && row[0].empty()) continue;  // blank line
+      if (row.size() != h.size()) {
+        throw sim::ScenarioError(fmt::format("{}:{}: {} fields, the header has {}", f.string(), r + 1, row.size(), h.size()));
+      }
+      double v = 0;
+      long prompt = 0, gen = 0, thr = 0;
+      try {
+        v = std::stod(row[ts]), prompt = std::stol(row[np]), gen = std::stol(row[ng]), thr = std::stol(row[nt]);
+      } catch (const std::exception&) {
+        throw sim::ScenarioError(fmt::format("{}:{}: avg_ts, n_prompt, n_gen and n_threads must be numbers", f.string(), r + 1));
+      }
+      const std::string& mt = row[type];
+      const std::string t = mt.substr(mt.find_last_of(' ') == std::string::npos ? 0 : mt.find_last_of(' ') + 1);
+      if (thr != threads) err << fmt::format("  note: {}:{} ran on {} threads, rlsim on {}\n", f.string(), r + 1, thr, threads);
+      if (prompt > 0 && gen == 0) out[t].prefill = v;
+      if (prompt == 0 && gen > 0) out[t].decode = v;
+    }
+  }
+  return out;
+}
+
+// The GGUF type a precision's linear weights compare with: BF16, Q8_0 (8-bit) or Q4_0 (4-bit).
+std::string gguf_class(const models::RuntimePrecision& p) {
+  if (!p.recipe) return "F32";
+  const int bits = models::traits(p.recipe->linear.weight.element).bits;
+  return bits >= 16 ? "BF16" : (bits >= 8 ? "Q8_0" : "Q4_0");
+}
+
+}  // namespace
+
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
   keep_freed_memory();  // the 100 MB prefill logits and activations of repeated runs
   const std::vector<models::RuntimePrecision> precisions = parse_precisions(o.precisions, "rlsim bench runtime");
+  std::map<std::string, GgufSpeed> gguf;
+  if (!o.compare_gguf.empty()) gguf = read_llama_bench(o.compare_gguf, o.threads, err);  // bad input fails before timing
   models::TransformerConfig c;
   if (o.shape.empty()) {
     // SmolLM2-135M (../shared/models/smollm2-135m-tokenizer/config.json): LlamaForCausalLM.
@@ -181,9 +251,10 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
 #endif
   err << fmt::format(
       "rlsim bench runtime: {} shapes (dim {}, ffn {}, {} layers, {} heads / {} kv, vocab {}), synthetic weights, {} threads, "
-      "{} kernels, best of {}\n",
+      "{} decode kernels, {} prefill GEMM, best of {}\n",
       c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads,
-      models::simd_kernels_available() ? "AVX-512" : "scalar", o.repeat);
+      models::simd_kernels_available() ? "AVX-512" : "scalar",
+      models::gemm_uses_avx512_bf16() ? "AVX512-BF16" : (models::simd_kernels_available() ? "AVX-512 FP32" : "scalar"), o.repeat);
   err.flush();
   const double gbps = measure_read_bandwidth(std::size_t{1} << 30, o.repeat);
   out << fmt::format("bandwidth {:.1f} GB/s\n", gbps);
@@ -192,47 +263,73 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   sim::Rng rng(1);
   std::vector<int> prompt(static_cast<std::size_t>(o.prefill_tokens));
   for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;
-  // Best decode tok/s (decode_tokens steps from position 0) and prefill tok/s of one model.
-  auto measure = [&](models::Transformer& model) {
+  // Best tok/s of `run` over o.repeat runs (after one warm-up when `warm`).
+  auto best_rate = [&](int tokens, bool warm, auto&& run) {
     double best = std::numeric_limits<double>::infinity();
-    for (int r = 0; r < o.repeat + 1; ++r) {  // one warm-up run
-      model.reset();
+    for (int r = warm ? -1 : 0; r < o.repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
+      run();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r >= 0) best = std::min(best, s);
+    }
+    return tokens / best;
+  };
+  struct Rates {
+    double decode = 0, prefill = 0, prefill_logits = 0;
+  };
+  auto measure = [&](models::Transformer& model) {
+    Rates r;
+    r.decode = best_rate(o.decode_tokens, true, [&] {
+      model.reset();
       int token = prompt[0];
       for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (r > 0) best = std::min(best, s);
-    }
-    const double decode = o.decode_tokens / best;
-    best = std::numeric_limits<double>::infinity();
-    for (int r = 0; r < o.repeat; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+    });
+    r.prefill = best_rate(o.prefill_tokens, false, [&] {
+      model.reset();
+      const auto logits = model.extend(prompt);
+      if (!std::isfinite(logits[0])) throw std::logic_error("bench runtime: prefill logits not finite");
+    });
+    r.prefill_logits = best_rate(o.prefill_tokens, false, [&] {
       const models::MatrixRM logits = model.prefill(prompt);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!std::isfinite(logits(logits.rows() - 1, 0))) throw std::logic_error("bench runtime: prefill logits not finite");
-      best = std::min(best, s);
-    }
-    return std::pair<double, double>(decode, o.prefill_tokens / best);
+    });
+    return r;
   };
+  std::vector<std::pair<models::RuntimePrecision, Rates>> measured;
   for (const models::RuntimePrecision& p : precisions) {
-    std::pair<double, double> def;
+    Rates def;
     {
       models::Transformer model(w, p);
-      const double bytes = static_cast<double>(model.decode_weight_bytes());
-      err << fmt::format("  {}: {:.1f} MB of weights per decoded token\n", p.name, bytes / 1e6);
+      // Weights once per token, and the KV cache at the mean position of the timed steps.
+      const double bytes = static_cast<double>(model.decode_weight_bytes()) +
+                           static_cast<double>(model.kv_cache_bytes_per_position()) * (o.decode_tokens + 1) / 2.0;
+      const models::Transformer::WeightMemory mem = model.weight_memory();
+      err << fmt::format("  {}: {:.1f} MB read per decoded token\n", p.name, bytes / 1e6);
       err.flush();
       def = measure(model);
-      out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f}\n", p.name, def.first, def.first / (gbps * 1e9 / bytes));
-      out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, def.second);
+      out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f} bytes_per_token {:.0f}\n", p.name, def.decode,
+                         def.decode / (gbps * 1e9 / bytes), bytes);
+      out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, def.prefill);
+      out << fmt::format("prefill-logits {} {:.1f} tok/s\n", p.name, def.prefill_logits);
+      out << fmt::format("weights {} resident_bytes {} packed_bytes {} ratio {:.3f}\n", p.name, mem.resident, mem.packed,
+                         static_cast<double>(mem.resident) / static_cast<double>(mem.packed));
       out.flush();
     }
     if (o.batch_invariant) {
       models::Transformer model(w, p, models::KernelMode::kBatchInvariant);
-      const auto bi = measure(model);
-      out << fmt::format("batch-invariant decode {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.first, bi.first / def.first);
-      out << fmt::format("batch-invariant prefill {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.second, bi.second / def.second);
+      const Rates bi = measure(model);
+      out << fmt::format("batch-invariant decode {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.decode, bi.decode / def.decode);
+      out << fmt::format("batch-invariant prefill {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.prefill_logits,
+                         bi.prefill_logits / def.prefill_logits);
       out.flush();
     }
+    measured.emplace_back(p, def);
+  }
+  for (const auto& [p, r] : measured) {
+    const auto it = gguf.find(gguf_class(p));
+    if (it == gguf.end() || it->second.prefill <= 0 || it->second.decode <= 0) continue;
+    out << fmt::format("compare {} {} prefill_ratio {:.2f} decode_ratio {:.2f}\n", p.name, it->first,
+                       r.prefill / it->second.prefill, r.decode / it->second.decode);
   }
   return 0;
 }
@@ -288,12 +385,10 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
     const models::ReloadReport r = models::run_reload(w, p, kernels, ro, [&](const models::ReloadCycle& c) {
       const models::ReloadStats& s = c.stats;
       out << fmt::format(
-          "cycle {} restore_ms {:.4f} load_ms {:.4f} quantize_ms {:.4f} transform_ms {:.4f} dense_ms {:.4f} total_ms {:.4f} "
-          "restore_bytes {} "
-          "load_bytes {} quantize_bytes {} transform_bytes {} dense_bytes {}{}\n",
-          c.cycle, 1e3 * s.restore_s, 1e3 * s.load_s, 1e3 * s.quantize_s, 1e3 * s.transform_s, 1e3 * s.dense_s, 1e3 * c.seconds,
-          s.restore_bytes, s.load_bytes, s.quantize_bytes, s.transform_bytes, s.dense_bytes,
-          c.checked ? fmt::format(" logit_diff {}", c.logit_diff) : "");
+          "cycle {} restore_ms {:.4f} load_ms {:.4f} quantize_ms {:.4f} transform_ms {:.4f} total_ms {:.4f} restore_bytes {} "
+          "load_bytes {} quantize_bytes {} transform_bytes {}{}\n",
+          c.cycle, 1e3 * s.restore_s, 1e3 * s.load_s, 1e3 * s.quantize_s, 1e3 * s.transform_s, 1e3 * c.seconds, s.restore_bytes,
+          s.load_bytes, s.quantize_bytes, s.transform_bytes, c.checked ? fmt::format(" logit_diff {}", c.logit_diff) : "");
     });
     models::ReloadStats sum;
     for (const models::ReloadCycle& c : r.cycles) sum += c.stats;
@@ -307,7 +402,6 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
     stage("load", sum.load_s, sum.load_bytes);
     stage("quantize", sum.quantize_s, sum.quantize_bytes);
     stage("transform", sum.transform_s, sum.transform_bytes);
-    stage("dense", sum.dense_s, sum.dense_bytes);
     err << fmt::format("{}: {} checks against a fresh load, max |logit diff| {}, addresses {}\n", p.name, r.checks,
                        r.max_abs_logit_diff, r.addresses_stable ? "stable" : "MOVED");
     worst = std::max(worst, r.max_abs_logit_diff);

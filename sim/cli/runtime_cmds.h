@@ -53,20 +53,30 @@ struct BenchRuntimeOptions {
   int prefill_tokens = 512;
   int repeat = 3;                // the best run is reported
   bool batch_invariant = false;  // also time models::KernelMode::kBatchInvariant
+  std::string compare_gguf;      // folder of llama-bench CSV files; empty: no comparison
 };
 
 /// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
 /// at a model's shapes. Prints to `out` one line per figure:
-///   bandwidth GBPS GB/s                      (read bandwidth of a 1 GiB buffer on `threads` threads)
-///   decode PRECISION TOKS tok/s roofline FRACTION   (FRACTION = TOKS / (GBPS / weight bytes per token))
-///   prefill PRECISION TOKS tok/s             (one prefill of prefill_tokens, all logits)
-/// and with batch_invariant, after each precision's two lines, the same runs with batch-invariant
-/// kernels and their ratio to the default kernels' tok/s:
+///   bandwidth GBPS GB/s                 (read bandwidth of a 1 GiB buffer on `threads` threads)
+///   decode PRECISION TOKS tok/s roofline FRACTION bytes_per_token B
+///       (B: weight bytes per token in their storage formats plus the KV cache read at the mean
+///       position of the timed steps; FRACTION = TOKS / (GBPS / B))
+///   prefill PRECISION TOKS tok/s        (an inference engine's prompt prefill of prefill_tokens:
+///       Transformer::extend, the last position's logits, the work of llama-bench's pp test)
+///   prefill-logits PRECISION TOKS tok/s (the trainer path: Transformer::prefill, every position's
+///       logits)
+///   weights PRECISION resident_bytes R packed_bytes P ratio R/P  (Transformer::weight_memory)
+/// with batch_invariant, after each precision's lines, the same runs with batch-invariant kernels
+/// and their ratio to the default kernels' tok/s:
 ///   batch-invariant decode PRECISION TOKS tok/s ratio R
 ///   batch-invariant prefill PRECISION TOKS tok/s ratio R
-/// and progress with the weight bytes per token and kernel layouts to `err`. Throws
-/// sim::ScenarioError (exit 2) for an unknown precision and models::ModelFileError for a bad
-/// config file.
+/// and with compare_gguf, after all precisions, for each precision whose weight class (BF16;
+/// 8-bit: Q8_0; 4-bit: Q4_0) has llama-bench results in the folder:
+///   compare PRECISION GGUF_TYPE prefill_ratio A decode_ratio B   (rlsim tok/s / llama.cpp tok/s)
+/// Progress (weight bytes per token, kernels) goes to `err`. Throws sim::ScenarioError (exit 2)
+/// for an unknown precision, a missing or unreadable comparison folder or a CSV file without
+/// llama-bench's columns, models::ModelFileError for a bad config file.
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err);
 
 /// Options of `rlsim bench reload`.
@@ -84,8 +94,8 @@ struct BenchReloadOptions {
 
 /// `rlsim bench reload`: models::run_reload() per precision. Prints to `out`, per precision, a
 /// header line, one line per cycle
-///   cycle N restore_ms T load_ms T quantize_ms T transform_ms T dense_ms T total_ms T
-///           restore_bytes B load_bytes B quantize_bytes B transform_bytes B dense_bytes B
+///   cycle N restore_ms T load_ms T quantize_ms T transform_ms T total_ms T
+///           restore_bytes B load_bytes B quantize_bytes B transform_bytes B
 /// (one line; bytes read + written by each stage), then per stage
 ///   stage NAME ms_per_cycle T MB_per_cycle M GB/s G ns_per_byte N
 /// (means over the cycles: the per-byte costs of a reload on this host), and after all precisions

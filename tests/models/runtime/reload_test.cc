@@ -120,7 +120,7 @@ TEST(WeightLifecycle, WrongStatesAreClearErrorsAndRestoreTwiceIsANoOp) {
   const std::int64_t rows = 40, cols = 96;
   const std::vector<float> v = normal(static_cast<std::size_t>(rows * cols), 1, 0.05f);
   ReloadStats st;
-  QuantizedLinear l("layers.0.q_proj", parse_format("fp8-e4m3/block128x128"), rows, cols, true);
+  QuantizedLinear l("layers.0.q_proj", parse_format("fp8-e4m3/block128x128"), rows, cols);
   EXPECT_EQ(l.state(), WeightState::kRestored);
   try {
     l.process_weights_after_loading(st);
@@ -154,7 +154,7 @@ TEST(WeightLifecycle, WrongStatesAreClearErrorsAndRestoreTwiceIsANoOp) {
   EXPECT_EQ(l.state(), WeightState::kRestored);
   EXPECT_EQ(l.loader_image(), once);
   EXPECT_EQ(st.restore_bytes, before.restore_bytes);
-  EXPECT_THROW((void)l.dense(), WeightStateError);
+  EXPECT_THROW((void)l.packed(), WeightStateError);
   // Restored without a new load: processing transforms the restored layout back.
   l.process_weights_after_loading(st);
   EXPECT_EQ(l.state(), WeightState::kTransformed);
@@ -170,7 +170,7 @@ TEST(WeightLifecycle, NanMasterWeightsAreRefusedNotStored) {
   const std::int64_t rows = 8, cols = 64;
   std::vector<float> v = normal(static_cast<std::size_t>(rows * cols), 2, 0.05f);
   ReloadStats st;
-  QuantizedLinear l("w", parse_format("mxfp8"), rows, cols, false);
+  QuantizedLinear l("w", parse_format("mxfp8"), rows, cols);
   l.load_weight(v, st);
   l.process_weights_after_loading(st);
   l.restore_weights_for_loading(st);
@@ -274,7 +274,7 @@ TEST(WeightLifecycle, RestoreGivesBackTheLoaderBytesOfEveryLayout) {
       ref.store_loader(q);
       const std::vector<std::uint8_t> loader = ref.loader_image();
       ReloadStats st;
-      QuantizedLinear l("w", f, rows, cols, true);
+      QuantizedLinear l("w", f, rows, cols);
       l.load_weight(v, st);
       l.process_weights_after_loading(st);
       const PackedWeight& p = l.packed();
@@ -283,7 +283,7 @@ TEST(WeightLifecycle, RestoreGivesBackTheLoaderBytesOfEveryLayout) {
       for (std::int64_t r = 0; r < rows; ++r) {
         for (std::int64_t c = 0; c < cols; ++c) {
           ASSERT_EQ(p.at(r, c), direct.at(r, c)) << r << "," << c;
-          ASSERT_EQ(l.dense()(r, c), static_cast<float>(deq[static_cast<std::size_t>(r * cols + c)]));
+          ASSERT_EQ(p.at(r, c), static_cast<float>(deq[static_cast<std::size_t>(r * cols + c)]));
         }
       }
       l.restore_weights_for_loading(st);

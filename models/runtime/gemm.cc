@@ -1,0 +1,461 @@
+#include "models/runtime/gemm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+
+#include "models/runtime/transformer.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+// GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
+// reports wherever they inline (GCC bug 105593, a false positive fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define RLSIM_GEMM_AVX512 1
+#if defined(__AVX512BF16__)
+#define RLSIM_GEMM_BF16 1
+#endif
+#endif
+
+namespace rlsim::models {
+namespace {
+
+constexpr std::int64_t kTokenVector = 16;  // tokens per vector (16 FP32 lanes)
+constexpr std::int64_t kColumnPad = 32;    // activation and panel rows padded to this many columns
+constexpr std::int64_t kPanelRows = 48;    // weight rows decoded at a time (a multiple of every kernel's R)
+constexpr int kMaxVectors = static_cast<int>(GemmActivations::kTile / kTokenVector);  // token vectors per kernel call
+
+std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
+
+// BF16 bits of an FP32 value that is exactly a BF16 value (the rounded activations).
+inline std::uint32_t bf16_bits(float v) { return std::bit_cast<std::uint32_t>(v) >> 16; }
+
+// Round to nearest even BF16 (NaN and Inf kept), as the runtime's hidden-state rounding.
+inline float round_bf16(float x) {
+  const auto u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  return std::bit_cast<float>((u & 0x7F800000u) == 0x7F800000u ? u : r);
+}
+
+bool row_local(ScaleKind k) {
+  return k == ScaleKind::kNone || k == ScaleKind::kToken || k == ScaleKind::kGroup1xN || k == ScaleKind::kMx32;
+}
+
+// Codes (as the BF16 bits of their values) and per-block scales of x [rows, cols] in format f,
+// into codes[r * cols + c] and scales[r * blocks + b]; returns the block width.
+std::int64_t quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, const Format& f, std::uint16_t* codes,
+                           float* scales) {
+  const auto n = static_cast<std::size_t>(rows * cols);
+  if (f.scaling.kind == ScaleKind::kNone && f.element == Element::kBf16) {
+    for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::uint16_t>(bf16_bits(round_bf16(x[i])));
+    for (std::int64_t r = 0; r < rows; ++r) scales[r] = 1.0f;
+    return cols;
+  }
+  const QuantizedTensor q = quantize(f, rows, cols, std::span<const float>(x, n));
+  std::uint16_t table[256];
+  const int code_count = 1 << std::min(traits(f.element).bits, 8);
+  for (int c = 0; c < code_count; ++c)
+    table[c] = static_cast<std::uint16_t>(bf16_bits(static_cast<float>(decode(f.element, static_cast<std::uint32_t>(c)))));
+  for (std::size_t i = 0; i < n; ++i) codes[i] = table[q.codes[i] & static_cast<std::uint32_t>(code_count - 1)];
+  const std::int64_t bc = std::min(q.block_cols, cols), blocks = (cols + bc - 1) / bc,
+                     grid_cols = (cols + q.block_cols - 1) / q.block_cols;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const double s = q.scales[static_cast<std::size_t>((r / q.block_rows) * grid_cols + b)] * q.tensor_scale;
+      scales[r * blocks + b] = static_cast<float>(s);
+    }
+  }
+  return bc;
+}
+
+}  // namespace
+
+bool activation_codes_in_bf16(const Format& f) {
+  switch (f.scaling.kind) {
+    case ScaleKind::kNone:
+      break;
+    case ScaleKind::kTensor:
+    case ScaleKind::kToken:
+    case ScaleKind::kGroup1xN:
+    case ScaleKind::kMx32:
+    case ScaleKind::kNv16:
+      if (f.element == Element::kBf16) return false;  // a scaled BF16 value is not a BF16 code
+      break;
+    default:
+      return false;
+  }
+  switch (f.element) {
+    case Element::kBf16:
+    case Element::kFp8E4M3:
+    case Element::kFp8E5M2:
+    case Element::kFp4E2M1:
+    case Element::kInt4:
+    case Element::kInt8:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool gemm_bf16_applies(const PackedWeight& w, const Format& f) {
+  if (!w.codes_in_bf16() || !activation_codes_in_bf16(f)) return false;
+  const std::int64_t wb = w.scale_block_cols(), cols = w.cols();
+  std::int64_t xb = cols;
+  if (f.scaling.kind == ScaleKind::kGroup1xN || f.scaling.kind == ScaleKind::kMx32 || f.scaling.kind == ScaleKind::kNv16) {
+    xb = f.scaling.kind == ScaleKind::kMx32 ? 32 : (f.scaling.kind == ScaleKind::kNv16 ? 16 : f.scaling.cols);
+    xb = std::min(xb, cols);
+  }
+  const std::int64_t kb = std::min(wb, xb);
+  const bool nested = (wb >= cols || wb % kb == 0) && (xb >= cols || xb % kb == 0);
+  return nested && (kb >= cols || kb % 2 == 0);
+}
+
+GemmActivations::GemmActivations(const float* x, std::int64_t t, std::int64_t c, const Format& f, bool use_bf16)
+    : bf16(use_bf16), tokens(t), cols(c), tpad(round_up(t, kTile)), kpad(round_up(c, kColumnPad)) {
+  if (t <= 0 || c <= 0) throw std::invalid_argument(fmt::format("GemmActivations: shape [{}, {}] must be positive", t, c));
+  if (use_bf16 && !activation_codes_in_bf16(f)) {
+    throw std::invalid_argument(fmt::format("GemmActivations: {} has no BF16 codes", f.str()));
+  }
+  if (!use_bf16) {
+    std::vector<float> rounded(x, x + t * c);
+    round_to_format(rounded.data(), t, c, f);
+    block_cols = c, blocks = 1;
+    values.assign(static_cast<std::size_t>(kpad * tpad), 0.0f);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t r = 0; r < t; ++r) {
+      for (std::int64_t k = 0; k < c; ++k) values[value_index(r, k)] = rounded[static_cast<std::size_t>(r * c + k)];
+    }
+    return;
+  }
+  // Row chunks: a row-local rounding is split among the threads; a per-tensor one is one chunk.
+  const bool split = row_local(f.scaling.kind) && t >= 32;
+  const std::int64_t chunk = split ? 16 : t, chunks = (t + chunk - 1) / chunk;
+  std::vector<std::uint16_t> codes(static_cast<std::size_t>(t * c));
+  std::vector<float> row_scales(static_cast<std::size_t>(t * c));  // chunk k's at r0 * c, [rows][blocks]
+  std::vector<std::int64_t> widths(static_cast<std::size_t>(chunks));
+#pragma omp parallel for schedule(static) if (split)
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    const std::int64_t r0 = k * chunk, nr = std::min(chunk, t - r0);
+    widths[static_cast<std::size_t>(k)] = quantize_rows(x + r0 * c, nr, c, f, codes.data() + r0 * c, row_scales.data() + r0 * c);
+  }
+  block_cols = widths[0];  // the same for every chunk
+  blocks = (c + block_cols - 1) / block_cols;
+  pairs.assign(static_cast<std::size_t>(kpad / 2 * tpad), 0u);
+  scales.assign(static_cast<std::size_t>(blocks * tpad), 0.0f);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < t; ++r) {
+    const std::int64_t r0 = r / chunk * chunk;
+    for (std::int64_t b = 0; b < blocks; ++b)
+      scales[scale_index(r, b)] = row_scales[static_cast<std::size_t>(r0 * c + (r - r0) * blocks + b)];
+    const std::uint16_t* row = codes.data() + r * c;
+    for (std::int64_t kp = 0; kp < (c + 1) / 2; ++kp) {
+      const std::uint32_t hi = 2 * kp + 1 < c ? row[2 * kp + 1] : 0u;
+      pairs[pair_index(r, kp)] = row[2 * kp] | hi << 16;
+    }
+  }
+}
+
+bool gemm_uses_avx512_bf16() {
+#ifdef RLSIM_GEMM_BF16
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// How a weight's and an activation's scale blocks combine along the reduction dimension.
+struct BlockPlan {
+  std::int64_t kb = 0;           // joint block width: an even number of columns
+  std::int64_t wb = 0, nwb = 0;  // weight block width and blocks per row
+  std::int64_t xb = 0;           // activation block width
+  std::int64_t kc = 0;           // columns per kernel call: a multiple of kb, its codes held in L1
+  bool one_block = true;         // a single block spans the row: its scales are applied at the end
+};
+
+// The kernels: R panel rows (row i at w + i * ldw) by V vectors of 16 tokens of one token tile,
+// columns [k0, k1) (k0 and k1 multiples of kb, or k1 the padded row end), added to out[i * 64 +
+// j] (row i, token j of the tile). Activation codes of the tile: xt[(k / 2) * 64 + j] (BF16
+// pairs) or xt[k * 64 + j] (FP32), its scales xs[b * 64 + j].
+#ifdef RLSIM_GEMM_AVX512
+// The product of one pair of BF16 codes per lane into FP32: VDPBF16PS, or the same two products as
+// FP32 FMAs (BF16 -> FP32 is a shift) where the build lacks AVX512-BF16.
+inline __m512 dot_pair(__m512 acc, __m512i x, __m512i w) {
+#ifdef RLSIM_GEMM_BF16
+  return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
+#else
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), acc);
+  return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(x, hi_mask)), _mm512_castsi512_ps(_mm512_and_si512(w, hi_mask)),
+                         acc);
+#endif
+}
+
+// acc[i][v] += the pair products of columns [k0, k1).
+template <int R, int V>
+inline void bf16_sums(__m512 (&acc)[R][V], const std::uint16_t* w, std::int64_t ldw, const std::uint32_t* xt, std::int64_t k0,
+                      std::int64_t k1) {
+  for (std::int64_t kp = k0 / 2; kp < k1 / 2; ++kp) {
+    __m512i xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(xt + kp * GemmActivations::kTile + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      std::uint32_t pair;
+      std::memcpy(&pair, w + i * ldw + 2 * kp, sizeof pair);
+      const __m512i wv = _mm512_set1_epi32(static_cast<int>(pair));
+      for (int v = 0; v < V; ++v) acc[i][v] = dot_pair(acc[i][v], xv[v], wv);
+    }
+  }
+}
+
+template <int R, int V, bool kScaled>
+void bf16_kernel(const std::uint16_t* w, std::int64_t ldw, const float* ws, const BlockPlan& p, const std::uint32_t* xt,
+                 const float* xs, std::int64_t k0, std::int64_t k1, float* out) {
+  if constexpr (!kScaled) {
+    __m512 tot[R][V];
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) tot[i][v] = _mm512_loadu_ps(out + i * 64 + 16 * v);
+    }
+    bf16_sums<R, V>(tot, w, ldw, xt, k0, k1);
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) _mm512_storeu_ps(out + i * 64 + 16 * v, tot[i][v]);
+    }
+  } else {
+    // Each block's sums in registers; the running totals in `out` (L1), scaled and added per block.
+    for (std::int64_t b0 = k0; b0 < k1; b0 += p.kb) {
+      __m512 acc[R][V];
+      for (int i = 0; i < R; ++i) {
+        for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
+      }
+      bf16_sums<R, V>(acc, w, ldw, xt, b0, std::min(k1, b0 + p.kb));
+      const std::int64_t wbi = b0 / p.wb, xbi = b0 / p.xb;
+      for (int v = 0; v < V; ++v) {
+        const __m512 sx = _mm512_loadu_ps(xs + xbi * 64 + 16 * v);
+        for (int i = 0; i < R; ++i) {
+          float* o = out + i * 64 + 16 * v;
+          _mm512_storeu_ps(
+              o, _mm512_fmadd_ps(acc[i][v], _mm512_mul_ps(sx, _mm512_set1_ps(ws[i * p.nwb + wbi])), _mm512_loadu_ps(o)));
+        }
+      }
+    }
+  }
+}
+
+template <int R, int V>
+void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t k0, std::int64_t k1, float* out) {
+  __m512 acc[R][V];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_loadu_ps(out + i * 64 + 16 * v);
+  }
+  for (std::int64_t k = k0; k < k1; ++k) {
+    __m512 xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_ps(xt + k * GemmActivations::kTile + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const __m512 wv = _mm512_set1_ps(w[i * ldw + k]);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(xv[v], wv, acc[i][v]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(out + i * 64 + 16 * v, acc[i][v]);
+  }
+}
+#endif
+
+// Portable kernels (builds without AVX-512: RLSIM_NATIVE off, the sanitizer build): the same
+// products and block order, one lane at a time.
+[[maybe_unused]] void bf16_kernel_scalar(int rows, int vectors, const std::uint16_t* w, std::int64_t ldw, const float* ws,
+                                         const BlockPlan& p, const std::uint32_t* xt, const float* xs, std::int64_t k0,
+                                         std::int64_t k1, float* out) {
+  const auto f = [](std::uint32_t h) { return std::bit_cast<float>(h << 16); };
+  for (int i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < 16 * vectors; ++j) {
+      float tot = out[i * 64 + j];
+      const std::int64_t step = p.one_block ? k1 - k0 : p.kb;
+      for (std::int64_t b0 = k0; b0 < k1; b0 += step) {
+        float acc = 0.0f;
+        for (std::int64_t kp = b0 / 2; kp < std::min(k1, b0 + step) / 2; ++kp) {
+          const std::uint32_t xv = xt[kp * GemmActivations::kTile + j];
+          acc += f(xv & 0xFFFFu) * f(w[i * ldw + 2 * kp]);
+          acc += f(xv >> 16) * f(w[i * ldw + 2 * kp + 1]);
+        }
+        tot += p.one_block ? acc : acc * (xs[(b0 / p.xb) * 64 + j] * ws[i * p.nwb + b0 / p.wb]);
+      }
+      out[i * 64 + j] = tot;
+    }
+  }
+}
+
+[[maybe_unused]] void f32_kernel_scalar(int rows, int vectors, const float* w, std::int64_t ldw, const float* xt, std::int64_t k0,
+                                        std::int64_t k1, float* out) {
+  for (int i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < 16 * vectors; ++j) {
+      float acc = out[i * 64 + j];
+      for (std::int64_t k = k0; k < k1; ++k) acc += xt[k * GemmActivations::kTile + j] * w[i * ldw + k];
+      out[i * 64 + j] = acc;
+    }
+  }
+}
+
+// Rows per kernel call: R x V sums in registers (24 of the 32 vector registers).
+constexpr int kRows = 6, kBlockedRows = 6;
+static_assert(kPanelRows % kRows == 0 && kPanelRows % kBlockedRows == 0);
+
+template <int R, bool kScaled>
+void run_bf16(int vectors, const std::uint16_t* w, std::int64_t ldw, const float* ws, const BlockPlan& p, const std::uint32_t* xt,
+              const float* xs, std::int64_t k0, std::int64_t k1, float* out) {
+#ifdef RLSIM_GEMM_AVX512
+  switch (vectors) {
+    case 1:
+      return bf16_kernel<R, 1, kScaled>(w, ldw, ws, p, xt, xs, k0, k1, out);
+    case 2:
+      return bf16_kernel<R, 2, kScaled>(w, ldw, ws, p, xt, xs, k0, k1, out);
+    case 3:
+      return bf16_kernel<R, 3, kScaled>(w, ldw, ws, p, xt, xs, k0, k1, out);
+    default:
+      return bf16_kernel<R, 4, kScaled>(w, ldw, ws, p, xt, xs, k0, k1, out);
+  }
+#else
+  bf16_kernel_scalar(R, vectors, w, ldw, ws, p, xt, xs, k0, k1, out);
+#endif
+}
+
+void run_f32(int vectors, const float* w, std::int64_t ldw, const float* xt, std::int64_t k0, std::int64_t k1, float* out) {
+#ifdef RLSIM_GEMM_AVX512
+  switch (vectors) {
+    case 1:
+      return f32_kernel<kRows, 1>(w, ldw, xt, k0, k1, out);
+    case 2:
+      return f32_kernel<kRows, 2>(w, ldw, xt, k0, k1, out);
+    case 3:
+      return f32_kernel<kRows, 3>(w, ldw, xt, k0, k1, out);
+    default:
+      return f32_kernel<kRows, 4>(w, ldw, xt, k0, k1, out);
+  }
+#else
+  f32_kernel_scalar(kRows, vectors, w, ldw, xt, k0, k1, out);
+#endif
+}
+
+// Per-thread buffers, grown as needed and kept between calls: the decoded panel, its scales, and
+// the panel's sums for one token tile.
+struct PanelBuffers {
+  std::vector<std::uint16_t> codes;
+  std::vector<float> scales, values;
+  std::vector<float> sums;
+};
+
+BlockPlan block_plan(const PackedWeight& w, const GemmActivations& x) {
+  BlockPlan p;
+  p.wb = w.scale_block_cols(), p.nwb = w.scale_blocks(), p.xb = x.block_cols;
+  const std::int64_t kb = std::min(p.wb, p.xb);
+  p.one_block = kb >= x.cols;
+  if (!p.one_block && ((p.wb < x.cols && p.wb % kb != 0) || (p.xb < x.cols && p.xb % kb != 0) || kb % 2 != 0)) {
+    throw std::invalid_argument(
+        fmt::format("gemm: weight blocks of {} and activation blocks of {} columns do not nest", p.wb, p.xb));
+  }
+  constexpr std::int64_t kL1Columns = 128;  // 64 tokens x 128 columns of BF16 codes: 16 KB
+  p.kb = p.one_block ? x.kpad : kb;
+  p.kc = p.one_block ? kL1Columns : (kb >= kL1Columns ? kb : kL1Columns / kb * kb);
+  return p;
+}
+
+// Rows [r0, r0 + n) of one job: decode the panel, then every token tile against it.
+void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& buf) {
+  const PackedWeight& w = *j.w;
+  const GemmActivations& x = *j.x;
+  const std::int64_t ld = x.kpad, kend = round_up(x.cols, 2);
+  buf.sums.resize(static_cast<std::size_t>(kPanelRows * GemmActivations::kTile));
+  // Adds the tile's sums into y; one_block: times the row's and the token's scale.
+  auto scatter = [&](std::int64_t t0, const float* ws, std::int64_t nwb, bool scale) {
+    for (std::int64_t t = t0; t < std::min(x.tokens, t0 + GemmActivations::kTile); ++t) {
+      float* yt = j.y + t * j.ldy + r0;  // n consecutive outputs of token t
+      const float st = scale ? x.scales[x.scale_index(t, 0)] : 1.0f;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = buf.sums[static_cast<std::size_t>(i * 64 + (t - t0))];
+        yt[i] = scale ? v * (ws[i * nwb] * st) : v;
+      }
+    }
+  };
+  if (x.bf16) {
+    const BlockPlan p = block_plan(w, x);
+    buf.codes.assign(static_cast<std::size_t>(kPanelRows * ld), 0);
+    buf.scales.assign(static_cast<std::size_t>(kPanelRows * p.nwb), 0.0f);
+    w.decode_rows_bf16(r0, r0 + n, buf.codes.data(), ld);
+    w.block_scales(r0, r0 + n, buf.scales.data());
+    for (std::int64_t t0 = 0; t0 < x.tokens; t0 += GemmActivations::kTile) {
+      const int vectors = static_cast<int>(std::min<std::int64_t>(kMaxVectors, (x.tokens - t0 + 15) / 16));
+      const std::uint32_t* xt = x.pairs.data() + x.pair_index(t0, 0);
+      const float* xs = x.scales.data() + x.scale_index(t0, 0);
+      std::fill(buf.sums.begin(), buf.sums.end(), 0.0f);
+      for (std::int64_t k0 = 0; k0 < kend; k0 += p.kc) {
+        const std::int64_t k1 = std::min(kend, k0 + p.kc);
+        if (p.one_block) {
+          for (std::int64_t i0 = 0; i0 < n; i0 += kRows)
+            run_bf16<kRows, false>(vectors, buf.codes.data() + i0 * ld, ld, nullptr, p, xt, xs, k0, k1,
+                                   buf.sums.data() + i0 * 64);
+        } else {
+          for (std::int64_t i0 = 0; i0 < n; i0 += kBlockedRows)
+            run_bf16<kBlockedRows, true>(vectors, buf.codes.data() + i0 * ld, ld, buf.scales.data() + i0 * p.nwb, p, xt, xs, k0,
+                                         k1, buf.sums.data() + i0 * 64);
+        }
+      }
+      scatter(t0, buf.scales.data(), p.nwb, p.one_block);
+    }
+    return;
+  }
+  constexpr std::int64_t kL1Columns = 64;  // 64 tokens x 64 columns of FP32: 16 KB
+  buf.values.assign(static_cast<std::size_t>(kPanelRows * ld), 0.0f);
+  w.decode_rows_f32(r0, r0 + n, buf.values.data(), ld);
+  for (std::int64_t t0 = 0; t0 < x.tokens; t0 += GemmActivations::kTile) {
+    const int vectors = static_cast<int>(std::min<std::int64_t>(kMaxVectors, (x.tokens - t0 + 15) / 16));
+    const float* xt = x.values.data() + x.value_index(t0, 0);
+    std::fill(buf.sums.begin(), buf.sums.end(), 0.0f);
+    for (std::int64_t k0 = 0; k0 < x.cols; k0 += kL1Columns) {
+      for (std::int64_t i0 = 0; i0 < n; i0 += kRows)
+        run_f32(vectors, buf.values.data() + i0 * ld, ld, xt, k0, std::min(x.cols, k0 + kL1Columns), buf.sums.data() + i0 * 64);
+    }
+    scatter(t0, nullptr, 0, false);
+  }
+}
+
+}  // namespace
+
+void gemm(std::span<const GemmJob> jobs) {
+  // Work units: panels of kPanelRows rows, each costing rows x cols x tokens multiply-adds.
+  struct Unit {
+    std::size_t job;
+    std::int64_t r0, n, cost;
+  };
+  std::vector<Unit> units;
+  std::int64_t total = 0;
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    const GemmJob& j = jobs[k];
+    if (j.w == nullptr || j.x == nullptr || j.y == nullptr || j.x->cols != j.w->cols() || (j.x->bf16 && !j.w->codes_in_bf16())) {
+      throw std::invalid_argument("gemm: job without operands, or activations laid out for another kernel");
+    }
+    for (std::int64_t r0 = 0; r0 < j.w->rows(); r0 += kPanelRows) {
+      const std::int64_t n = std::min(kPanelRows, j.w->rows() - r0), cost = n * j.w->cols() * j.x->tokens;
+      units.push_back({k, r0, n, cost});
+      total += cost;
+    }
+  }
+  auto run = [&](std::int64_t w0, std::int64_t w1) {
+    thread_local PanelBuffers buf;
+    std::int64_t at = 0;
+    for (const Unit& u : units) {
+      if (at >= w0 && at < w1) run_panel(jobs[u.job], u.r0, u.n, buf);
+      at += u.cost;
+    }
+  };
+  split_work(total, units.size() > 1, run);
+}
+
+}  // namespace rlsim::models

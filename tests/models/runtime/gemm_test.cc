@@ -1,0 +1,164 @@
+// The prefill GEMM on packed weights (models/runtime/gemm.h): for every weight layout and the
+// activation formats the recipes pair with it, on aligned and ragged shapes, the result equals the
+// dequantised weights times the rounded activations (a double-precision reference) to FP32
+// summation accuracy; the kernel choice follows the codes; the decoded operands are exact.
+#include "models/runtime/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/precision/format.h"
+#include "models/precision/quantize.h"
+#include "models/runtime/transformer.h"
+#include "tests/models/runtime/test_data.h"
+
+namespace rlsim::models {
+namespace {
+
+using test_data::normal;
+
+struct Pair {
+  const char* weight;
+  const char* activation;
+  bool bf16_kernel;  // the kernel gemm_bf16_applies must choose
+};
+
+// The built-in recipes' linear formats, plus layouts and scalings only the FP32 kernel can take.
+const Pair kPairs[] = {
+    {"bf16", "bf16", true},
+    {"fp8-e4m3/tensor", "fp8-e4m3/token", true},
+    {"fp8-e4m3/block128x128", "fp8-e4m3/group1x128", true},
+    {"mxfp8", "mxfp8", true},
+    {"int4/group32", "bf16", true},
+    {"int4/group128", "bf16", true},
+    {"nvfp4", "nvfp4", true},
+    {"mxfp4", "mxfp4", true},
+    {"fp8-e4m3/channel", "fp8-e4m3/tensor", true},
+    {"int4/group32", "fp8-e4m3/group1x128", true},  // nested blocks of 32 and 128
+    {"fp32", "fp32", false},
+    {"fp16", "bf16", false},
+    {"bf16", "fp32", false},
+    {"hif8/tensor", "hif8/token", false},
+    {"fp8-e5m2/tensor", "fp8-e4m3/token", false},  // E5M2 weights have no kernel layout (FP32 values)
+};
+
+// |y - reference| <= this times sum |w x| (FP32 sums of up to a few thousand products, and for the
+// BF16 kernel the block scales applied to each block's sum).
+constexpr double kRelativeBound = 4e-6;
+
+void check(const Pair& pc, std::int64_t rows, std::int64_t cols, std::int64_t tokens) {
+  SCOPED_TRACE(std::string(pc.weight) + " x " + pc.activation + " rows " + std::to_string(rows) + " cols " +
+               std::to_string(cols) + " tokens " + std::to_string(tokens));
+  const Format wf = parse_format(pc.weight), af = parse_format(pc.activation);
+  const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 3, 0.05f);
+  std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 4, 1.0f);
+  x[static_cast<std::size_t>(cols / 2)] = 40.0f;  // an outlier: block scales differ across blocks
+  const PackedWeight p(quantize(wf, rows, cols, std::span<const float>(w)));
+  const bool bf16 = gemm_bf16_applies(p, af);
+  ASSERT_EQ(bf16, pc.bf16_kernel);
+  const GemmActivations a(x.data(), tokens, cols, af, bf16);
+  std::vector<float> y(static_cast<std::size_t>(tokens * (rows + 3)), -1.0f);
+  const GemmJob job{&p, &a, y.data(), rows + 3};  // ldy > rows: columns past rows stay untouched
+  gemm(std::span<const GemmJob>(&job, 1));
+  std::vector<float> xr = x;
+  round_to_format(xr.data(), tokens, cols, af);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double ref = 0, mag = 0;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const double prod = static_cast<double>(p.at(r, c)) * xr[static_cast<std::size_t>(t * cols + c)];
+        ref += prod, mag += std::abs(prod);
+      }
+      const float got = y[static_cast<std::size_t>(t * (rows + 3) + r)];
+      ASSERT_LE(std::abs(got - ref), kRelativeBound * mag + 1e-30) << "token " << t << " row " << r;
+    }
+    for (std::int64_t r = rows; r < rows + 3; ++r) ASSERT_EQ(y[static_cast<std::size_t>(t * (rows + 3) + r)], -1.0f);
+  }
+}
+
+TEST(PrefillGemm, EqualsDequantisedWeightsTimesRoundedActivations) {
+  for (const Pair& pc : kPairs) {
+    check(pc, 96, 256, 64);  // aligned: whole panels, tiles and blocks
+    check(pc, 53, 160, 37);  // ragged rows (a partial panel), a partial token tile and vector
+  }
+}
+
+TEST(PrefillGemm, RaggedColumnsAndManyTiles) {
+  // 200 columns: a partial scale block at the end of every row; 130 tokens: three token tiles.
+  check({"fp8-e4m3/block128x128", "fp8-e4m3/group1x128", true}, 50, 200, 130);
+  check({"int4/group32", "bf16", true}, 50, 200, 130);
+  check({"bf16", "bf16", true}, 49, 99, 130);  // an odd column count: the last pair half zero
+  check({"fp32", "fp32", false}, 49, 99, 130);
+  check({"nvfp4", "nvfp4", true}, 50, 208, 2);
+}
+
+TEST(PrefillGemm, SeveralJobsInOneCallMatchOneByOne) {
+  const std::int64_t cols = 192, tokens = 40;
+  const std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 5, 1.0f);
+  const Format af = parse_format("bf16");
+  std::vector<PackedWeight> ws;
+  for (std::int64_t rows : {64, 200, 17})
+    ws.emplace_back(quantize(parse_format("int4/group32"), rows, cols,
+                             std::span<const float>(normal(static_cast<std::size_t>(rows * cols), 6, 0.05f))));
+  const GemmActivations a(x.data(), tokens, cols, af, true);
+  std::vector<std::vector<float>> together(3), alone(3);
+  std::vector<GemmJob> jobs;
+  for (std::size_t k = 0; k < 3; ++k) {
+    together[k].resize(static_cast<std::size_t>(tokens * ws[k].rows()));
+    alone[k].resize(together[k].size());
+    jobs.push_back({&ws[k], &a, together[k].data(), ws[k].rows()});
+  }
+  gemm(jobs);
+  for (std::size_t k = 0; k < 3; ++k) {
+    const GemmJob one{&ws[k], &a, alone[k].data(), ws[k].rows()};
+    gemm(std::span<const GemmJob>(&one, 1));
+    EXPECT_EQ(together[k], alone[k]) << "job " << k;  // each panel is computed alike wherever it runs
+  }
+}
+
+TEST(PrefillGemm, DecodedOperandsAreExact) {
+  for (const char* name : {"bf16", "fp8-e4m3/block128x128", "mxfp8", "int4/group32", "nvfp4"}) {
+    SCOPED_TRACE(name);
+    const std::int64_t rows = 37, cols = 96;
+    const PackedWeight p(quantize(parse_format(name), rows, cols,
+                                  std::span<const float>(normal(static_cast<std::size_t>(rows * cols), 7, 0.05f))));
+    ASSERT_TRUE(p.codes_in_bf16());
+    const std::int64_t ld = 128, nb = p.scale_blocks();
+    std::vector<std::uint16_t> codes(static_cast<std::size_t>(rows * ld), 0xFFFF);
+    std::vector<float> scales(static_cast<std::size_t>(rows * nb));
+    std::vector<float> values(static_cast<std::size_t>(rows * ld), -1.0f);
+    p.decode_rows_bf16(0, rows, codes.data(), ld);
+    p.block_scales(0, rows, scales.data());
+    p.decode_rows_f32(0, rows, values.data(), ld);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < ld; ++c) {
+        const auto i = static_cast<std::size_t>(r * ld + c);
+        if (c >= cols) {
+          ASSERT_EQ(codes[i], 0) << "padding";
+          ASSERT_EQ(values[i], 0.0f) << "padding";
+          continue;
+        }
+        const float code = std::bit_cast<float>(static_cast<std::uint32_t>(codes[i]) << 16);
+        const float scale = scales[static_cast<std::size_t>(r * nb + c / p.scale_block_cols())];
+        // The code times its scale is the dequantised value (one FP32 rounding at most).
+        ASSERT_FLOAT_EQ(code * scale, p.at(r, c)) << r << "," << c;
+        ASSERT_EQ(values[i], p.at(r, c)) << r << "," << c;
+      }
+    }
+  }
+}
+
+TEST(PrefillGemm, RejectsActivationsWithoutBf16Codes) {
+  const std::vector<float> x(64, 1.0f);
+  EXPECT_THROW(GemmActivations(x.data(), 4, 16, parse_format("fp32"), true), std::invalid_argument);
+  EXPECT_THROW(GemmActivations(x.data(), 4, 16, parse_format("hif8/token"), true), std::invalid_argument);
+  EXPECT_THROW(GemmActivations(x.data(), 0, 16, parse_format("bf16"), true), std::invalid_argument);
+  EXPECT_FALSE(activation_codes_in_bf16(parse_format("fp16")));
+  EXPECT_TRUE(activation_codes_in_bf16(parse_format("nvfp4")));
+}
+
+}  // namespace
+}  // namespace rlsim::models
