@@ -794,7 +794,23 @@ void encode_hif4(const Enc& enc, std::int64_t rows, std::int64_t cols, std::span
 
 }  // namespace
 
+namespace {
+QuantizedTensor quantize_float(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x,
+                               const float* tensor_amax);
+}  // namespace
+
 QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x) {
+  return quantize_float(f, rows, cols, x, nullptr);
+}
+
+QuantizedTensor quantize_slice(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x,
+                               float tensor_amax) {
+  return quantize_float(f, rows, cols, x, &tensor_amax);
+}
+
+namespace {
+QuantizedTensor quantize_float(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x,
+                               const float* tensor_amax) {
   Plan p = make_plan(f, rows, cols, x.size());
   QuantizedTensor q = empty_tensor(f, rows, cols, p);  // tensor scale set after pass 1 (NVFP4)
   const std::size_t nblocks = q.scales.size();
@@ -827,7 +843,7 @@ QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, 
     if (f.scaling.kind == ScaleKind::kNv16) {
       float t = 0.0f;
       for (float a : amax) t = std::max(t, a);
-      p.tensor_scale = nv16_tensor_scale(static_cast<double>(t));
+      p.tensor_scale = nv16_tensor_scale(static_cast<double>(tensor_amax != nullptr ? *tensor_amax : t));
     }
     q.tensor_scale = p.tensor_scale;
     for (std::size_t b = 0; b < nblocks; ++b) {
@@ -857,6 +873,7 @@ QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, 
   }
   return q;
 }
+}  // namespace
 
 double sqnr_db(const std::vector<double>& x, const std::vector<double>& y) {
   if (x.size() != y.size()) throw std::invalid_argument("sqnr_db: sizes differ");

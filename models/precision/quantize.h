@@ -110,6 +110,14 @@ QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, 
 /// measures it. Throws as the double version.
 QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x);
 
+/// quantize() of rows that are a slice of a larger tensor, for NVFP4 (nv16): the FP32 tensor scale
+/// comes from `tensor_amax`, the largest finite |value| of the whole tensor, instead of the
+/// slice's, so that slices quantised apart (on several threads) give exactly the codes and scales
+/// of quantising the whole tensor at once (nv16's block scales are row-local). Every other
+/// scaling ignores tensor_amax. Throws as quantize().
+QuantizedTensor quantize_slice(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x,
+                               float tensor_amax);
+
 /// The value of one block's scale code under format `f`: decode() of the scaling's storage element
 /// (FP32, BF16, E8M0, E4M3), HiF4's E6M2 level-1 scale (bits 31..24 of the metadata word), 1 for an
 /// unscaled format.

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "models/runtime/transformer.h"
@@ -49,15 +51,16 @@ bool row_local(ScaleKind k) {
 
 // Codes (as the BF16 bits of their values) and per-block scales of x [rows, cols] in format f,
 // into codes[r * cols + c] and scales[r * blocks + b]; returns the block width.
-std::int64_t quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, const Format& f, std::uint16_t* codes,
-                           float* scales) {
+// tensor_amax: NVFP4's whole-tensor amax when x is a slice of the call's rows (quantize_slice).
+std::int64_t quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, const Format& f, float tensor_amax,
+                           std::uint16_t* codes, float* scales) {
   const auto n = static_cast<std::size_t>(rows * cols);
   if (f.scaling.kind == ScaleKind::kNone && f.element == Element::kBf16) {
     for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::uint16_t>(bf16_bits(round_bf16(x[i])));
     for (std::int64_t r = 0; r < rows; ++r) scales[r] = 1.0f;
     return cols;
   }
-  const QuantizedTensor q = quantize(f, rows, cols, std::span<const float>(x, n));
+  const QuantizedTensor q = quantize_slice(f, rows, cols, std::span<const float>(x, n), tensor_amax);
   std::uint16_t table[256];
   const int code_count = 1 << std::min(traits(f.element).bits, 8);
   for (int c = 0; c < code_count; ++c)
@@ -133,8 +136,18 @@ GemmActivations::GemmActivations(const float* x, std::int64_t t, std::int64_t c,
     }
     return;
   }
-  // Row chunks: a row-local rounding is split among the threads; a per-tensor one is one chunk.
-  const bool split = row_local(f.scaling.kind) && t >= 32;
+  // Row chunks: a row-local rounding is split among the threads, and so is NVFP4's (its tensor
+  // scale from the whole call's amax, computed first); a per-tensor scale is one chunk.
+  float amax = 0.0f;
+  if (f.scaling.kind == ScaleKind::kNv16) {
+    const std::int64_t n = t * c;
+#pragma omp parallel for schedule(static) reduction(max : amax)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float a = std::fabs(x[i]);
+      if (a <= std::numeric_limits<float>::max()) amax = std::max(amax, a);  // finite values (NaN fails the test)
+    }
+  }
+  const bool split = (row_local(f.scaling.kind) || f.scaling.kind == ScaleKind::kNv16) && t >= 32;
   const std::int64_t chunk = split ? 16 : t, chunks = (t + chunk - 1) / chunk;
   std::vector<std::uint16_t> codes(static_cast<std::size_t>(t * c));
   std::vector<float> row_scales(static_cast<std::size_t>(t * c));  // chunk k's at r0 * c, [rows][blocks]
@@ -142,7 +155,8 @@ GemmActivations::GemmActivations(const float* x, std::int64_t t, std::int64_t c,
 #pragma omp parallel for schedule(static) if (split)
   for (std::int64_t k = 0; k < chunks; ++k) {
     const std::int64_t r0 = k * chunk, nr = std::min(chunk, t - r0);
-    widths[static_cast<std::size_t>(k)] = quantize_rows(x + r0 * c, nr, c, f, codes.data() + r0 * c, row_scales.data() + r0 * c);
+    widths[static_cast<std::size_t>(k)] =
+        quantize_rows(x + r0 * c, nr, c, f, amax, codes.data() + r0 * c, row_scales.data() + r0 * c);
   }
   block_cols = widths[0];  // the same for every chunk
   blocks = (c + block_cols - 1) / block_cols;

@@ -40,6 +40,9 @@ inline float dot_fixed(const float* a, const float* b, Eigen::Index n) {
   return lane[0];
 }
 
+// Query rows per attention task of a multi-token pass (default kernels).
+constexpr Eigen::Index kAttentionRows = 64;
+
 bool is_fp32(const Format& f) { return f.element == Element::kFp32 && f.scaling.kind == ScaleKind::kNone; }
 
 void softmax_row(float* s, Eigen::Index n) {
@@ -478,7 +481,7 @@ void Transformer::store_kv(MatrixRM& kv) const {
 
 MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only) const {
   const TransformerConfig& c = config_;
-  const Eigen::Index T = x.rows(), hd = c.head_dim, P = first_pos + T;
+  const Eigen::Index T = x.rows(), hd = c.head_dim;
   const int group = c.heads / c.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Format attn_fmt{attention_, {}};
@@ -518,36 +521,29 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     if (kernels_ == KernelMode::kBatchInvariant) {
       attention_fixed_order(q, kc, vc, first_pos, out);
     } else {
-      // Heads in parallel for a prefill (each writes its own columns of `out`); a decode step's
-      // heads are too small to be worth a parallel region.
-#pragma omp parallel for schedule(static) if (T > 1)
-      for (int h = 0; h < c.heads; ++h) {
-        MatrixRM s(T, P);
-        const Eigen::Index g = h / group;
-        // A fresh prefill is causal over a square: only the lower triangle of the scores is needed.
-        const bool causal_square = first_pos == 0 && T > 1;
-        if (causal_square) {
-          // `+=` on zeros: Eigen's `=` into a triangular view first zeroes the triangle column by
-          // column, strided across this row-major matrix.
-          s.setZero();
-          s.triangularView<Eigen::Lower>() += q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
-        } else {
-          s.noalias() = q.middleCols(h * hd, hd) * kc.block(0, g * hd, P, hd).transpose();
-        }
-        for (Eigen::Index t = 0; t < T; ++t) {
-          const Eigen::Index visible = first_pos + t + 1;  // causal: positions 0..first_pos + t
+      // Tasks of (head, block of query rows) in parallel for a prefill, each writing its own
+      // block of `out`; a block's queries see positions up to its last row only (causal), so the
+      // blocks of a head cost more the later they are and are handed out dynamically. A decode
+      // step's heads are too small to be worth a parallel region.
+      const Eigen::Index rows_per_task = T > 1 ? kAttentionRows : 1;
+      const Eigen::Index blocks = (T + rows_per_task - 1) / rows_per_task;
+#pragma omp parallel for schedule(dynamic) if (T > 1)
+      for (Eigen::Index task = 0; task < c.heads * blocks; ++task) {
+        const int h = static_cast<int>(task / blocks);
+        const Eigen::Index t0 = (task % blocks) * rows_per_task, n = std::min(rows_per_task, T - t0);
+        const Eigen::Index g = h / group, seen = first_pos + t0 + n;  // positions any of the block's queries sees
+        MatrixRM s(n, seen);
+        s.noalias() = q.block(t0, h * hd, n, hd) * kc.block(0, g * hd, seen, hd).transpose();
+        for (Eigen::Index t = 0; t < n; ++t) {
+          const Eigen::Index visible = first_pos + t0 + t + 1;  // causal: positions 0..first_pos + t0 + t
           float* row = s.row(t).data();
           for (Eigen::Index j = 0; j < visible; ++j) row[j] *= scale;
           softmax_row(row, visible);
-          for (Eigen::Index j = visible; j < P; ++j) row[j] = 0;
+          for (Eigen::Index j = visible; j < seen; ++j) row[j] = 0;
         }
         if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
         if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
-        if (causal_square) {
-          out.middleCols(h * hd, hd).noalias() = s.triangularView<Eigen::Lower>() * vc.block(0, g * hd, P, hd);
-        } else {
-          out.middleCols(h * hd, hd).noalias() = s * vc.block(0, g * hd, P, hd);
-        }
+        out.block(t0, h * hd, n, hd).noalias() = s * vc.block(0, g * hd, seen, hd);
       }
     }
     round_hidden(out);

@@ -531,3 +531,37 @@ TEST(Quantize, BadShapesAreRejected) {
 
 }  // namespace
 }  // namespace rlsim::models
+
+namespace rlsim::models {
+namespace {
+
+// NVFP4 slices quantised apart with the whole tensor's amax are the whole tensor's rows, code for
+// code and scale for scale (the prefill GEMM quantises activations this way on several threads);
+// without it a slice's tensor scale is its own.
+TEST(QuantizeSlice, Nvfp4SlicesWithTheTensorAmaxEqualTheWholeTensor) {
+  const std::int64_t rows = 24, cols = 80, half = 9;
+  sim::Rng rng(11);
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  for (float& v : x) v = static_cast<float>(rng.uniform() * 2.0 - 1.0);
+  x[static_cast<std::size_t>(20 * cols + 3)] = 37.0f;                                  // the amax lies in the second slice
+  x[static_cast<std::size_t>(2 * cols + 5)] = std::numeric_limits<float>::infinity();  // not finite: not the amax
+  const Format f = parse_format("nvfp4");
+  const QuantizedTensor whole = quantize(f, rows, cols, std::span<const float>(x));
+  const std::span<const float> s0(x.data(), static_cast<std::size_t>(half * cols));
+  const std::span<const float> s1(x.data() + half * cols, static_cast<std::size_t>((rows - half) * cols));
+  const QuantizedTensor a = quantize_slice(f, half, cols, s0, 37.0f), b = quantize_slice(f, rows - half, cols, s1, 37.0f);
+  EXPECT_EQ(a.tensor_scale, whole.tensor_scale);
+  EXPECT_EQ(b.tensor_scale, whole.tensor_scale);
+  std::vector<std::uint32_t> codes(a.codes), scale_codes(a.scale_codes);
+  codes.insert(codes.end(), b.codes.begin(), b.codes.end());
+  scale_codes.insert(scale_codes.end(), b.scale_codes.begin(), b.scale_codes.end());
+  EXPECT_EQ(codes, whole.codes);
+  EXPECT_EQ(scale_codes, whole.scale_codes);
+  EXPECT_NE(quantize(f, half, cols, s0).tensor_scale, whole.tensor_scale);  // the slice's own amax is smaller
+  // Other scalings ignore the amax: a row-local format's slice is the slice.
+  const Format g = parse_format("fp8-e4m3/group1x128");
+  EXPECT_EQ(quantize_slice(g, half, cols, s0, 1e6f).codes, quantize(g, half, cols, s0).codes);
+}
+
+}  // namespace
+}  // namespace rlsim::models
