@@ -491,20 +491,28 @@ float PackedWeight::at(std::int64_t r, std::int64_t c) const {
 }
 
 void PackedWeight::kmajor_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
-  // Each row summed in column order with one FMA chain: the SIMD kernel's order, lane by lane.
+  // The SIMD kernel's order, lane by lane: per 32-column block, the codes' values times x in
+  // column order (one FMA chain), then that sum times the block scale added to the row's total.
   for (std::int64_t r = r0; r < r1; ++r) {
-    float acc = 0.0f, s = 1.0f;
-    for (std::int64_t c = 0; c < cols_; ++c) {
-      if (scaled_ && c % block_cols_ == 0) s = scale(r, c);
-      float w = e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
-      if (scaled_) w *= s;
+    float total = 0.0f;
+    for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
+      float acc = 0.0f;
+      for (std::int64_t c = c0; c < std::min(cols_, c0 + 32); ++c) {
+        const float w = e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
 #ifdef FP_FAST_FMAF
-      acc = std::fma(w, x[c], acc);
+        acc = std::fma(w, x[c], acc);
 #else
-      acc += w * x[c];
+        acc += w * x[c];  // no FMA instruction in the target: libm's fma would be emulated
+#endif
+      }
+      const float s = scaled_ ? scale(r, c0) : 1.0f;
+#ifdef FP_FAST_FMAF
+      total = std::fma(acc, s, total);
+#else
+      total += acc * s;
 #endif
     }
-    y[r - r0] = acc;
+    y[r - r0] = total;
   }
 }
 
@@ -715,7 +723,7 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
   const __m512 lut = _mm512_loadu_ps(lut16);
   const __m512 tsv = _mm512_set1_ps(tensor_scale);
   __m512 lut_lo[R], lut_hi[R];
-  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = lut;
+  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = kTensorScale ? _mm512_mul_ps(lut, tsv) : lut;  // unscaled: the table as is
   std::int64_t left = 0;  // chunks before the next scale block
   std::size_t blk = 0;    // scale block of the current chunk, relative to each row's sbase
   const std::int64_t full = cols / 32;
@@ -723,18 +731,42 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
     prefetch(p + kPrefetchBytes);
     if (scaled) {
       if constexpr (kPerHalf) {
-        for (int i = 0; i < R; ++i) {
-          // Exact products: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 / E8M0
-          // scale <= 8 (an FP32 block scale may round here as the dequantised value does).
-          lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j) * sstride));
-          lut_hi[i] =
-              32 * j + 16 < cols
-                  ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + (2 * static_cast<std::size_t>(j) + 1) * sstride))
-                  : lut_lo[i];
+        if (S == Element::kFp8E4M3 && sstride == R && 32 * j + 16 < cols) {
+          // Tile-ordered E4M3 scales (NVFP4): the 4 rows' scales of block columns 2j and 2j + 1
+          // are 8 consecutive bytes, decoded in one vector (exact: the E4M3 bit trick) and
+          // broadcast lane by lane into the tables.
+          std::uint64_t bytes;
+          std::memcpy(&bytes, scales + sbase[0] + 2 * static_cast<std::size_t>(j) * R, sizeof bytes);
+          const __m256i d = _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))), 20);
+          alignas(32) float sc[2 * R];
+          _mm256_store_ps(
+              sc, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0x87F00000u)))),
+                                _mm256_set1_ps(kE4M3Fix)));
+          for (int i = 0; i < R; ++i) {
+            lut_lo[i] = _mm512_mul_ps(lut, _mm512_set1_ps(sc[i]));
+            lut_hi[i] = _mm512_mul_ps(lut, _mm512_set1_ps(sc[R + i]));
+          }
+        } else {
+          for (int i = 0; i < R; ++i) {
+            // Exact products: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 /
+            // E8M0 scale <= 8 (an FP32 block scale may round here as the dequantised value does).
+            lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j) * sstride));
+            lut_hi[i] =
+                32 * j + 16 < cols
+                    ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + (2 * static_cast<std::size_t>(j) + 1) * sstride))
+                    : lut_lo[i];
+          }
+        }
+        // The tensor scale multiplies the scaled table, as at() multiplies the scaled value: the
+        // tables hold every weight value of the half chunks, and the loop below no multiply.
+        if constexpr (kTensorScale) {
+          for (int i = 0; i < R; ++i) lut_lo[i] = _mm512_mul_ps(lut_lo[i], tsv), lut_hi[i] = _mm512_mul_ps(lut_hi[i], tsv);
         }
       } else if (left-- == 0) {
-        for (int i = 0; i < R; ++i)
+        for (int i = 0; i < R; ++i) {
           lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
+          if constexpr (kTensorScale) lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut_lo[i], tsv);
+        }
         ++blk;
         left = cpb - 1;
       }
@@ -753,12 +785,8 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * CB)));
-      __m512 w_lo = _mm512_permutexvar_ps(d, lut_lo[i]);  // the index is the low 4 bits of each lane
-      __m512 w_hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut_hi[i]);
-      if constexpr (kTensorScale) {
-        w_lo = _mm512_mul_ps(w_lo, tsv);
-        w_hi = _mm512_mul_ps(w_hi, tsv);
-      }
+      const __m512 w_lo = _mm512_permutexvar_ps(d, lut_lo[i]);  // the index is the low 4 bits of each lane
+      const __m512 w_hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut_hi[i]);
       for (int n = 0; n < NT; ++n) {
         acc[i][n] = _mm512_fmadd_ps(w_lo, x_lo[n], acc[i][n]);
         acc[i][n] = _mm512_fmadd_ps(w_hi, x_hi[n], acc[i][n]);
@@ -836,13 +864,16 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
 }
 
 namespace {
-// Columns ahead that the k-major kernel prefetches (each column's rows are one contiguous run),
-// and columns per pass over a row range.
-constexpr std::int64_t kKMajorPrefetchColumns = 8;
+// Columns per pass of the k-major kernel over its rows, and the columns ahead it prefetches.
 constexpr int kKMajorColumns = 4;
+constexpr std::int64_t kKMajorPrefetchColumns = 8;
+// The codes' values enter the sums as 2^-120 times themselves (the E4M3 bit trick); x is lifted by
+// 2^60 and the block scale carries the other 2^60, so the products stay far from FP32's
+// subnormals and the result equals the unscaled computation (powers of two scale exactly).
+constexpr float kKMajorLift = 1.152921504606846976e18f;  // 2^60
 // E8M0 scales of 16 rows r..r+15 of 32-column block b in the Ascend layout ([kb/2, rows, 2]:
-// 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 (the
-// E4M3 bit trick), as FP32.
+// 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 / 2^60
+// (the E4M3 bit trick less the lift of x), as FP32.
 inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, __mmask16 m) {
   const __m256i pairs = _mm256_maskz_loadu_epi16(m, scales + ((b / 2) * rows + r) * 2);
   __m512i c = _mm512_cvtepu16_epi32(pairs);
@@ -850,30 +881,26 @@ inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::
   c = _mm512_and_si512(c, _mm512_set1_epi32(0xFF));
   const __mmask16 zero = _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512());
   const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(c, 23), zero, _mm512_set1_epi32(0x00400000));  // code 0: 2^-127
-  return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(kE4M3Fix));
+  return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(kE4M3Fix / kKMajorLift));
 }
 }  // namespace
 
 template <int NT>
 void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
-  // Rows [r0, r1) of NT tokens, column by column: column c's codes for these rows are one
-  // contiguous run (the layout is k-major), read once, in address order; each (token, row) is
-  // one FMA chain over the columns in order, its running sum kept in y (an exact FP32 store and
-  // load, in L1), so every row is summed in column order as kmajor_scalar sums it. The scales of
-  // a 32-column block are decoded once per block into a row vector.
+  // Rows [r0, r1) of NT tokens, one 32-column scale block at a time. Within a block, column by
+  // column: column c's codes for these rows are one contiguous run (the layout is k-major), read
+  // once in address order, kKMajorColumns columns per pass over the rows. Each (token, row) sums
+  // the block's code values times x in column order (one FMA chain, its running sum in `sums`,
+  // in L1); the block's sum times its scale is then added to y. The scale is applied once per
+  // block, not per weight; kmajor_scalar sums in the same order.
   const std::int64_t n = r1 - r0, nv = (n + 15) / 16;
   const __mmask16 last = tail_mask(n - 16 * (nv - 1));
-  thread_local std::vector<float> scale_row;
-  scale_row.resize(static_cast<std::size_t>(16 * nv));
+  const __m512i mask = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
+  thread_local std::vector<float> sums;
+  sums.resize(static_cast<std::size_t>(NT * 16 * nv));
   for (int t = 0; t < NT; ++t) std::fill(y + t * ldy, y + t * ldy + n, 0.0f);
   for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
-    for (std::int64_t v = 0; v < nv; ++v) {
-      const __m512 s = scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, r0 + 16 * v, v + 1 < nv ? tail_mask(16) : last)
-                               : _mm512_set1_ps(kE4M3Fix);
-      _mm512_storeu_ps(scale_row.data() + 16 * v, s);
-    }
-    // Columns go kKMajorColumns at a time: each row vector of y is loaded once, takes their FMAs
-    // in column order, and is stored once.
+    std::fill(sums.begin(), sums.end(), 0.0f);
     const std::int64_t c1 = std::min(cols_, c0 + 32);
     for (std::int64_t c = c0; c < c1; c += kKMajorColumns) {
       const int nc = static_cast<int>(std::min<std::int64_t>(kKMajorColumns, c1 - c));
@@ -885,33 +912,33 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
       }
       __m512 xb[kKMajorColumns][NT];
       for (int j = 0; j < nc; ++j) {
-        for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(x[t * cols_ + c + j]);
+        for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(x[t * cols_ + c + j] * kKMajorLift);
       }
       // Full vectors unmasked (the loads fold into the conversions), the last one masked.
       auto pass = [&](std::int64_t v, auto masked) {
         const __mmask16 m = masked ? last : tail_mask(16);
-        const __m512 sv = _mm512_loadu_ps(scale_row.data() + 16 * v);
         __m512 acc[NT];
-        for (int t = 0; t < NT; ++t)
-          acc[t] = masked ? _mm512_maskz_loadu_ps(m, y + t * ldy + 16 * v) : _mm512_loadu_ps(y + t * ldy + 16 * v);
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_loadu_ps(sums.data() + (t * nv + v) * 16);
         for (int j = 0; j < nc; ++j) {
           const std::uint8_t* q = ck + j * rows_ + 16 * v;
           const __m128i bytes = masked ? _mm_maskz_loadu_epi8(m, q) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-          const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20);
-          const __m512 w =
-              _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u)))), sv);
+          const __m512 w = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20), mask));
           for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(w, xb[j][t], acc[t]);
         }
-        for (int t = 0; t < NT; ++t) {
-          if (masked) {
-            _mm512_mask_storeu_ps(y + t * ldy + 16 * v, m, acc[t]);
-          } else {
-            _mm512_storeu_ps(y + t * ldy + 16 * v, acc[t]);
-          }
-        }
+        for (int t = 0; t < NT; ++t) _mm512_storeu_ps(sums.data() + (t * nv + v) * 16, acc[t]);
       };
       for (std::int64_t v = 0; v + 1 < nv; ++v) pass(v, std::false_type{});
       pass(nv - 1, std::true_type{});
+    }
+    for (std::int64_t v = 0; v < nv; ++v) {
+      const __mmask16 m = v + 1 < nv ? tail_mask(16) : last;
+      const __m512 s =
+          scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, r0 + 16 * v, m) : _mm512_set1_ps(kE4M3Fix / kKMajorLift);
+      for (int t = 0; t < NT; ++t) {
+        float* yt = y + t * ldy + 16 * v;
+        _mm512_mask_storeu_ps(yt, m,
+                              _mm512_fmadd_ps(_mm512_loadu_ps(sums.data() + (t * nv + v) * 16), s, _mm512_maskz_loadu_ps(m, yt)));
+      }
     }
   }
 }
