@@ -192,6 +192,7 @@ struct BlockPlan {
   std::int64_t xb = 0;           // activation block width
   std::int64_t kc = 0;           // columns per kernel call: a multiple of kb, its codes held in L1
   bool one_block = true;         // a single block spans the row: its scales are applied at the end
+  bool x_at_end = true;          // one activation block spans the row: its scale is applied at the end
 };
 
 // The kernels: R panel rows (row i at w + i * ldw) by V vectors of 16 tokens of one token tile,
@@ -254,8 +255,8 @@ void bf16_kernel(const std::uint16_t* w, std::int64_t ldw, const float* ws, cons
         const __m512 sx = _mm512_loadu_ps(xs + xbi * 64 + 16 * v);
         for (int i = 0; i < R; ++i) {
           float* o = out + i * 64 + 16 * v;
-          _mm512_storeu_ps(
-              o, _mm512_fmadd_ps(acc[i][v], _mm512_mul_ps(sx, _mm512_set1_ps(ws[i * p.nwb + wbi])), _mm512_loadu_ps(o)));
+          const __m512 sw = _mm512_set1_ps(ws[i * p.nwb + wbi]);
+          _mm512_storeu_ps(o, _mm512_fmadd_ps(acc[i][v], p.x_at_end ? sw : _mm512_mul_ps(sx, sw), _mm512_loadu_ps(o)));
         }
       }
     }
@@ -300,7 +301,8 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
           acc += f(xv & 0xFFFFu) * f(w[i * ldw + 2 * kp]);
           acc += f(xv >> 16) * f(w[i * ldw + 2 * kp + 1]);
         }
-        tot += p.one_block ? acc : acc * (xs[(b0 / p.xb) * 64 + j] * ws[i * p.nwb + b0 / p.wb]);
+        const float sw = ws[i * p.nwb + b0 / p.wb];
+        tot += p.one_block ? acc : acc * (p.x_at_end ? sw : xs[(b0 / p.xb) * 64 + j] * sw);
       }
       out[i * 64 + j] = tot;
     }
@@ -371,6 +373,7 @@ BlockPlan block_plan(const PackedWeight& w, const GemmActivations& x) {
   p.wb = w.scale_block_cols(), p.nwb = w.scale_blocks(), p.xb = x.block_cols;
   const std::int64_t kb = std::min(p.wb, p.xb);
   p.one_block = kb >= x.cols;
+  p.x_at_end = p.xb >= x.cols;
   if (!p.one_block && ((p.wb < x.cols && p.wb % kb != 0) || (p.xb < x.cols && p.xb % kb != 0) || kb % 2 != 0)) {
     throw std::invalid_argument(
         fmt::format("gemm: weight blocks of {} and activation blocks of {} columns do not nest", p.wb, p.xb));
@@ -387,14 +390,16 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
   const GemmActivations& x = *j.x;
   const std::int64_t ld = x.kpad, kend = round_up(x.cols, 2);
   buf.sums.resize(static_cast<std::size_t>(kPanelRows * GemmActivations::kTile));
-  // Adds the tile's sums into y; one_block: times the row's and the token's scale.
-  auto scatter = [&](std::int64_t t0, const float* ws, std::int64_t nwb, bool scale) {
+  // Writes the tile's sums into y: one block, times the row's and the token's scale; blocked
+  // weights with one activation block, times the token's scale; FP32, as they are.
+  enum class Scale { kNone, kToken, kRowAndToken };
+  auto scatter = [&](std::int64_t t0, const float* ws, std::int64_t nwb, Scale scale) {
     for (std::int64_t t = t0; t < std::min(x.tokens, t0 + GemmActivations::kTile); ++t) {
       float* yt = j.y + t * j.ldy + r0;  // n consecutive outputs of token t
-      const float st = scale ? x.scales[x.scale_index(t, 0)] : 1.0f;
+      const float st = scale != Scale::kNone ? x.scales[x.scale_index(t, 0)] : 1.0f;
       for (std::int64_t i = 0; i < n; ++i) {
         const float v = buf.sums[static_cast<std::size_t>(i * 64 + (t - t0))];
-        yt[i] = scale ? v * (ws[i * nwb] * st) : v;
+        yt[i] = scale == Scale::kRowAndToken ? v * (ws[i * nwb] * st) : (scale == Scale::kToken ? v * st : v);
       }
     }
   };
@@ -421,7 +426,7 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
                                          k1, buf.sums.data() + i0 * 64);
         }
       }
-      scatter(t0, buf.scales.data(), p.nwb, p.one_block);
+      scatter(t0, buf.scales.data(), p.nwb, p.one_block ? Scale::kRowAndToken : (p.x_at_end ? Scale::kToken : Scale::kNone));
     }
     return;
   }
@@ -436,7 +441,7 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
       for (std::int64_t i0 = 0; i0 < n; i0 += kRows)
         run_f32(vectors, buf.values.data() + i0 * ld, ld, xt, k0, std::min(x.cols, k0 + kL1Columns), buf.sums.data() + i0 * 64);
     }
-    scatter(t0, nullptr, 0, false);
+    scatter(t0, nullptr, 0, Scale::kNone);
   }
 }
 
