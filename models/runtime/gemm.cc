@@ -301,8 +301,12 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
           acc += f(xv & 0xFFFFu) * f(w[i * ldw + 2 * kp]);
           acc += f(xv >> 16) * f(w[i * ldw + 2 * kp + 1]);
         }
-        const float sw = ws[i * p.nwb + b0 / p.wb];
-        tot += p.one_block ? acc : acc * (p.x_at_end ? sw : xs[(b0 / p.xb) * 64 + j] * sw);
+        if (p.one_block) {
+          tot += acc;  // the scales are applied when the sums are written out
+        } else {
+          const float sw = ws[i * p.nwb + b0 / p.wb];
+          tot += acc * (p.x_at_end ? sw : xs[(b0 / p.xb) * 64 + j] * sw);
+        }
       }
       out[i * 64 + j] = tot;
     }
