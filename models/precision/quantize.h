@@ -26,6 +26,7 @@
 //    level-1 scale and one-bit micro-exponents per 8 and per 4 elements (see quantize()).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -79,6 +80,18 @@ struct QuantizedTensor {
   double tensor_scale = 1.0;               // NVFP4 second-level FP32 scale, else 1
   std::int64_t saturated = 0;              // elements clamped or without an encoding
 };
+
+/// Round to nearest even BF16 of an FP32 value, Inf and NaN unchanged (a value that rounds past
+/// the largest BF16 becomes Inf, where encode() saturates); branch-free so that loops over it
+/// vectorise. The runtime's hidden-state rounding.
+inline float round_bf16(float x) {
+  const auto u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  return std::bit_cast<float>((u & 0x7F800000u) == 0x7F800000u ? u : r);
+}
+
+/// The BF16 bits of an FP32 value that is exactly a BF16 value (its high 16 bits).
+inline std::uint16_t bf16_bits(float v) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16); }
 
 /// Quantises `x` (row-major, rows x cols values). Scale rules:
 ///  - tensor / channel / token / group1xN / blockMxN: FP32 scale = amax / max_finite(element)

@@ -35,38 +35,40 @@ constexpr int kMaxVectors = static_cast<int>(GemmActivations::kTile / kTokenVect
 
 std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
 
-// BF16 bits of an FP32 value that is exactly a BF16 value (the rounded activations).
-inline std::uint32_t bf16_bits(float v) { return std::bit_cast<std::uint32_t>(v) >> 16; }
-
-// Round to nearest even BF16 (NaN and Inf kept), as the runtime's hidden-state rounding.
-inline float round_bf16(float x) {
-  const auto u = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  return std::bit_cast<float>((u & 0x7F800000u) == 0x7F800000u ? u : r);
+// Tokens' vectors in the tile starting at token t0 (at most kMaxVectors).
+int tile_vectors(const GemmActivations& x, std::int64_t t0) {
+  return static_cast<int>(std::min<std::int64_t>(kMaxVectors, (x.tokens - t0 + kTokenVector - 1) / kTokenVector));
 }
 
-bool row_local(ScaleKind k) {
-  return k == ScaleKind::kNone || k == ScaleKind::kToken || k == ScaleKind::kGroup1xN || k == ScaleKind::kMx32;
+// Columns per activation scale block of format f on rows of `cols` (cols when one spans the row).
+std::int64_t activation_block_cols(const Format& f, std::int64_t cols) {
+  switch (f.scaling.kind) {
+    case ScaleKind::kGroup1xN:
+    case ScaleKind::kMx32:
+    case ScaleKind::kNv16:
+      return std::min<std::int64_t>(f.scaling.cols, cols);  // N, 32, 16 (format.h's Scaling)
+    default:
+      return cols;
+  }
 }
 
 // Codes (as the BF16 bits of their values) and per-block scales of x [rows, cols] in format f,
-// into codes[r * cols + c] and scales[r * blocks + b]; returns the block width.
+// into codes[r * cols + c] and scales[r * blocks + b], blocks of activation_block_cols(f, cols).
 // tensor_amax: NVFP4's whole-tensor amax when x is a slice of the call's rows (quantize_slice).
-std::int64_t quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, const Format& f, float tensor_amax,
-                           std::uint16_t* codes, float* scales) {
+void quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, const Format& f, float tensor_amax, std::uint16_t* codes,
+                   float* scales) {
   const auto n = static_cast<std::size_t>(rows * cols);
   if (f.scaling.kind == ScaleKind::kNone && f.element == Element::kBf16) {
-    for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::uint16_t>(bf16_bits(round_bf16(x[i])));
+    for (std::size_t i = 0; i < n; ++i) codes[i] = bf16_bits(round_bf16(x[i]));
     for (std::int64_t r = 0; r < rows; ++r) scales[r] = 1.0f;
-    return cols;
+    return;
   }
   const QuantizedTensor q = quantize_slice(f, rows, cols, std::span<const float>(x, n), tensor_amax);
   std::uint16_t table[256];
   const int code_count = 1 << std::min(traits(f.element).bits, 8);
-  for (int c = 0; c < code_count; ++c)
-    table[c] = static_cast<std::uint16_t>(bf16_bits(static_cast<float>(decode(f.element, static_cast<std::uint32_t>(c)))));
+  for (int c = 0; c < code_count; ++c) table[c] = bf16_bits(static_cast<float>(decode(f.element, static_cast<std::uint32_t>(c))));
   for (std::size_t i = 0; i < n; ++i) codes[i] = table[q.codes[i] & static_cast<std::uint32_t>(code_count - 1)];
-  const std::int64_t bc = std::min(q.block_cols, cols), blocks = (cols + bc - 1) / bc,
+  const std::int64_t bc = activation_block_cols(f, cols), blocks = (cols + bc - 1) / bc,
                      grid_cols = (cols + q.block_cols - 1) / q.block_cols;
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t b = 0; b < blocks; ++b) {
@@ -74,7 +76,6 @@ std::int64_t quantize_rows(const float* x, std::int64_t rows, std::int64_t cols,
       scales[r * blocks + b] = static_cast<float>(s);
     }
   }
-  return bc;
 }
 
 }  // namespace
@@ -108,12 +109,7 @@ bool activation_codes_in_bf16(const Format& f) {
 
 bool gemm_bf16_applies(const PackedWeight& w, const Format& f) {
   if (!w.codes_in_bf16() || !activation_codes_in_bf16(f)) return false;
-  const std::int64_t wb = w.scale_block_cols(), cols = w.cols();
-  std::int64_t xb = cols;
-  if (f.scaling.kind == ScaleKind::kGroup1xN || f.scaling.kind == ScaleKind::kMx32 || f.scaling.kind == ScaleKind::kNv16) {
-    xb = f.scaling.kind == ScaleKind::kMx32 ? 32 : (f.scaling.kind == ScaleKind::kNv16 ? 16 : f.scaling.cols);
-    xb = std::min(xb, cols);
-  }
+  const std::int64_t cols = w.cols(), wb = w.scale_block_cols(), xb = activation_block_cols(f, cols);
   const std::int64_t kb = std::min(wb, xb);
   const bool nested = (wb >= cols || wb % kb == 0) && (xb >= cols || xb % kb == 0);
   return nested && (kb >= cols || kb % 2 == 0);
@@ -147,26 +143,22 @@ GemmActivations::GemmActivations(const float* x, std::int64_t t, std::int64_t c,
       if (a <= std::numeric_limits<float>::max()) amax = std::max(amax, a);  // finite values (NaN fails the test)
     }
   }
-  const bool split = (row_local(f.scaling.kind) || f.scaling.kind == ScaleKind::kNv16) && t >= 32;
+  const bool split = (rows_round_independently(f) || f.scaling.kind == ScaleKind::kNv16) && t >= 32;
   const std::int64_t chunk = split ? 16 : t, chunks = (t + chunk - 1) / chunk;
+  block_cols = activation_block_cols(f, c);
+  blocks = (c + block_cols - 1) / block_cols;
   std::vector<std::uint16_t> codes(static_cast<std::size_t>(t * c));
-  std::vector<float> row_scales(static_cast<std::size_t>(t * c));  // chunk k's at r0 * c, [rows][blocks]
-  std::vector<std::int64_t> widths(static_cast<std::size_t>(chunks));
+  std::vector<float> row_scales(static_cast<std::size_t>(t * blocks));  // [tokens][blocks]
 #pragma omp parallel for schedule(static) if (split)
   for (std::int64_t k = 0; k < chunks; ++k) {
     const std::int64_t r0 = k * chunk, nr = std::min(chunk, t - r0);
-    widths[static_cast<std::size_t>(k)] =
-        quantize_rows(x + r0 * c, nr, c, f, amax, codes.data() + r0 * c, row_scales.data() + r0 * c);
+    quantize_rows(x + r0 * c, nr, c, f, amax, codes.data() + r0 * c, row_scales.data() + r0 * blocks);
   }
-  block_cols = widths[0];  // the same for every chunk
-  blocks = (c + block_cols - 1) / block_cols;
   pairs.assign(static_cast<std::size_t>(kpad / 2 * tpad), 0u);
   scales.assign(static_cast<std::size_t>(blocks * tpad), 0.0f);
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < t; ++r) {
-    const std::int64_t r0 = r / chunk * chunk;
-    for (std::int64_t b = 0; b < blocks; ++b)
-      scales[scale_index(r, b)] = row_scales[static_cast<std::size_t>(r0 * c + (r - r0) * blocks + b)];
+    for (std::int64_t b = 0; b < blocks; ++b) scales[scale_index(r, b)] = row_scales[static_cast<std::size_t>(r * blocks + b)];
     const std::uint16_t* row = codes.data() + r * c;
     for (std::int64_t kp = 0; kp < (c + 1) / 2; ++kp) {
       const std::uint32_t hi = 2 * kp + 1 < c ? row[2 * kp + 1] : 0u;
@@ -325,8 +317,8 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
 }
 
 // Rows per kernel call: R x V sums in registers (24 of the 32 vector registers).
-constexpr int kRows = 6, kBlockedRows = 6;
-static_assert(kPanelRows % kRows == 0 && kPanelRows % kBlockedRows == 0);
+constexpr int kRows = 6;
+static_assert(kPanelRows % kRows == 0);
 
 template <int R, bool kScaled>
 void run_bf16(int vectors, const std::uint16_t* w, std::int64_t ldw, const float* ws, const BlockPlan& p, const std::uint32_t* xt,
@@ -414,7 +406,7 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
     w.decode_rows_bf16(r0, r0 + n, buf.codes.data(), ld);
     w.block_scales(r0, r0 + n, buf.scales.data());
     for (std::int64_t t0 = 0; t0 < x.tokens; t0 += GemmActivations::kTile) {
-      const int vectors = static_cast<int>(std::min<std::int64_t>(kMaxVectors, (x.tokens - t0 + 15) / 16));
+      const int vectors = tile_vectors(x, t0);
       const std::uint32_t* xt = x.pairs.data() + x.pair_index(t0, 0);
       const float* xs = x.scales.data() + x.scale_index(t0, 0);
       std::fill(buf.sums.begin(), buf.sums.end(), 0.0f);
@@ -425,9 +417,9 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
             run_bf16<kRows, false>(vectors, buf.codes.data() + i0 * ld, ld, nullptr, p, xt, xs, k0, k1,
                                    buf.sums.data() + i0 * 64);
         } else {
-          for (std::int64_t i0 = 0; i0 < n; i0 += kBlockedRows)
-            run_bf16<kBlockedRows, true>(vectors, buf.codes.data() + i0 * ld, ld, buf.scales.data() + i0 * p.nwb, p, xt, xs, k0,
-                                         k1, buf.sums.data() + i0 * 64);
+          for (std::int64_t i0 = 0; i0 < n; i0 += kRows)
+            run_bf16<kRows, true>(vectors, buf.codes.data() + i0 * ld, ld, buf.scales.data() + i0 * p.nwb, p, xt, xs, k0, k1,
+                                  buf.sums.data() + i0 * 64);
         }
       }
       scatter(t0, buf.scales.data(), p.nwb, p.one_block ? Scale::kRowAndToken : (p.x_at_end ? Scale::kToken : Scale::kNone));
@@ -438,7 +430,7 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
   buf.values.assign(static_cast<std::size_t>(kPanelRows * ld), 0.0f);
   w.decode_rows_f32(r0, r0 + n, buf.values.data(), ld);
   for (std::int64_t t0 = 0; t0 < x.tokens; t0 += GemmActivations::kTile) {
-    const int vectors = static_cast<int>(std::min<std::int64_t>(kMaxVectors, (x.tokens - t0 + 15) / 16));
+    const int vectors = tile_vectors(x, t0);
     const float* xt = x.values.data() + x.value_index(t0, 0);
     std::fill(buf.sums.begin(), buf.sums.end(), 0.0f);
     for (std::int64_t k0 = 0; k0 < x.cols; k0 += kL1Columns) {

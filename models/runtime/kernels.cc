@@ -554,9 +554,6 @@ bool PackedWeight::codes_in_bf16() const {
 std::int64_t PackedWeight::scale_block_cols() const { return scaled_ && grid_cols_ > 1 ? block_cols_ : cols_; }
 
 namespace {
-// BF16 bits of an exactly representable FP32 value.
-inline std::uint16_t bf16_bits(float v) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16); }
-
 // BF16 bits of every E4M3 code (NaN codes are excluded from the kernel layouts; their entry is 0).
 const std::array<std::uint16_t, 256>& e4m3_bf16_table() {
   static const std::array<std::uint16_t, 256> table = [] {
@@ -610,12 +607,9 @@ void PackedWeight::decode_rows_f32(std::int64_t r0, std::int64_t r1, float* out,
   for (std::int64_t r = r0; r < r1; ++r) {
     float* o = out + (r - r0) * ld;
     std::fill(o + cols_, o + ld, 0.0f);
-    if (layout_ == WeightLayout::kF32) {
-      for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_)
-        std::memcpy(o + c0, data_.data() + offset(r, c0), static_cast<std::size_t>(std::min(chunk_cols_, cols_ - c0)) * 4);
-      continue;
-    }
-    if (layout_ == WeightLayout::kBf16) {
+    if (!scaled_ && tensor_scale_ == 1.0f && layout_ != WeightLayout::kE4M3KMajor) {
+      // Unscaled and tiled (fp32, bf16, fp16 weights; the embedding table): the values as
+      // stored, chunk by chunk, without at()'s per-element checks.
       for (std::int64_t c0 = 0; c0 < cols_; c0 += chunk_cols_) {
         const std::uint8_t* p = data_.data() + offset(r, c0);
         for (std::int64_t k = 0; k < std::min(chunk_cols_, cols_ - c0); ++k) o[c0 + k] = chunk_value(p, k);

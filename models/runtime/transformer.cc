@@ -16,13 +16,6 @@
 namespace rlsim::models {
 namespace {
 
-// Round to nearest even BF16, Inf / NaN unchanged; branch-free so that loops over it vectorise.
-inline float round_bf16(float x) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  return std::bit_cast<float>((u & 0x7F800000u) == 0x7F800000u ? u : r);
-}
-
 // Dot product in one fixed order whatever the caller: 16 lane sums over strides of 16 (vectorised),
 // then the lanes added pairwise. Batch-invariant attention scores use it in prefill and decode alike.
 inline float dot_fixed(const float* a, const float* b, Eigen::Index n) {
@@ -73,8 +66,9 @@ void round_rows(float* x, std::int64_t rows, std::int64_t cols, const Format& f,
   for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(d[static_cast<std::size_t>(i)]);
 }
 
-// Whether each row's rounding depends on that row alone (so rows can be split among threads).
-bool row_local(const Format& f, bool static_tensor_scale) {
+}  // namespace
+
+bool rows_round_independently(const Format& f, bool static_tensor_scale) {
   switch (f.scaling.kind) {
     case ScaleKind::kNone:
     case ScaleKind::kToken:
@@ -89,12 +83,12 @@ bool row_local(const Format& f, bool static_tensor_scale) {
   }
 }
 
-}  // namespace
+namespace {}  // namespace
 
 void round_to_format(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
   if (is_fp32(f)) return;
   constexpr std::int64_t kRowsPerTask = 16;
-  if (rows > kRowsPerTask && rows * cols >= (1 << 16) && row_local(f, static_tensor_scale)) {
+  if (rows > kRowsPerTask && rows * cols >= (1 << 16) && rows_round_independently(f, static_tensor_scale)) {
     const std::int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
 #pragma omp parallel for schedule(static)
     for (std::int64_t t = 0; t < tasks; ++t) {
@@ -391,7 +385,7 @@ void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixR
 }
 
 void Transformer::round_activation(MatrixRM& x, const Format& f) const {
-  if (kernels_ == KernelMode::kBatchInvariant && !row_local(f, false) && x.rows() > 1) {
+  if (kernels_ == KernelMode::kBatchInvariant && !rows_round_independently(f, false) && x.rows() > 1) {
 #pragma omp parallel for schedule(static)
     for (Eigen::Index r = 0; r < x.rows(); ++r) round_to_format(x.row(r).data(), 1, x.cols(), f);
     return;
@@ -446,20 +440,29 @@ void Transformer::rmsnorm(MatrixRM& x, const VectorF& w) const {
   }
 }
 
-void Transformer::rope(MatrixRM& x, int heads, int first_pos) const {
+std::vector<float> Transformer::rope_table(int first_pos, Eigen::Index rows) const {
+  const int hd = config_.head_dim;
+  std::vector<float> cs(static_cast<std::size_t>(rows * hd));
+  for (Eigen::Index r = 0; r < rows; ++r) {
+    const float pos = static_cast<float>(first_pos + r);
+    for (int j = 0; j < hd / 2; ++j) {
+      const float val = pos * inv_freq_[static_cast<std::size_t>(j)];
+      cs[static_cast<std::size_t>(r * hd + 2 * j)] = std::cos(val),
+                                               cs[static_cast<std::size_t>(r * hd + 2 * j + 1)] = std::sin(val);
+    }
+  }
+  return cs;
+}
+
+void Transformer::rope(MatrixRM& x, int heads, const std::vector<float>& table) const {
   const int hd = config_.head_dim;
 #pragma omp parallel for schedule(static) if (x.rows() >= 64)
   for (Eigen::Index r = 0; r < x.rows(); ++r) {
-    const float pos = static_cast<float>(first_pos + r);
-    std::vector<float> cs(static_cast<std::size_t>(hd));  // cos and sin of each frequency at this position
-    for (int j = 0; j < hd / 2; ++j) {
-      const float val = pos * inv_freq_[static_cast<std::size_t>(j)];
-      cs[static_cast<std::size_t>(2 * j)] = std::cos(val), cs[static_cast<std::size_t>(2 * j + 1)] = std::sin(val);
-    }
+    const float* cs = table.data() + r * hd;
     for (int h = 0; h < heads; ++h) {
       float* v = x.row(r).data() + static_cast<std::ptrdiff_t>(h) * hd;
       for (int j = 0; j < hd / 2; ++j) {
-        const float fcr = cs[static_cast<std::size_t>(2 * j)], fci = cs[static_cast<std::size_t>(2 * j + 1)];
+        const float fcr = cs[2 * j], fci = cs[2 * j + 1];
         // llama2.c: consecutive pairs (2j, 2j+1); Hugging Face rotate_half: (j, j + hd/2).
         const int a = config_.rope_interleaved ? 2 * j : j;
         const int b = config_.rope_interleaved ? 2 * j + 1 : j + hd / 2;
@@ -485,6 +488,7 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
   const int group = c.heads / c.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Format attn_fmt{attention_, {}};
+  const std::vector<float> rope_cs = rope_table(first_pos, T);  // every layer's q and k rotate alike
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     MatrixRM xb = x;
@@ -505,8 +509,8 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
         round_hidden(*m);
       }
     }
-    rope(q, c.heads, first_pos);
-    rope(k, c.kv_heads, first_pos);
+    rope(q, c.heads, rope_cs);
+    rope(k, c.kv_heads, rope_cs);
     round_hidden(q);
     round_hidden(k);
     if (attention_ != Element::kFp32) round_to_format(q.data(), q.rows(), q.cols(), attn_fmt);

@@ -166,9 +166,12 @@ class Transformer {
   /// parallel region for the batch-1 GEMVs.
   void linears(std::initializer_list<std::pair<const Linear*, MatrixRM*>> outs, const MatrixRM& x) const;
   void round_hidden(MatrixRM& x) const;
-  void rmsnorm(MatrixRM& x, const VectorF& w) const;       // in place, per row
-  void rope(MatrixRM& x, int heads, int first_pos) const;  // in place, rows are positions
-  void store_kv(MatrixRM& kv) const;                       // round to the KV-cache format
+  void rmsnorm(MatrixRM& x, const VectorF& w) const;  // in place, per row
+  /// cos and sin of every RoPE frequency at positions first_pos.. first_pos + rows - 1:
+  /// [rows][head_dim / 2][cos, sin].
+  std::vector<float> rope_table(int first_pos, Eigen::Index rows) const;
+  void rope(MatrixRM& x, int heads, const std::vector<float>& table) const;  // in place, rows are positions
+  void store_kv(MatrixRM& kv) const;                                         // round to the KV-cache format
   /// Logits of every row of x, or of the last row only when `last_only`.
   MatrixRM forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only = false) const;
   /// Batch-invariant attention of queries q [T, heads * head_dim] at positions first_pos.. over
@@ -204,5 +207,10 @@ int sample_token(std::span<const float> logits, double temperature, double top_p
 /// is row-local). fp32 is a no-op; bf16 / fp16 round each value; a per-tensor scaling is applied
 /// with a static scale of 1 when `static_tensor_scale`.
 void round_to_format(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale = false);
+
+/// Whether round_to_format() rounds each row of a tensor from that row alone (unscaled, token,
+/// group1xN, groupN, mx32 scalings, and a per-tensor one with a static scale), so that rows can be
+/// split among threads.
+bool rows_round_independently(const Format& f, bool static_tensor_scale = false);
 
 }  // namespace rlsim::models

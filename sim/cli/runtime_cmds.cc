@@ -213,7 +213,7 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
         throw sim::ScenarioError(fmt::format("{}:{}: avg_ts, n_prompt, n_gen and n_threads must be numbers", f.string(), r + 1));
       }
       const std::string& mt = row[type];
-      const std::string t = mt.substr(mt.find_last_of(' ') == std::string::npos ? 0 : mt.find_last_of(' ') + 1);
+      const std::string t = mt.substr(mt.find_last_of(' ') + 1);  // npos + 1 == 0: the whole name
       if (thr != threads) err << fmt::format("  note: {}:{} ran on {} threads, rlsim on {}\n", f.string(), r + 1, thr, threads);
       if (prompt > 0 && gen == 0) out[t].prefill = v;
       if (prompt == 0 && gen > 0) out[t].decode = v;
