@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/precision/avx512.h"
+
 namespace rlsim::models {
 namespace {
 
@@ -397,6 +399,89 @@ std::uint32_t hif4_metadata(const double* x, std::int64_t n) {
   return meta;
 }
 
+// The code encode() gives, computed from the bits of the double with integer round-to-nearest-even
+// (no libm): the fast path of the binary float elements. Equal to encode_float() for every double
+// (tested on random and edge values for each element).
+struct FastFloatEncoder {
+  int m = 0, emin = 0, bits = 0;
+  std::int64_t max_code = 0;
+  std::uint32_t nan_code = 0;
+  bool has_nan = true;
+
+  explicit FastFloatEncoder(Element e) {
+    const FloatLayout l = float_layout(e);
+    m = l.man_bits;
+    emin = 1 - l.bias;
+    bits = traits(e).bits;
+    max_code = encode(e, max_finite(e));
+    has_nan = l.has_nan;
+    nan_code = has_nan ? encode(e, std::numeric_limits<double>::quiet_NaN()) : 0;
+  }
+
+  std::uint32_t operator()(double v, std::int64_t& saturated) const {
+    const auto b = std::bit_cast<std::uint64_t>(v);
+    const auto sign = static_cast<std::uint32_t>(b >> 63) << (bits - 1);
+    const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
+    if (a > 0x7FF0000000000000ull) {  // NaN
+      if (has_nan) return nan_code;
+      ++saturated;
+      return 0;
+    }
+    const int e = static_cast<int>(a >> 52) - 1023;
+    // Bits of the 53-bit significand below the element's last mantissa bit (more for its
+    // subnormals). From 54 on the value is under half the smallest subnormal (or a double
+    // subnormal) and rounds to 0, which the capped shift of 63 also gives.
+    const int shift = std::min(52 - m + std::max(emin - e, 0), 63);
+    const std::uint64_t mant = (a & ((1ull << 52) - 1)) | (1ull << 52);
+    // Branch-free round to nearest, ties to even: add half - 1, plus 1 when the kept LSB is odd.
+    const std::uint64_t q = (mant + ((1ull << (shift - 1)) - 1) + ((mant >> shift) & 1u)) >> shift;
+    // Normal: q carries the implicit bit, so (e - emin) << m + q = (e + bias) << m | fraction, and
+    // a carry out of the mantissa bumps the exponent field by itself. Subnormal: q is the field.
+    std::int64_t code = (static_cast<std::int64_t>(std::max(e, emin) - emin) << m) + static_cast<std::int64_t>(q);
+    if (code > max_code) {
+      ++saturated;
+      code = max_code;
+    }
+    return sign | static_cast<std::uint32_t>(code);
+  }
+
+  // out[i] = (*this)(double(x[i]) / d) for i < n (d finite and non-zero), with the scalar path's
+  // saturation count: the same integer steps on eight doubles at a time where AVX-512 is compiled in
+  // (IEEE division is correctly rounded in either unit, so the codes are the same bits).
+  void encode_run(const float* x, std::int64_t n, double d, std::uint32_t* out, std::int64_t& saturated) const {
+    std::int64_t i = 0;
+#ifdef RLSIM_AVX512
+    const __m512d vd = _mm512_set1_pd(d);
+    const __m512i abs_mask = _mm512_set1_epi64(0x7FFFFFFFFFFFFFFFll), inf = _mm512_set1_epi64(0x7FF0000000000000ll),
+                  frac = _mm512_set1_epi64((1ll << 52) - 1), implicit = _mm512_set1_epi64(1ll << 52), one = _mm512_set1_epi64(1),
+                  bias = _mm512_set1_epi64(1023), vemin = _mm512_set1_epi64(emin), base_shift = _mm512_set1_epi64(52 - m),
+                  cap = _mm512_set1_epi64(63), zero = _mm512_setzero_si512(), vmax = _mm512_set1_epi64(max_code),
+                  vnan = _mm512_set1_epi64(has_nan ? nan_code : 0);
+    for (; i + 8 <= n; i += 8) {
+      const __m512i b = _mm512_castpd_si512(_mm512_div_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), vd));
+      const __m512i sign = _mm512_slli_epi64(_mm512_srli_epi64(b, 63), bits - 1);
+      const __m512i a = _mm512_and_si512(b, abs_mask);
+      const __mmask8 is_nan = _mm512_cmpgt_epi64_mask(a, inf);
+      const __m512i e = _mm512_sub_epi64(_mm512_srli_epi64(a, 52), bias);
+      const __m512i shift =
+          _mm512_min_epi64(_mm512_add_epi64(base_shift, _mm512_max_epi64(_mm512_sub_epi64(vemin, e), zero)), cap);
+      const __m512i mant = _mm512_or_si512(_mm512_and_si512(a, frac), implicit);
+      const __m512i half_less = _mm512_sub_epi64(_mm512_sllv_epi64(one, _mm512_sub_epi64(shift, one)), one);
+      const __m512i odd = _mm512_and_si512(_mm512_srlv_epi64(mant, shift), one);
+      const __m512i q = _mm512_srlv_epi64(_mm512_add_epi64(_mm512_add_epi64(mant, half_less), odd), shift);
+      __m512i code =
+          _mm512_add_epi64(_mm512_sll_epi64(_mm512_sub_epi64(_mm512_max_epi64(e, vemin), vemin), _mm_cvtsi32_si128(m)), q);
+      const __mmask8 over = _mm512_cmpgt_epi64_mask(code, vmax) & static_cast<__mmask8>(~is_nan);
+      code = _mm512_or_si512(sign, _mm512_min_epi64(code, vmax));
+      code = _mm512_mask_mov_epi64(code, is_nan, vnan);
+      saturated += std::popcount(static_cast<unsigned>(over)) + (has_nan ? 0 : std::popcount(static_cast<unsigned>(is_nan)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi64_epi32(code));
+    }
+#endif
+    for (; i < n; ++i) out[i] = (*this)(static_cast<double>(x[i]) / d, saturated);
+  }
+};
+
 // Everything of a quantisation that does not depend on where its codes go.
 struct Plan {
   BlockShape b;
@@ -481,8 +566,16 @@ BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan
       return {std::ldexp(1.0, shared), static_cast<std::uint32_t>(shared + 127)};
     }
     case ScaleKind::kNv16: {
-      bs.code = encode(Element::kFp8E4M3, amax / 6.0 / p.tensor_scale);
-      bs.scale = decode(Element::kFp8E4M3, bs.code);
+      // encode() and decode() of E4M3, without the generic encoder's libm calls (one per 16 values).
+      static const FastFloatEncoder e4m3(Element::kFp8E4M3);
+      static const std::array<double, 256> e4m3_value = [] {
+        std::array<double, 256> v{};
+        for (std::uint32_t c = 0; c < v.size(); ++c) v[c] = decode(Element::kFp8E4M3, c);
+        return v;
+      }();
+      std::int64_t saturated = 0;  // a scale past 448 is stored as 448, as encode() does
+      bs.code = e4m3(amax / 6.0 / p.tensor_scale, saturated);
+      bs.scale = e4m3_value[bs.code];
       return bs;
     }
     default: {
@@ -628,53 +721,6 @@ std::vector<double> fake_quantize(const Format& f, std::int64_t rows, std::int64
 
 namespace {
 
-// The code encode() gives, computed from the bits of the double with integer round-to-nearest-even
-// (no libm): the fast path of the binary float elements. Equal to encode_float() for every double
-// (tested on random and edge values for each element).
-struct FastFloatEncoder {
-  int m = 0, emin = 0, bits = 0;
-  std::int64_t max_code = 0;
-  std::uint32_t nan_code = 0;
-  bool has_nan = true;
-
-  explicit FastFloatEncoder(Element e) {
-    const FloatLayout l = float_layout(e);
-    m = l.man_bits;
-    emin = 1 - l.bias;
-    bits = traits(e).bits;
-    max_code = encode(e, max_finite(e));
-    has_nan = l.has_nan;
-    nan_code = has_nan ? encode(e, std::numeric_limits<double>::quiet_NaN()) : 0;
-  }
-
-  std::uint32_t operator()(double v, std::int64_t& saturated) const {
-    const auto b = std::bit_cast<std::uint64_t>(v);
-    const auto sign = static_cast<std::uint32_t>(b >> 63) << (bits - 1);
-    const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
-    if (a > 0x7FF0000000000000ull) {  // NaN
-      if (has_nan) return nan_code;
-      ++saturated;
-      return 0;
-    }
-    const int e = static_cast<int>(a >> 52) - 1023;
-    // Bits of the 53-bit significand below the element's last mantissa bit (more for its
-    // subnormals). From 54 on the value is under half the smallest subnormal (or a double
-    // subnormal) and rounds to 0, which the capped shift of 63 also gives.
-    const int shift = std::min(52 - m + std::max(emin - e, 0), 63);
-    const std::uint64_t mant = (a & ((1ull << 52) - 1)) | (1ull << 52);
-    // Branch-free round to nearest, ties to even: add half - 1, plus 1 when the kept LSB is odd.
-    const std::uint64_t q = (mant + ((1ull << (shift - 1)) - 1) + ((mant >> shift) & 1u)) >> shift;
-    // Normal: q carries the implicit bit, so (e - emin) << m + q = (e + bias) << m | fraction, and
-    // a carry out of the mantissa bumps the exponent field by itself. Subnormal: q is the field.
-    std::int64_t code = (static_cast<std::int64_t>(std::max(e, emin) - emin) << m) + static_cast<std::int64_t>(q);
-    if (code > max_code) {
-      ++saturated;
-      code = max_code;
-    }
-    return sign | static_cast<std::uint32_t>(code);
-  }
-};
-
 // HiF8 from the bits of the double: the binade's mantissa width, integer round to nearest even,
 // then the byte as encode_hif8() builds it. Equal to encode_hif8() for every double (tested).
 struct FastHif8Encoder {
@@ -761,6 +807,8 @@ void encode_blocks(const Enc& enc, const Plan& p, std::int64_t rows, std::int64_
       std::uint32_t* out = q.codes.data() + r * cols;
       if (std::isnan(d) || d == 0) {
         for (std::int64_t c = c0; c < c1; ++c) out[c] = enc(scaled_input(static_cast<double>(xr[c]), d), q.saturated);
+      } else if constexpr (requires { enc.encode_run(xr, c1 - c0, d, out, q.saturated); }) {
+        enc.encode_run(xr + c0, c1 - c0, d, out + c0, q.saturated);  // x / 1 is exact: d == 1 too
       } else if (d == 1.0) {
         for (std::int64_t c = c0; c < c1; ++c) out[c] = enc(static_cast<double>(xr[c]), q.saturated);
       } else {
@@ -809,6 +857,31 @@ QuantizedTensor quantize_slice(const Format& f, std::int64_t rows, std::int64_t 
 }
 
 namespace {
+// Largest |x[i]| over the finite values of x[0, n) (0 when none), and whether one is NaN.
+float segment_amax(const float* x, std::int64_t n, bool& has_nan) {
+  float m = 0.0f;
+  std::int64_t i = 0;
+#ifdef RLSIM_AVX512
+  __m512 vm = _mm512_setzero_ps();
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  __mmask16 nan = 0;
+  for (; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(live, x + i));
+    nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    vm = _mm512_mask_max_ps(vm, _mm512_cmp_ps_mask(a, big, _CMP_LE_OQ), vm, a);
+  }
+  m = _mm512_reduce_max_ps(vm);
+  has_nan = nan != 0;
+#endif
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    m = a <= std::numeric_limits<float>::max() && a > m ? a : m;
+    has_nan |= a != a;
+  }
+  return m;
+}
+
 QuantizedTensor quantize_float(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x,
                                const float* tensor_amax) {
   Plan p = make_plan(f, rows, cols, x.size());
@@ -828,13 +901,8 @@ QuantizedTensor quantize_float(const Format& f, std::int64_t rows, std::int64_t 
       const float* xr = x.data() + r * cols;
       for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
         const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
-        float m = 0.0f;
         bool has_nan = false;
-        for (std::int64_t c = c0; c < c1; ++c) {
-          const float a = std::fabs(xr[c]);
-          m = a <= std::numeric_limits<float>::max() && a > m ? a : m;
-          has_nan |= a != a;
-        }
+        const float m = segment_amax(xr + c0, c1 - c0, has_nan);
         const auto blk = static_cast<std::size_t>(br * p.grid_c + bc);
         amax[blk] = std::max(amax[blk], m);
         nan[blk] = static_cast<unsigned char>(nan[blk] | (has_nan ? 1 : 0));

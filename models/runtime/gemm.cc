@@ -9,21 +9,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "models/precision/avx512.h"
 #include "models/runtime/transformer.h"
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-// GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
-// reports wherever they inline (GCC bug 105593, a false positive fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#define RLSIM_GEMM_AVX512 1
-#if defined(__AVX512BF16__)
-#define RLSIM_GEMM_BF16 1
-#endif
-#endif
 
 namespace rlsim::models {
 namespace {
@@ -40,8 +27,14 @@ int tile_vectors(const GemmActivations& x, std::int64_t t0) {
   return static_cast<int>(std::min<std::int64_t>(kMaxVectors, (x.tokens - t0 + kTokenVector - 1) / kTokenVector));
 }
 
-// Columns per activation scale block of format f on rows of `cols` (cols when one spans the row).
+// Whether the block scales of activations in format f fold exactly into their BF16 codes (E2M1 values
+// times E4M3 scales, NVFP4: see PackedWeight::scales_fold_into_bf16), leaving one scale per row.
+bool activation_scales_fold(const Format& f) { return f.scaling.kind == ScaleKind::kNv16 && f.element == Element::kFp4E2M1; }
+
+// Columns per activation scale block of format f on rows of `cols` (cols when one spans the row or
+// the block scales fold into the codes).
 std::int64_t activation_block_cols(const Format& f, std::int64_t cols) {
+  if (activation_scales_fold(f)) return cols;
   switch (f.scaling.kind) {
     case ScaleKind::kGroup1xN:
     case ScaleKind::kMx32:
@@ -64,12 +57,27 @@ void quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, const F
     return;
   }
   const QuantizedTensor q = quantize_slice(f, rows, cols, std::span<const float>(x, n), tensor_amax);
-  std::uint16_t table[256];
+  float value[256];
   const int code_count = 1 << std::min(traits(f.element).bits, 8);
-  for (int c = 0; c < code_count; ++c) table[c] = bf16_bits(static_cast<float>(decode(f.element, static_cast<std::uint32_t>(c))));
-  for (std::size_t i = 0; i < n; ++i) codes[i] = table[q.codes[i] & static_cast<std::uint32_t>(code_count - 1)];
-  const std::int64_t bc = activation_block_cols(f, cols), blocks = (cols + bc - 1) / bc,
-                     grid_cols = (cols + q.block_cols - 1) / q.block_cols;
+  for (int c = 0; c < code_count; ++c) value[c] = static_cast<float>(decode(f.element, static_cast<std::uint32_t>(c)));
+  const auto code_mask = static_cast<std::uint32_t>(code_count - 1);
+  const std::int64_t grid_cols = (cols + q.block_cols - 1) / q.block_cols;
+  if (activation_scales_fold(f)) {  // value x block scale, exact in BF16; the tensor scale per row
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const double* row_scales = q.scales.data() + (r / q.block_rows) * grid_cols;
+      const std::uint32_t* in = q.codes.data() + r * cols;
+      std::uint16_t* out = codes + r * cols;
+      for (std::int64_t b = 0; b < grid_cols; ++b) {
+        const auto s = static_cast<float>(row_scales[b]);
+        for (std::int64_t c = b * q.block_cols; c < std::min(cols, (b + 1) * q.block_cols); ++c)
+          out[c] = bf16_bits(value[in[c] & code_mask] * s);
+      }
+      scales[r] = static_cast<float>(q.tensor_scale);
+    }
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) codes[i] = bf16_bits(value[q.codes[i] & code_mask]);
+  const std::int64_t bc = activation_block_cols(f, cols), blocks = (cols + bc - 1) / bc;
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t b = 0; b < blocks; ++b) {
       const double s = q.scales[static_cast<std::size_t>((r / q.block_rows) * grid_cols + b)] * q.tensor_scale;
@@ -107,9 +115,14 @@ bool activation_codes_in_bf16(const Format& f) {
   }
 }
 
+namespace {
+// Columns per weight scale block as the GEMM applies them (cols when the scales fold into the codes).
+std::int64_t weight_block_cols(const PackedWeight& w) { return w.scales_fold_into_bf16() ? w.cols() : w.scale_block_cols(); }
+}  // namespace
+
 bool gemm_bf16_applies(const PackedWeight& w, const Format& f) {
   if (!w.codes_in_bf16() || !activation_codes_in_bf16(f)) return false;
-  const std::int64_t cols = w.cols(), wb = w.scale_block_cols(), xb = activation_block_cols(f, cols);
+  const std::int64_t cols = w.cols(), wb = weight_block_cols(w), xb = activation_block_cols(f, cols);
   const std::int64_t kb = std::min(wb, xb);
   const bool nested = (wb >= cols || wb % kb == 0) && (xb >= cols || xb % kb == 0);
   return nested && (kb >= cols || kb % 2 == 0);
@@ -147,28 +160,31 @@ GemmActivations::GemmActivations(const float* x, std::int64_t t, std::int64_t c,
   const std::int64_t chunk = split ? 16 : t, chunks = (t + chunk - 1) / chunk;
   block_cols = activation_block_cols(f, c);
   blocks = (c + block_cols - 1) / block_cols;
-  std::vector<std::uint16_t> codes(static_cast<std::size_t>(t * c));
-  std::vector<float> row_scales(static_cast<std::size_t>(t * blocks));  // [tokens][blocks]
-#pragma omp parallel for schedule(static) if (split)
-  for (std::int64_t k = 0; k < chunks; ++k) {
-    const std::int64_t r0 = k * chunk, nr = std::min(chunk, t - r0);
-    quantize_rows(x + r0 * c, nr, c, f, amax, codes.data() + r0 * c, row_scales.data() + r0 * blocks);
-  }
   pairs.assign(static_cast<std::size_t>(kpad / 2 * tpad), 0u);
   scales.assign(static_cast<std::size_t>(blocks * tpad), 0.0f);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < t; ++r) {
-    for (std::int64_t b = 0; b < blocks; ++b) scales[scale_index(r, b)] = row_scales[static_cast<std::size_t>(r * blocks + b)];
-    const std::uint16_t* row = codes.data() + r * c;
-    for (std::int64_t kp = 0; kp < (c + 1) / 2; ++kp) {
-      const std::uint32_t hi = 2 * kp + 1 < c ? row[2 * kp + 1] : 0u;
-      pairs[pair_index(r, kp)] = row[2 * kp] | hi << 16;
+  // Each chunk's codes and scales in a per-thread buffer, then into the tile layout.
+#pragma omp parallel for schedule(static) if (split)
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    thread_local std::vector<std::uint16_t> codes;
+    thread_local std::vector<float> row_scales;  // [rows of the chunk][blocks]
+    const std::int64_t r0 = k * chunk, nr = std::min(chunk, t - r0);
+    codes.resize(static_cast<std::size_t>(nr * c));
+    row_scales.resize(static_cast<std::size_t>(nr * blocks));
+    quantize_rows(x + r0 * c, nr, c, f, amax, codes.data(), row_scales.data());
+    for (std::int64_t i = 0; i < nr; ++i) {
+      for (std::int64_t b = 0; b < blocks; ++b)
+        scales[scale_index(r0 + i, b)] = row_scales[static_cast<std::size_t>(i * blocks + b)];
+      const std::uint16_t* row = codes.data() + i * c;
+      for (std::int64_t kp = 0; kp < (c + 1) / 2; ++kp) {
+        const std::uint32_t hi = 2 * kp + 1 < c ? row[2 * kp + 1] : 0u;
+        pairs[pair_index(r0 + i, kp)] = row[2 * kp] | hi << 16;
+      }
     }
   }
 }
 
 bool gemm_uses_avx512_bf16() {
-#ifdef RLSIM_GEMM_BF16
+#ifdef RLSIM_AVX512_BF16
   return true;
 #else
   return false;
@@ -191,11 +207,11 @@ struct BlockPlan {
 // columns [k0, k1) (k0 and k1 multiples of kb, or k1 the padded row end), added to out[i * 64 +
 // j] (row i, token j of the tile). Activation codes of the tile: xt[(k / 2) * 64 + j] (BF16
 // pairs) or xt[k * 64 + j] (FP32), its scales xs[b * 64 + j].
-#ifdef RLSIM_GEMM_AVX512
+#ifdef RLSIM_AVX512
 // The product of one pair of BF16 codes per lane into FP32: VDPBF16PS, or the same two products as
 // FP32 FMAs (BF16 -> FP32 is a shift) where the build lacks AVX512-BF16.
 inline __m512 dot_pair(__m512 acc, __m512i x, __m512i w) {
-#ifdef RLSIM_GEMM_BF16
+#ifdef RLSIM_AVX512_BF16
   return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 #else
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -323,7 +339,7 @@ static_assert(kPanelRows % kRows == 0);
 template <int R, bool kScaled>
 void run_bf16(int vectors, const std::uint16_t* w, std::int64_t ldw, const float* ws, const BlockPlan& p, const std::uint32_t* xt,
               const float* xs, std::int64_t k0, std::int64_t k1, float* out) {
-#ifdef RLSIM_GEMM_AVX512
+#ifdef RLSIM_AVX512
   switch (vectors) {
     case 1:
       return bf16_kernel<R, 1, kScaled>(w, ldw, ws, p, xt, xs, k0, k1, out);
@@ -340,7 +356,7 @@ void run_bf16(int vectors, const std::uint16_t* w, std::int64_t ldw, const float
 }
 
 void run_f32(int vectors, const float* w, std::int64_t ldw, const float* xt, std::int64_t k0, std::int64_t k1, float* out) {
-#ifdef RLSIM_GEMM_AVX512
+#ifdef RLSIM_AVX512
   switch (vectors) {
     case 1:
       return f32_kernel<kRows, 1>(w, ldw, xt, k0, k1, out);
@@ -366,7 +382,7 @@ struct PanelBuffers {
 
 BlockPlan block_plan(const PackedWeight& w, const GemmActivations& x) {
   BlockPlan p;
-  p.wb = w.scale_block_cols(), p.nwb = w.scale_blocks(), p.xb = x.block_cols;
+  p.wb = weight_block_cols(w), p.nwb = (x.cols + p.wb - 1) / p.wb, p.xb = x.block_cols;
   const std::int64_t kb = std::min(p.wb, p.xb);
   p.one_block = kb >= x.cols;
   p.x_at_end = p.xb >= x.cols;
@@ -403,8 +419,13 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
     const BlockPlan p = block_plan(w, x);
     buf.codes.assign(static_cast<std::size_t>(kPanelRows * ld), 0);
     buf.scales.assign(static_cast<std::size_t>(kPanelRows * p.nwb), 0.0f);
-    w.decode_rows_bf16(r0, r0 + n, buf.codes.data(), ld);
-    w.block_scales(r0, r0 + n, buf.scales.data());
+    if (w.scales_fold_into_bf16()) {
+      w.decode_rows_bf16_scaled(r0, r0 + n, buf.codes.data(), ld);
+      std::fill(buf.scales.begin(), buf.scales.end(), w.tensor_scale());  // p.nwb == 1
+    } else {
+      w.decode_rows_bf16(r0, r0 + n, buf.codes.data(), ld);
+      w.block_scales(r0, r0 + n, buf.scales.data());
+    }
     for (std::int64_t t0 = 0; t0 < x.tokens; t0 += GemmActivations::kTile) {
       const int vectors = tile_vectors(x, t0);
       const std::uint32_t* xt = x.pairs.data() + x.pair_index(t0, 0);

@@ -8,7 +8,9 @@
 //    BF16 values (BF16, E4M3, E5M2, E2M1, INT4, INT8): codes are multiplied in pairs into FP32
 //    (VDPBF16PS where the build targets AVX512-BF16, Intel SDM vol. 2 "VDPBF16PS"; else the
 //    same products in FP32 FMAs), each joint scale block's sum is multiplied by its weight block
-//    scale times its activation block scale and added in FP32. W8A8 recipes quantise the
+//    scale times its activation block scale and added in FP32. Where a block scale times a code is
+//    itself exactly a BF16 value (NVFP4's E4M3 scales on E2M1 codes), the scale is folded into the
+//    codes instead and only the tensor scales multiply each row's sum. W8A8 recipes quantise the
 //    activations per block as their rollout engine does (DeepSeek-V3 sec. 3.3: 1x128 groups; OCP
 //    MX v1.0: 32-element blocks); W4A16 keeps them in BF16.
 //  - FP32 FMAs on the dequantised weights (PackedWeight::decode_rows_f32) and the activations
@@ -37,8 +39,8 @@ bool activation_codes_in_bf16(const Format& f);
 /// and a tile's columns as one sequential stream:
 ///  - BF16 kernel (bf16 == true): pairs[pair_index(t, k / 2)] holds the BF16 codes of columns k
 ///    and k + 1 of token t (k even, k in the low half); scales[scale_index(t, b)] the FP32 scale
-///    of activation block b (block_cols columns; NVFP4: block scale x tensor scale; 1 when
-///    unscaled).
+///    of activation block b (block_cols columns; 1 when unscaled). NVFP4 codes are E2M1 value x
+///    E4M3 block scale (exact in BF16) in one block per token whose scale is the tensor scale.
 ///  - FP32 kernel: values[value_index(t, k)], the rounded value.
 /// tpad = tokens rounded up to kTile, kpad = cols rounded up to 32; padding is zero.
 struct GemmActivations {

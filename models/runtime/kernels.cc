@@ -9,16 +9,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-// GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
-// reports wherever they inline (GCC bug 105593, a false positive fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#define RLSIM_AVX512 1
-#endif
+#include "models/precision/avx512.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -592,6 +584,23 @@ void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint1
           for (std::int64_t k = 0; k < n; ++k) oc[k] = nib[k < 16 ? p[k] & 0xFu : p[k - 16] >> 4u];
           break;
       }
+    }
+  }
+}
+
+bool PackedWeight::scales_fold_into_bf16() const {
+  return layout_ == WeightLayout::kNibble && scaled_ && element_ == Element::kFp4E2M1 && scale_element_ == Element::kFp8E4M3;
+}
+
+void PackedWeight::decode_rows_bf16_scaled(std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) const {
+  if (!scales_fold_into_bf16()) throw std::logic_error("PackedWeight::decode_rows_bf16_scaled: scales do not fold into BF16");
+  decode_rows_bf16(r0, r1, out, ld);
+  const auto value = [](std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); };
+  for (std::int64_t r = r0; r < r1; ++r) {
+    std::uint16_t* o = out + (r - r0) * ld;
+    for (std::int64_t c0 = 0; c0 < cols_; c0 += block_cols_) {
+      const float s = scale(r, c0);
+      for (std::int64_t c = c0; c < std::min(cols_, c0 + block_cols_); ++c) o[c] = bf16_bits(value(o[c]) * s);  // exact
     }
   }
 }

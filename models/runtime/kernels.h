@@ -160,6 +160,17 @@ class PackedWeight {
   /// out + (r - r0) * ld, columns [cols(), ld) zero. Requires codes_in_bf16() (std::logic_error
   /// otherwise) and ld >= cols().
   void decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) const;
+  /// Whether every block scale times every element value is exactly a normal BF16 value, so the
+  /// GEMM can multiply decode_rows_bf16_scaled()'s values and apply only the tensor scale: E2M1
+  /// elements (at most 2 significant bits, |v| in [0.5, 6]) with E4M3 block scales (at most 4
+  /// significant bits, [2^-9, 448]), i.e. NVFP4 (OCP MX v1.0 sec. 5.3.3 for E2M1; NVIDIA's NVFP4
+  /// for the E4M3 scale): products of at most 6 significant bits in [2^-10, 2688].
+  bool scales_fold_into_bf16() const;
+  /// decode_rows_bf16() with each value multiplied by its block scale (not the tensor scale), as
+  /// BF16 bits. Requires scales_fold_into_bf16() (std::logic_error otherwise).
+  void decode_rows_bf16_scaled(std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) const;
+  /// The FP32 tensor scale (NVFP4's second-level scale; 1 for the other formats).
+  float tensor_scale() const { return tensor_scale_; }
   /// Scales of rows [r0, r1): out[(r - r0) * scale_blocks() + b] = block scale x tensor scale of
   /// block b of row r (1 where unscaled), the factor decode_rows_bf16's codes are multiplied by.
   void block_scales(std::int64_t r0, std::int64_t r1, float* out) const;
