@@ -1,5 +1,7 @@
 #include "sim/pipeline/collectives.h"
 
+#include <algorithm>
+
 namespace rlsim::sim {
 
 models::Link group_link(int group, int devices_per_node, const models::Link& intra, const models::Link& inter) {
@@ -33,6 +35,15 @@ double broadcast_s(double bytes, int n, const models::Link& link, double eff) {
 double all_to_all_s(double bytes, int n, const models::Link& link, double eff) {
   if (n <= 1 || bytes <= 0) return 0.0;
   return (n - 1) * (bytes / n) / (link.bandwidth_bytes_per_s * eff) + (n - 1) * link.latency_s;
+}
+
+double expert_all_to_all_s(double bytes, int n, int per_node, const models::Link& intra, const models::Link& inter, double eff) {
+  if (n <= 1 || bytes <= 0) return 0.0;
+  const int local = std::max(1, std::min(n, per_node));
+  const double intra_s = bytes * (local - 1) / n / (intra.bandwidth_bytes_per_s * eff);
+  if (n <= local) return intra_s + 2 * intra.latency_s;
+  const double inter_s = bytes * (n - local) / n / (inter.bandwidth_bytes_per_s * eff);
+  return std::max(intra_s, inter_s) + 2 * inter.latency_s;
 }
 
 }  // namespace rlsim::sim

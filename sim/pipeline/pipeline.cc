@@ -396,14 +396,18 @@ bool Simulation::check_fit() {
     return false;
   }
   kv_pool_bytes_ = kv_bytes;
-  r_.kv_capacity_tokens = std::floor(kv_bytes / rc.kv_bytes_per_token_device);
+  // Each attention DP rank caches its own sequences: the engine holds DP times one rank's tokens,
+  // and one sequence has to fit in a rank.
+  const int dp = s_.rollout.data_parallel;
+  const double rank_capacity = std::floor(kv_bytes / rc.kv_bytes_per_token_device);
+  r_.kv_capacity_tokens = rank_capacity * dp;
   const double longest = static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
-  if (longest > r_.kv_capacity_tokens) {
+  if (longest > rank_capacity) {
     r_.oom = OomReport{Role::kRollout,
                        rollout_ledger().group(),
-                       fmt::format("KV cache holds {:.0f} tokens per engine, less than one sequence of up to {:.0f} tokens "
+                       fmt::format("KV cache holds {:.0f} tokens per {}, less than one sequence of up to {:.0f} tokens "
                                    "(the engine refuses to start: max_model_len exceeds KV capacity)",
-                                   r_.kv_capacity_tokens, longest),
+                                   rank_capacity, dp > 1 ? "attention DP rank" : "engine", longest),
                        kv_bytes,
                        longest * rc.kv_bytes_per_token_device,
                        {{"rollout_weights", rc.weight_bytes_per_device},
@@ -750,7 +754,7 @@ void Simulation::report_memory() {
 SimResult Simulation::run() {
   const int devices = s_.cluster.devices();
   r_.rollout_cost = RolloutCostModel::build(s_);
-  r_.engines = s_.placement.rollout_devices / s_.rollout.tensor_parallel;
+  r_.engines = s_.placement.rollout_devices / s_.rollout.engine_devices();
   const double capacity = s_.cluster.device.memory_bytes;
   if (colocated()) {
     ledgers_.emplace_back(fmt::format("colocated ({} devices)", devices), capacity);
@@ -758,8 +762,9 @@ SimResult Simulation::run() {
     ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
     ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
   }
-  r_.sync = trainer_.weight_sync(models::weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
-                                 s_.rollout.tensor_parallel);
+  r_.sync =
+      trainer_.weight_sync(models::weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
+                           s_.rollout.tensor_parallel, r_.rollout_cost.wide_ep ? r_.rollout_cost.weight_bytes_per_device : 0.0);
   const bool async = s_.schedule.mode == ScheduleMode::kAsync;
   step_requests_.resize(static_cast<std::size_t>(s_.steps));
   batches_.resize(static_cast<std::size_t>(s_.steps));

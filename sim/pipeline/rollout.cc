@@ -31,17 +31,22 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   const models::Recipe& recipe = r.precision;
   RolloutCostModel c;
   c.tp = r.tensor_parallel;
+  c.dp = r.data_parallel;
+  c.engine_devices = r.engine_devices();
+  c.wide_ep = arch.moe && (c.dp > 1 || r.expert_parallel > c.tp);
+  // Devices the routed experts are spread over: the TP group, or the whole engine with wide EP.
+  const int expert_devices = c.wide_ep ? c.engine_devices : c.tp;
   c.layers = arch.layers;
   const double total = weight_bytes(arch, recipe);
   const double routed = weight_bytes(arch, recipe, bit(LinearKind::kRoutedExpert), false);
-  c.weight_bytes_per_device = total / c.tp;
+  c.weight_bytes_per_device = c.wide_ep ? (total - routed) / c.tp + routed / expert_devices : total / c.tp;
   // The embedding is a gather of b rows, not a full read; the lm_head is read in full.
   const double embedding = recipe.embedding.bytes(arch.vocab, arch.hidden);
   c.dense_bytes_per_device = (total - routed - (arch.tied_embeddings ? 0.0 : embedding)) / c.tp;
   if (arch.moe) {
     c.experts = arch.moe->experts;
     c.active = arch.moe->active;
-    c.expert_bytes_per_device = routed / arch.moe->experts / c.tp;
+    c.expert_bytes_per_device = routed / arch.moe->experts / expert_devices;
   }
   // KV: GQA heads are split across TP ranks (replicated when TP > kv_heads); the MLA latent is
   // replicated on every rank (vLLM / SGLang without DP attention).
@@ -61,13 +66,13 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
     return arch.moe ? p * arch.moe->active / arch.moe->experts : 0.0;
   }();
   c.matmul_flops_per_token_device = 2.0 * (static_cast<double>(arch.active_matmul_params()) - routed_params) / c.tp;
-  c.expert_flops_per_token_device = 2.0 * routed_params / c.tp;
+  c.expert_flops_per_token_device = 2.0 * routed_params / expert_devices;
   c.moe_half_tokens = r.moe_half_tokens;
   c.attn_flops_per_ctx_device = arch.attention_flops_per_token(1.0) / c.tp;
   c.mem_bw = s.cluster.device.memory_bandwidth_bytes_per_s * r.efficiency.memory;
   c.kv_mem_bw = c.mem_bw * r.attention_memory_efficiency;
   if (arch.moe) {
-    const double width = static_cast<double>(arch.moe->expert_intermediate) * r.expert_parallel / c.tp;
+    const double width = static_cast<double>(arch.moe->expert_intermediate) * r.expert_parallel / expert_devices;
     c.expert_mem_bw = c.mem_bw * width / (width + r.moe_half_width);
   }
   c.compute_type = *s.cluster.device.effective(recipe.linear.compute(recipe.mode));
@@ -110,8 +115,22 @@ double RolloutCostModel::weights_read_s(double tokens) const {
   return dense_bytes_per_device / mem_bw + experts_s;
 }
 
-double RolloutCostModel::comm_s(double tokens) const {
+double RolloutCostModel::comm_s(double tokens, double share) const {
+  if (wide_ep) {
+    // The slowest DP rank's all-reduces over its TP group; each device dispatches its TP slice of
+    // its rank's tokens to the experts of the whole engine and takes their outputs back.
+    const double rank_tokens = tokens * share;
+    const double ar = tp > 1 ? hierarchical_all_reduce_s(rank_tokens * allreduce_bytes_per_token, tp, devices_per_node,
+                                                         intra_link, inter_link, comm_eff)
+                             : 0.0;
+    const double per_device = rank_tokens / tp;
+    const double a2a =
+        expert_all_to_all_s(per_device * dispatch_bytes_per_token, ep, devices_per_node, intra_link, inter_link, comm_eff) +
+        expert_all_to_all_s(per_device * combine_bytes_per_token, ep, devices_per_node, intra_link, inter_link, comm_eff);
+    return (layers + dense_ffn_layers) * ar + moe_layers * a2a;
+  }
   if (tp <= 1) return 0.0;
+  tokens *= share;
   const double ar =
       hierarchical_all_reduce_s(tokens * allreduce_bytes_per_token, tp, devices_per_node, intra_link, inter_link, comm_eff);
   if (ep <= 1) return 2.0 * layers * ar;
@@ -122,31 +141,42 @@ double RolloutCostModel::comm_s(double tokens) const {
 }
 
 double RolloutCostModel::decode_memory_s(int b, double ctx) const {
-  return weights_read_s(b) + ctx * kv_bytes_per_token_device / kv_mem_bw;
+  return weights_read_s(b) + ctx * rank_share(b) * kv_bytes_per_token_device / kv_mem_bw;
+}
+
+double RolloutCostModel::expert_imbalance(double tokens) const {
+  if (!wide_ep || tokens <= 0) return 1.0;
+  const double mu = tokens * active / engine_devices;  // expert assignments per device
+  return 1.0 + std::sqrt(2.0 * std::log(static_cast<double>(engine_devices)) / mu);
 }
 
 double RolloutCostModel::expert_compute_s(double tokens) const {
   if (expert_flops_per_token_device <= 0 || tokens <= 0) return 0.0;
   const double m = tokens * active / experts_touched(experts, active, tokens);  // tokens per touched expert
   const double efficiency = m / (m + moe_half_tokens);
-  return tokens * expert_flops_per_token_device / (compute_rate * efficiency);
+  return tokens * expert_flops_per_token_device / (compute_rate * efficiency) * expert_imbalance(tokens);
 }
 
 double RolloutCostModel::decode_compute_s(int b, double ctx) const {
-  return (b * matmul_flops_per_token_device + ctx * attn_flops_per_ctx_device * attention_cost_factor) / compute_rate +
+  const double share = rank_share(b);
+  return (b * share * matmul_flops_per_token_device + ctx * share * attn_flops_per_ctx_device * attention_cost_factor) /
+             compute_rate +
          expert_compute_s(b);
 }
 
 double RolloutCostModel::decode_s(int b, double ctx) const {
-  return std::max(decode_memory_s(b, ctx), decode_compute_s(b, ctx)) + comm_s(b) + step_overhead_s(b);
+  const double share = rank_share(b);
+  return std::max(decode_memory_s(b, ctx), decode_compute_s(b, ctx)) + comm_s(b, share) + step_overhead_s(b * share);
 }
 
 double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) const {
   if (n <= 0) return 0.0;
   const double nn = static_cast<double>(n);
   // memory_k = m0 + m1 k, compute_k = c0 + c1 k
-  const double m0 = decode_memory_s(b, ctx0), m1 = b * kv_bytes_per_token_device / kv_mem_bw;
-  const double c0 = decode_compute_s(b, ctx0), c1 = b * attn_flops_per_ctx_device * attention_cost_factor / compute_rate;
+  // (the slowest DP rank's context grows by its ceil(b / DP) sequences per step)
+  const double share = rank_share(b);
+  const double m0 = decode_memory_s(b, ctx0), m1 = b * share * kv_bytes_per_token_device / kv_mem_bw;
+  const double c0 = decode_compute_s(b, ctx0), c1 = b * share * attn_flops_per_ctx_device * attention_cost_factor / compute_rate;
   // sum max(m, c) = sum c + sum_{k: d_k > 0} d_k, with d_k = (m0 - c0) + (m1 - c1) k
   double sum = nn * c0 + c1 * nn * (nn - 1) / 2;
   const double d0 = m0 - c0, d1 = m1 - c1;
@@ -165,17 +195,19 @@ double RolloutCostModel::decode_stretch_s(int b, double ctx0, std::int64_t n) co
     const double count = hi - lo + 1;
     sum += count * d0 + d1 * (lo + hi) * count / 2;
   }
-  return sum + nn * (comm_s(b) + step_overhead_s(b));
+  return sum + nn * (comm_s(b, share) + step_overhead_s(b * share));
 }
 
 double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int new_sequences, int b_decode, double ctx) const {
   const double tokens = new_tokens + b_decode;
-  const double memory = weights_read_s(tokens) + (ctx + new_tokens) * kv_bytes_per_token_device / kv_mem_bw;
-  const double compute = (tokens * matmul_flops_per_token_device + prefill_attn * attention_cost_factor +
-                          ctx * attn_flops_per_ctx_device * attention_cost_factor) /
+  // The slowest DP rank's share of the sequences, tokens and attention (1 without DP attention).
+  const double share = rank_share(new_sequences + b_decode);
+  const double memory = weights_read_s(tokens) + (ctx + new_tokens) * share * kv_bytes_per_token_device / kv_mem_bw;
+  const double compute = (tokens * share * matmul_flops_per_token_device + prefill_attn * share * attention_cost_factor +
+                          ctx * share * attn_flops_per_ctx_device * attention_cost_factor) /
                              compute_rate +
                          expert_compute_s(tokens);
-  return std::max(memory, compute) + comm_s(tokens) + step_overhead_s(new_sequences + b_decode);
+  return std::max(memory, compute) + comm_s(tokens, share) + step_overhead_s((new_sequences + b_decode) * share);
 }
 
 // Engine ----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 // analytically between batch changes (admission, completion, preemption) instead of per token.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -35,6 +36,16 @@ double experts_touched(int experts, int active, double tokens);
 ///             x hidden in the recipe's activation format) and a combine (same, BF16) all-to-all
 ///             over the EP ranks: layers * all_reduce + dense layers * all_reduce + MoE layers *
 ///             (a2a(dispatch) + a2a(combine)).
+/// Data-parallel attention with wide expert parallelism (rollout.data_parallel DP > 1, or
+/// expert_parallel > tensor_parallel; SGLang --enable-dp-attention, vLLM --data-parallel-size with
+/// --enable-expert-parallel): the engine's D = TP x DP devices hold the attention and dense weights
+/// per TP group and 1/D of the routed experts each. The engine's b sequences and S cached tokens
+/// are spread over the DP ranks and the slowest rank gates the step: it runs ceil(b / DP)
+/// sequences with their share of S (dense weights, attention, KV reads and TP all-reduces at that
+/// batch); the routed experts see all b tokens, each device 1/D of the touched experts' bytes and
+/// of the expert FLOPs times the load of its busiest device under random top-k routing, 1 +
+/// sqrt(2 ln D / mu) at mu = b x top-k / D expert assignments per device (balls into bins,
+/// Raab & Steger 1998); each MoE layer a dispatch and a combine expert_all_to_all_s over EP ranks.
 /// where overhead(b) = iteration overhead + b * per-sequence overhead + layers * per-layer overhead
 /// + MoE layers * MoE-layer overhead (+ dynamic activation quantisation kernels when the recipe
 /// quantises activations). The per-sequence term (scheduler bookkeeping, sampler over the
@@ -63,6 +74,9 @@ struct RolloutCostModel {
   double allreduce_bytes_per_token = 0;  // one token's hidden state (models::hidden_bytes_per_token)
   int tp = 1;
   int ep = 1;
+  int dp = 1;              // attention data-parallel ranks per engine
+  bool wide_ep = false;    // DP > 1 or EP > TP: the data-parallel attention model above
+  int engine_devices = 1;  // TP x DP
   int dense_ffn_layers = 0, moe_layers = 0;
   double dispatch_bytes_per_token = 0;  // top-k x hidden x activation bytes (EP dispatch)
   double combine_bytes_per_token = 0;   // top-k x one token's hidden state (combine)
@@ -79,7 +93,14 @@ struct RolloutCostModel {
   double weights_read_s(double tokens) const;
   /// Fixed cost of one engine step with `sequences` sequences in it (overhead(b) above).
   double step_overhead_s(double sequences) const { return overhead_s + sequences * sequence_overhead_s; }
-  double comm_s(double tokens) const;
+  /// TP all-reduces and EP all-to-alls of one iteration of `tokens` engine tokens, the slowest DP
+  /// rank running `share` of them (rank_share; 1 without data-parallel attention).
+  double comm_s(double tokens, double share = 1.0) const;
+  /// Fraction of an engine batch of `sequences` the slowest DP rank runs: ceil(n / DP) / n (1
+  /// without data-parallel attention or for an empty batch).
+  double rank_share(double sequences) const { return dp <= 1 || sequences <= 0 ? 1.0 : std::ceil(sequences / dp) / sequences; }
+  /// Busiest device's expert load over the mean for `tokens` engine tokens (1 unless wide_ep).
+  double expert_imbalance(double tokens) const;
   double decode_memory_s(int b, double ctx) const;
   double decode_compute_s(int b, double ctx) const;
   double decode_s(int b, double ctx) const;

@@ -219,7 +219,8 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   return mem;
 }
 
-SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const {
+SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp,
+                                        double rollout_bytes_per_device) const {
   const auto& s = s_;
   const double eff = s.training.efficiency.comm;
   const double sync_bytes = params_ * widths_.sync;
@@ -237,7 +238,10 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
   const bool ipc =
       s.weight_sync.method == WeightSyncMethod::kCudaIpc || (s.weight_sync.method == WeightSyncMethod::kAuto && colocated);
   const double hbm = s.cluster.device.memory_bandwidth_bytes_per_s * s.rollout.efficiency.memory;
-  const double per_rank_sync = sync_bytes / rollout_tp;
+  // One rollout device's share: 1/TP, or with wide EP its dense share plus its experts.
+  const bool resharded = rollout_bytes_per_device > 0;
+  const double per_rank_sync =
+      resharded ? sync_bytes * (rollout_bytes_per_device / rollout_weight_bytes_total) : sync_bytes / rollout_tp;
   if (ipc) {
     // CUDA IPC: handles passed per bucket, the engine reads the trainer's buffer in place.
     out.transfer = buckets * 50e-6;  // IPC handle open + sync per bucket (assumption)
@@ -249,7 +253,7 @@ SyncTimes TrainerCostModel::weight_sync(double rollout_weight_bytes_total, int r
   }
   // On-the-fly quantisation on the rollout device: read the sync format, write the rollout
   // format; weights the engine keeps in the sync format cost nothing here.
-  const double rollout_per_rank = rollout_weight_bytes_total / rollout_tp;
+  const double rollout_per_rank = resharded ? rollout_bytes_per_device : rollout_weight_bytes_total / rollout_tp;
   // Weights the engine stores in another format than the one the trainer sends are converted
   // on the fly (quantised, or cast).
   const bool quantised = !s.rollout.precision.stores_weights_as(s.training.precision.sync);

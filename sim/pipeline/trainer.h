@@ -88,8 +88,11 @@ class TrainerCostModel {
   /// transposes, Marlin INT4 tile permutation, MX scale swizzles, Ascend's (in, out) weight
   /// transpose), load, and transform again; each is a read + write of the quantised bytes at HBM
   /// bandwidth x rollout memory efficiency. `rollout_weight_bytes_total` is the full model in the
-  /// rollout recipe's formats (bytes).
-  SyncTimes weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp) const;
+  /// rollout recipe's formats (bytes). `rollout_bytes_per_device` > 0: the engine is resharded
+  /// for wide expert parallelism (rollout.data_parallel), and each device receives, quantises and
+  /// loads that many bytes (its TP share of the dense weights and its experts) instead of 1/TP.
+  SyncTimes weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp,
+                        double rollout_bytes_per_device = 0.0) const;
   /// Optimizer offload (verl optimizer_offload, FSDP or Megatron): time to move one device's
   /// optimizer states over the host link, one direction (in for the update, out after it).
   double optimizer_offload_s() const;

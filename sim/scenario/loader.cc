@@ -602,6 +602,7 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
     r.engine = m->choice<RolloutEngineKind>("engine", r.engine,
                                             {{"vllm", RolloutEngineKind::kVllm}, {"sglang", RolloutEngineKind::kSglang}});
     r.tensor_parallel = static_cast<int>(m->integer("tensor_parallel", r.tensor_parallel, 1, 4096));
+    r.data_parallel = static_cast<int>(m->integer("data_parallel", r.data_parallel, 1, 4096));
     r.expert_parallel = static_cast<int>(m->integer("expert_parallel", r.expert_parallel, 1, 4096));
     if (m->has("precision")) r.precision = parse_recipe(src, m->get("precision"), "rollout.precision");
   }
@@ -635,16 +636,22 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
       if (e.has("attention_compute")) r.efficiency.attention_compute = *optional_fraction(e, "attention_compute");
       e.finish({"memory", "compute", "comm", "attention_compute"});
     }
-    m->finish({"engine", "tensor_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs", "memory_utilization",
-               "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
-    if (r.tensor_parallel % r.expert_parallel != 0) {
+    m->finish({"engine", "tensor_parallel", "data_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
+               "memory_utilization", "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
+    if (r.engine_devices() % r.expert_parallel != 0) {
       src.fail(m->get("expert_parallel"), "rollout.expert_parallel",
-               "rollout.expert_parallel must divide rollout.tensor_parallel");
+               fmt::format("rollout.expert_parallel ({}) must divide the engine's tensor_parallel x data_parallel = {} devices",
+                           r.expert_parallel, r.engine_devices()));
     }
-    if (s.placement.rollout_devices % r.tensor_parallel != 0) {
-      src.fail(m->get("tensor_parallel"), "rollout.tensor_parallel",
-               fmt::format("rollout.tensor_parallel ({}) must divide the {} rollout devices", r.tensor_parallel,
-                           s.placement.rollout_devices));
+    if (s.placement.rollout_devices % r.engine_devices() != 0) {
+      if (r.data_parallel == 1) {
+        src.fail(m->get("tensor_parallel"), "rollout.tensor_parallel",
+                 fmt::format("rollout.tensor_parallel ({}) must divide the {} rollout devices", r.tensor_parallel,
+                             s.placement.rollout_devices));
+      }
+      src.fail(m->get("data_parallel"), "rollout.data_parallel",
+               fmt::format("rollout.tensor_parallel x data_parallel ({} x {}) must divide the {} rollout devices",
+                           r.tensor_parallel, r.data_parallel, s.placement.rollout_devices));
     }
     if (r.expert_parallel > 1 && !s.model.moe) {
       src.fail(m->get("expert_parallel"), "rollout.expert_parallel", "rollout.expert_parallel > 1 needs an MoE model");

@@ -156,8 +156,8 @@ std::string resolved_yaml(const Scenario& s) {
   const auto& r = s.rollout;
   e << YAML::Key << "rollout" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "engine" << YAML::Value << (r.engine == RolloutEngineKind::kVllm ? "vllm" : "sglang");
-  e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "expert_parallel" << YAML::Value
-    << r.expert_parallel;
+  e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "data_parallel" << YAML::Value
+    << r.data_parallel << YAML::Key << "expert_parallel" << YAML::Value << r.expert_parallel;
   recipe(e, "precision", r.precision);
   e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value
     << num(r.memory_utilization);

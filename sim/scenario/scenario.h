@@ -128,7 +128,14 @@ enum class RolloutEngineKind { kVllm, kSglang };
 struct RolloutConfig {
   RolloutEngineKind engine = RolloutEngineKind::kVllm;  // Default: vllm
   int tensor_parallel = 1;                              // Default: 1
-  int expert_parallel = 1;                              // Default: 1
+  /// Attention data-parallel ranks per engine (SGLang --enable-dp-attention --dp N, vLLM
+  /// --data-parallel-size N with --enable-expert-parallel): each rank runs attention and the dense
+  /// layers on its own sequences with its own KV cache, and the routed experts are spread over the
+  /// whole engine of tensor_parallel x data_parallel devices. Default: 1 (one TP group per engine).
+  int data_parallel = 1;
+  int expert_parallel = 1;  // Default: 1; divides tensor_parallel x data_parallel
+  /// Devices of one engine: tensor_parallel x data_parallel.
+  int engine_devices() const { return tensor_parallel * data_parallel; }
   /// Default: bf16. Its kv_cache is the engine's KV format (rollout.kv_cache sets it).
   models::Recipe precision;
   int max_num_seqs = 256;            // Default: 256 (vLLM's max_num_seqs)

@@ -36,6 +36,51 @@ workload:
 rollout: {memory_utilization: 0.6}
 )";
 
+// Data-parallel attention with wide EP (rollout.data_parallel): Kimi-K2 as one engine of TP1 x
+// DP16 with EP16 against the same 16 devices as one TP16 EP16 group.
+TEST(Pipeline, DataParallelAttentionSpreadsExpertsAndKeepsDenseWeightsPerRank) {
+  const std::string path = std::string(RLSIM_SOURCE_DIR) + "/scenarios/slime-kimi-k2-fp8-h200-2node.yaml";
+  const Scenario tp16 = load_scenario(path);
+  const Scenario dp16 = load_scenario(path, {"rollout.tensor_parallel=1", "rollout.data_parallel=16"});
+  ASSERT_EQ(dp16.rollout.engine_devices(), 16);
+  const RolloutCostModel a = RolloutCostModel::build(tp16), b = RolloutCostModel::build(dp16);
+  EXPECT_FALSE(a.wide_ep);
+  EXPECT_TRUE(b.wide_ep);
+  const double total = models::weight_bytes(dp16.model, dp16.rollout.precision);
+  const double routed =
+      total - a.dense_bytes_per_device * 16 -
+      (dp16.model.tied_embeddings ? 0.0 : dp16.rollout.precision.embedding.bytes(dp16.model.vocab, dp16.model.hidden));
+  // Every device: all dense weights (TP1) plus 1/16 of the experts; the TP16 group holds 1/16 of both.
+  EXPECT_NEAR(b.weight_bytes_per_device, total - routed + routed / 16, 1e-6 * total);
+  EXPECT_NEAR(a.weight_bytes_per_device, total / 16, 1e-6 * total);
+  EXPECT_NEAR(b.expert_bytes_per_device, a.expert_bytes_per_device, 1e-9 * a.expert_bytes_per_device);
+  EXPECT_NEAR(b.dense_bytes_per_device, 16 * a.dense_bytes_per_device, 1e-9 * b.dense_bytes_per_device);
+  // The slowest DP rank runs ceil(b / 16) sequences.
+  EXPECT_DOUBLE_EQ(b.rank_share(17), 2.0 / 17);
+  EXPECT_DOUBLE_EQ(b.rank_share(160), 0.1 / 1.6);
+  EXPECT_DOUBLE_EQ(a.rank_share(17), 1.0);
+  // A DP16 engine with 16 n sequences does the attention and dense work of one rank with n: the
+  // same decode memory time apart from the experts, whose bytes both spread over 16 devices.
+  const int n = 32;
+  const double ctx = 16.0 * n * 2000;
+  RolloutCostModel one_rank = b;
+  one_rank.dp = 1;
+  EXPECT_NEAR(b.decode_memory_s(16 * n, ctx) - b.weights_read_s(16 * n),
+              one_rank.decode_memory_s(n, ctx / 16) - one_rank.weights_read_s(n), 1e-12);
+  // Busiest device under random routing: 1 + sqrt(2 ln 16 / (b top-k / 16)), toward 1 with load.
+  EXPECT_DOUBLE_EQ(b.expert_imbalance(512), 1.0 + std::sqrt(2.0 * std::log(16.0) / (512.0 * b.active / 16)));
+  EXPECT_GT(b.expert_imbalance(64), b.expert_imbalance(4096));
+  EXPECT_DOUBLE_EQ(a.expert_imbalance(512), 1.0);
+  // The run: one engine whose KV cache is 16 ranks' worth, every sequence decoded.
+  NullSink sink;
+  const SimResult r = simulate(dp16, sink);
+  ASSERT_TRUE(r.fits()) << r.oom->reason;
+  EXPECT_EQ(r.engines, 1);
+  const double rank_kv = std::floor(r.kv_capacity_tokens / 16);
+  EXPECT_DOUBLE_EQ(r.kv_capacity_tokens, 16 * rank_kv);
+  EXPECT_GT(r.tokens_generated, 0);
+}
+
 TEST(Pipeline, SyncStepIsTheSumOfItsPhases) {
   NullSink sink;
   const Scenario s = load_text(kBase);

@@ -156,6 +156,18 @@ TEST(Loader, BadValuesAreLocated) {
   EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {precision: fp7}\n").find("unknown recipe 'fp7'"), std::string::npos);
   EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {tensor_parallel: 3}\n").find("must divide the 8 rollout devices"),
             std::string::npos);
+  // rollout.data_parallel: the engine is TP x DP devices; EP divides it, and the engine divides the rollout devices.
+  EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {tensor_parallel: 2, data_parallel: 3}\n")
+                .find("FILE:12:46: rollout.tensor_parallel x data_parallel (2 x 3) must divide the 8 rollout devices"),
+            std::string::npos)
+      << error_of(std::string(kMinimal) + "rollout: {tensor_parallel: 2, data_parallel: 3}\n");
+  std::string moe = kMinimal;
+  moe.replace(moe.find("qwen3-8b"), 8, "qwen3-30b-a3b");
+  EXPECT_NE(error_of(moe + "rollout: {tensor_parallel: 2, data_parallel: 2, expert_parallel: 8}\n")
+                .find("rollout.expert_parallel (8) must divide the engine's tensor_parallel x data_parallel = 4 devices"),
+            std::string::npos);
+  EXPECT_EQ(error_of(moe + "rollout: {tensor_parallel: 2, data_parallel: 4, expert_parallel: 8}\n"), "no error");
+  EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {data_parallel: 0}\n").find("data_parallel"), std::string::npos);
   EXPECT_NE(error_of(std::string(kMinimal) + "schedule: {mode: one-step-off}\n").find("needs placement.mode: disaggregated"),
             std::string::npos);
   EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {expert_parallel: 2, tensor_parallel: 2}\n").find("needs an MoE model"),
