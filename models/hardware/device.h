@@ -26,6 +26,12 @@ struct Device {
   Link intra_node;                            // scale-up (NVLink / Ascend UB), per direction
   Link inter_node;                            // scale-out per device (one NIC per device)
   Link host_link;                             // device <-> host memory (PCIe), for offload
+  /// How the devices of a node (scale-up domain) are connected, as the catalog file states it:
+  /// nvswitch, pcie (no scale-up fabric: intra_node is the PCIe path), infinity-fabric (AMD's full
+  /// mesh: intra_node is the sum of the links a collective uses), hccs, ub (Huawei's HCCS and
+  /// Unified Bus), shared-memory (the host's cores); "unspecified" for an inline device without
+  /// it. Descriptive: timings use the links' numbers, which the catalog sets for the topology.
+  std::string topology = "unspecified";
   std::string source;
 
   /// The compute type a GEMM requested as `want` actually runs on: `want` if the device has a

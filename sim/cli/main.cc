@@ -86,19 +86,19 @@ int cmd_run(const RunOptions& o) {
 
 int cmd_catalog(const std::string& what) {
   if (what == "devices") {
-    std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {}\n", "device", "memory", "HBM", "bf16", "fp8", "fp4",
-                             "scale-up / scale-out");
+    std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {:<15}  {}\n", "device", "memory", "HBM", "bf16", "fp8",
+                             "fp4", "topology", "scale-up / scale-out");
     for (const auto& name : sim::catalog_device_names()) {
       const auto d = sim::catalog_device(name);
       auto rate = [&](models::ComputeType c) {
         const auto it = d.flops_per_s.find(c);
         return it == d.flops_per_s.end() ? std::string("-") : fmt::format("{:g}T", it->second / 1e12);
       };
-      std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {} / {}\n", name,
+      std::cout << fmt::format("{:<14} {:>9} {:>10} {:>9} {:>9} {:>9}  {:<15}  {} / {}\n", name,
                                sim::format_quantity(d.memory_bytes, sim::Dimension::kBytes),
                                sim::format_quantity(d.memory_bandwidth_bytes_per_s, sim::Dimension::kBandwidth),
                                rate(models::ComputeType::kBf16), rate(models::ComputeType::kFp8), rate(models::ComputeType::kFp4),
-                               sim::format_quantity(d.intra_node.bandwidth_bytes_per_s, sim::Dimension::kBandwidth),
+                               d.topology, sim::format_quantity(d.intra_node.bandwidth_bytes_per_s, sim::Dimension::kBandwidth),
                                sim::format_quantity(d.inter_node.bandwidth_bytes_per_s, sim::Dimension::kBandwidth));
     }
   } else if (what == "models") {

@@ -35,7 +35,7 @@ void bench_engine(int repeat, std::ostream& out) {
   const sim::Scenario s = sim::load_scenario((analysis::default_scenarios_dir() / "bench-sim.yaml").string());
   out << fmt::format("rlsim bench sim: {}\n", s.name);
   out << fmt::format("  {} devices ({} rollout engines, {} training), {} steps of {} x {} sequences, max response {}\n",
-                     s.cluster.devices(), s.placement.rollout_devices / s.rollout.tensor_parallel, s.placement.train_devices,
+                     s.cluster.devices(), s.placement.rollout_devices / s.rollout.engine_devices(), s.placement.train_devices,
                      s.steps, s.workload.prompts_per_step, s.workload.samples_per_prompt,
                      s.workload.response_tokens.upper_bound());
   double best = 1e300;

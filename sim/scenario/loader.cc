@@ -69,6 +69,14 @@ const models::Link kDefaultHost{55e9, 10e-6};
 models::Device parse_device(Map m) {
   models::Device d;
   d.name = m.str("name", d.name, true);
+  if (m.has("topology")) {
+    d.topology = m.str("topology", d.topology);
+    const std::vector<std::string> topologies = {"nvswitch", "pcie", "infinity-fabric", "hccs", "ub", "shared-memory"};
+    if (std::find(topologies.begin(), topologies.end(), d.topology) == topologies.end()) {
+      m.src().fail(m.get("topology"), m.path("topology"),
+                   "unknown topology '" + d.topology + "' (one of " + join(topologies) + ")");
+    }
+  }
   d.memory_bytes = m.quantity("memory", d.memory_bytes, Dimension::kBytes, true);
   d.memory_bandwidth_bytes_per_s = m.quantity("memory_bandwidth", d.memory_bandwidth_bytes_per_s, Dimension::kBandwidth, true);
   Map c(m.src(), m.require("compute"), m.path("compute"));
@@ -89,7 +97,7 @@ models::Device parse_device(Map m) {
   d.host_link =
       m.has("host_link") ? parse_link(Map(m.src(), m.get("host_link"), m.path("host_link")), kDefaultHost) : kDefaultHost;
   d.source = m.src().file;
-  m.finish({"name", "memory", "memory_bandwidth", "compute", "intra_node", "inter_node", "host_link"});
+  m.finish({"name", "topology", "memory", "memory_bandwidth", "compute", "intra_node", "inter_node", "host_link"});
   if (d.memory_bytes <= 0 || d.memory_bandwidth_bytes_per_s <= 0) {
     m.src().fail(m.node(), m.path("memory"), "device memory and memory_bandwidth must be positive");
   }

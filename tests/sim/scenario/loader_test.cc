@@ -271,6 +271,44 @@ workload:
   EXPECT_EQ(s.model.params().total(), sim::catalog_model("qwen3-30b-a3b").params().total());
   EXPECT_DOUBLE_EQ(s.cluster.device.rate(models::ComputeType::kFp8), 296e12);
   EXPECT_DOUBLE_EQ(s.cluster.device.memory_bytes, 96e9);
+  EXPECT_EQ(s.cluster.device.topology, "unspecified");
+  // A topology outside the list is located; a known one is kept.
+  std::string text = std::string(kMinimal);
+  text.replace(text.find("  device: h100-sxm\n"), 19,
+               "  device: {name: x, topology: nvlinkk, memory: 80 GB, memory_bandwidth: 3 TB/s, compute: {bf16: 900 TFLOPS}}\n");
+  EXPECT_NE(error_of(text).find("unknown topology 'nvlinkk' (one of nvswitch, pcie, infinity-fabric, hccs, ub, shared-memory)"),
+            std::string::npos)
+      << error_of(text);
+}
+
+// The catalog's devices (issue 26's A100 / A800 / H800 / L20 / MI300X / MI325X / GB200 / Ascend
+// 910B / Atlas A3 die beside the earlier ones): each loads, states its topology, and keeps its
+// datasheet figures in the relations the datasheets give.
+TEST(Catalog, DevicesStateTheirTopologyAndDatasheetFigures) {
+  for (const std::string& name : catalog_device_names()) {
+    EXPECT_NE(catalog_device(name).topology, "unspecified") << name;
+  }
+  for (const char* name :
+       {"a100-40gb", "a100-80gb", "a800", "h800", "l20", "mi300x", "mi325x", "gb200", "ascend-910b", "atlas-a3-die"}) {
+    const models::Device d = catalog_device(name);
+    EXPECT_GT(d.memory_bytes, 0) << name;
+    EXPECT_GT(d.rate(models::ComputeType::kBf16), 0) << name;
+  }
+  // A800 = A100 80GB with NVLink cut from 600 to 400 GB/s; A100 has no FP8 (falls back to BF16).
+  EXPECT_DOUBLE_EQ(catalog_device("a800").memory_bandwidth_bytes_per_s, catalog_device("a100-80gb").memory_bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(catalog_device("a800").intra_node.bandwidth_bytes_per_s * 1.5,
+                   catalog_device("a100-80gb").intra_node.bandwidth_bytes_per_s);
+  EXPECT_EQ(*catalog_device("a100-80gb").effective(models::ComputeType::kFp8), models::ComputeType::kBf16);
+  // L20 has no NVLink: its scale-up link is PCIe. MI325X = MI300X compute with more, faster HBM.
+  EXPECT_EQ(catalog_device("l20").topology, "pcie");
+  EXPECT_LT(catalog_device("l20").intra_node.bandwidth_bytes_per_s, 32e9);
+  EXPECT_DOUBLE_EQ(catalog_device("mi325x").rate(models::ComputeType::kFp8),
+                   catalog_device("mi300x").rate(models::ComputeType::kFp8));
+  EXPECT_GT(catalog_device("mi325x").memory_bytes, catalog_device("mi300x").memory_bytes);
+  // The Atlas A3 die is half of the 910C card, as frameworks see it (64 GB per device).
+  EXPECT_DOUBLE_EQ(catalog_device("atlas-a3-die").memory_bytes * 2, catalog_device("ascend-910c").memory_bytes);
+  EXPECT_DOUBLE_EQ(catalog_device("atlas-a3-die").rate(models::ComputeType::kBf16) * 2,
+                   catalog_device("ascend-910c").rate(models::ComputeType::kBf16));
 }
 
 TEST(Loader, HfConfigOfSmolLM2) {
