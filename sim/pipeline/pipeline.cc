@@ -132,7 +132,7 @@ TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
     work.push_back(flops_per_token * len + attn);
   }
   const auto& t = s_.training;
-  const int dp = s_.placement.train_devices / (t.tensor_parallel * t.pipeline_parallel);
+  const int dp = s_.placement.train_devices / t.model_parallel();
   // verl balances the whole batch over the DP ranks (trainer.balance_batch, seqlen_balancing.py)
   // before it splits mini-batches, and a rank's mini-batches then pace the update together: the
   // balance of the whole batch is what both kinds of pass see. (Balancing each mini-batch on its

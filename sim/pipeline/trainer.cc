@@ -51,6 +51,8 @@ TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placem
   dp_link_ = group_link(devices_, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   tp_link_ = group_link(s.training.tensor_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
   ep_link_ = group_link(s.training.expert_parallel, s.cluster.devices_per_node, s.cluster.intra_node, s.cluster.inter_node);
+  cp_link_ = group_link(s.training.tensor_parallel * s.training.context_parallel, s.cluster.devices_per_node,
+                        s.cluster.intra_node, s.cluster.inter_node);
   for (const auto& l : s.model.linear_shapes()) {
     if (l.kind == models::LinearKind::kRoutedExpert) expert_params_ += static_cast<double>(l.count) * l.out * l.in;
   }
@@ -74,7 +76,7 @@ double TrainerCostModel::forward_flops(const TrainBatch& b) const { return 2.0 *
 
 double TrainerCostModel::micro_batches_per_device(const TrainBatch& b, bool update) const {
   const auto& t = s_.training;
-  const int dp = devices_ / (t.tensor_parallel * t.pipeline_parallel);
+  const int dp = devices_ / t.model_parallel();
   // The actor update runs mini-batch by mini-batch (an optimizer step after each), so each one is
   // cut into micro-batches of its own; forward-only passes cut the whole batch, with their own
   // (log-prob) micro-batch size.
@@ -119,30 +121,60 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
     return std::max(c, x);
   }
   // Megatron: TP all-reduces are on the critical path; DP gradient all-reduce once per update.
-  const int tp = t.tensor_parallel, pp = t.pipeline_parallel;
-  const int dp = devices_ / (tp * pp);
+  const int tp = t.tensor_parallel, pp = t.pipeline_parallel, cp = t.context_parallel;
+  const int dp = devices_ / t.model_parallel();
+  // A CP rank holds 1/CP of each micro-batch's tokens.
+  const double mb_tokens_rank = b.tokens / dp / mb / cp;
   const double tp_ar = tp > 1 ? (2.0 * flop_factor) * s_.model.layers / pp *
-                                    all_reduce_s(b.tokens / dp / mb * s_.model.hidden * hidden_bytes_, tp, tp_link_, eff) * mb
+                                    all_reduce_s(mb_tokens_rank * s_.model.hidden * hidden_bytes_, tp, tp_link_, eff) * mb
                               : 0.0;
+  const double ring = cp > 1 ? ring_attention_exposed_s(b, flop_factor, mb_tokens_rank, mb) : 0.0;
   // Expert parallelism (Megatron expert-model parallel, sequence parallel with TP): per MoE layer
   // a dispatch and a combine all-to-all of each rank's tokens x top-k x hidden (BF16), once per
   // forward-equivalent pass (flop_factor), over the EP group.
   double ep_a2a = 0;
   const int ep = t.expert_parallel;
   if (ep > 1 && s_.model.moe) {
-    const double tokens_rank = b.tokens / (dp * tp) / mb;
+    const double tokens_rank = b.tokens / (dp * cp * tp) / mb;
     const double bytes = tokens_rank * s_.model.moe->active * s_.model.hidden * hidden_bytes_;
-    ep_a2a = flop_factor * 2.0 * s_.model.moe_layers() / pp * all_to_all_s(bytes, ep, ep_link_, eff) * mb;
+    // Expert tensor parallel: the dispatched tokens are all-gathered into each expert's ETP group
+    // and its partial outputs reduce-scattered (Megatron's MoE token dispatcher with ETP > 1).
+    const int etp = t.expert_tensor_parallel;
+    const double etp_s = etp > 1 ? 2.0 * all_gather_s(bytes * etp, etp, tp_link_, eff) : 0.0;
+    ep_a2a = flop_factor * s_.model.moe_layers() / pp * (2.0 * all_to_all_s(bytes, ep, ep_link_, eff) + etp_s) * mb;
   }
   // The pipeline flushes at every optimizer step: the bubble counts the micro-batches of one
   // mini-batch in the update, of the whole batch in forward-only passes.
   const double mb_flush = std::max(1.0, rs_passes > 0 ? mb / t.mini_batches : mb);
-  const double bubble = (pp - 1) / (mb_flush + pp - 1);
-  const double dp_ar = rs_passes > 0 ? all_reduce_s(params_ / (tp * pp) * widths_.gradient, dp, dp_link_, eff) : 0.0;
+  // Interleaved 1F1B with V stages per rank: (PP - 1) / (V m + PP - 1) (Narayanan et al. 2021, sec. 2.2).
+  const double bubble = (pp - 1) / (t.virtual_pipeline * mb_flush + pp - 1);
+  // Gradients are reduced over every rank holding the same shard: DP x CP.
+  const double dp_ar = rs_passes > 0 ? all_reduce_s(params_ / (tp * pp) * widths_.gradient, dp * cp, dp_link_, eff) : 0.0;
   *compute += c;
-  x = tp_ar + ep_a2a + dp_ar;
+  x = tp_ar + ep_a2a + ring + dp_ar;
   *comm += x;
-  return (c + tp_ar + ep_a2a) / (1.0 - bubble) + dp_ar;
+  return (c + tp_ar + ep_a2a + ring) / (1.0 - bubble) + dp_ar;
+}
+
+double TrainerCostModel::ring_attention_exposed_s(const TrainBatch& b, double flop_factor, double mb_tokens_rank,
+                                                  double mb) const {
+  const auto& t = s_.training;
+  const auto& m = s_.model;
+  const int cp = t.context_parallel, pp = t.pipeline_parallel;
+  // K and V of one token in one layer as attention uses them (MLA materialises per-head keys and
+  // values in training), split over the TP ranks by head.
+  const double kv_elements =
+      m.mla ? static_cast<double>(m.heads) * (m.mla->qk_nope_head_dim + m.mla->qk_rope_head_dim + m.mla->v_head_dim)
+            : 2.0 * m.kv_heads * m.head_dim;
+  const double chunk = mb_tokens_rank * kv_elements * hidden_bytes_ / t.tensor_parallel;
+  // Ring attention (Megatron CP, Liu et al. 2023): CP - 1 hops of the local K/V chunk per layer in
+  // each forward-equivalent pass (flop_factor: the backward also moves dK/dV), overlapped with
+  // that layer's attention; only the excess is exposed.
+  const double ring =
+      flop_factor * (cp - 1) * (chunk / (cp_link_.bandwidth_bytes_per_s * t.efficiency.comm) + cp_link_.latency_s);
+  const double layers_here = static_cast<double>(m.layers) / pp;
+  const double attention = flop_factor * b.attention_flops * attention_cost_factor_ / rate_ / devices_ / layers_here / mb;
+  return std::max(0.0, ring - attention) * layers_here * mb;
 }
 
 TrainTimes TrainerCostModel::phase_times(const TrainBatch& b) const {
@@ -183,7 +215,9 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   mem.reference = t.reference_model ? shard * widths_.reference : 0.0;
   // One micro-batch of the update on a device.
   const int mp = t.tensor_parallel * t.pipeline_parallel;
-  const double mb_tokens = micro_batch_tokens(b, true);
+  // A device holds its CP rank's 1/CP of each micro-batch's tokens.
+  const double cp = t.context_parallel;
+  const double mb_tokens = micro_batch_tokens(b, true) / cp;
   const double per_layer_inputs = mb_tokens * m.hidden * hidden_bytes_;
   // Working set of one transformer layer in backward (Korthikanti et al. 2022, "Reducing
   // Activation Recomputation", eq. 2 without the s*a attention term, since flash attention keeps
@@ -191,13 +225,18 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   // (attention, norms, FFN input) + 2 x 4h (the GeLU FFN's two intermediate tensors). A gated
   // (SwiGLU) FFN keeps three intermediate tensors: 9 h + 3 ffn elements of hidden_bytes_ each.
   const double ffn = m.moe ? static_cast<double>(m.moe->expert_intermediate) * m.moe->active : m.intermediate;
-  const double layer_working = mb_tokens * (9.0 * m.hidden + 3.0 * ffn) * hidden_bytes_ / t.tensor_parallel;
+  // Without sequence parallelism the norms', dropouts' and residuals' share (10 of Korthikanti's
+  // 34 bytes per s b h: 5 elements of h) is replicated on every TP rank.
+  const bool split_all = t.sequence_parallel || t.tensor_parallel == 1;
+  const double layer_working =
+      split_all ? mb_tokens * (9.0 * m.hidden + 3.0 * ffn) * hidden_bytes_ / t.tensor_parallel
+                : mb_tokens * (5.0 * m.hidden + (4.0 * m.hidden + 3.0 * ffn) / t.tensor_parallel) * hidden_bytes_;
   const double layers_here = static_cast<double>(m.layers) / t.pipeline_parallel;
   mem.activations = t.activation_checkpointing ? per_layer_inputs * layers_here / t.tensor_parallel + layer_working
                                                : layer_working * layers_here;
   // FP32 logits and their gradient in the update, the logits alone in a forward-only pass
   // (verl computes log-probs of the whole micro-batch at once).
-  mem.logits = std::max(2.0 * mb_tokens, micro_batch_tokens(b, false)) * m.vocab * logit_bytes_ / t.tensor_parallel;
+  mem.logits = std::max(2.0 * mb_tokens, micro_batch_tokens(b, false) / cp) * m.vocab * logit_bytes_ / t.tensor_parallel;
   // FSDP unshards one layer at a time (plus one prefetched); Megatron holds no gather buffer.
   const double layer_params = params_ / m.layers;
   mem.gather_buffer = t.backend == TrainingBackend::kFsdp ? 2.0 * layer_params * widths_.sync : 0.0;
@@ -208,9 +247,11 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
     const int dp = devices_ / mp;
     const int ep = s_.model.moe ? t.expert_parallel : 1;
     const double dense = params_ - expert_params_;
-    const double here = ep > 1 ? dense / mp + expert_params_ / (ep * t.pipeline_parallel) : params_ / mp;
-    const double opt_here = ep > 1 ? dense / mp / dp + expert_params_ / (ep * t.pipeline_parallel) / (t.tensor_parallel * dp / ep)
-                                   : params_ / mp / dp;
+    const int etp = t.expert_tensor_parallel;
+    const double here = ep > 1 || etp > 1 ? dense / mp + expert_params_ / (ep * etp * t.pipeline_parallel) : params_ / mp;
+    const double opt_here = ep > 1 || etp > 1 ? dense / mp / dp + expert_params_ / (ep * etp * t.pipeline_parallel) /
+                                                                      (t.tensor_parallel * dp / (ep * etp))
+                                              : params_ / mp / dp;
     mem.params = here * master;
     mem.grads = here * widths_.gradient;
     mem.optimizer = opt_here * (states * element_bytes(t.optimizer.state) + master_copy);

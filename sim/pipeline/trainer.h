@@ -93,6 +93,12 @@ class TrainerCostModel {
   /// loads that many bytes (its TP share of the dense weights and its experts) instead of 1/TP.
   SyncTimes weight_sync(double rollout_weight_bytes_total, int rollout_devices, int rollout_tp,
                         double rollout_bytes_per_device = 0.0) const;
+  /// Megatron context parallel (training.context_parallel): seconds of ring-attention K/V traffic
+  /// not hidden behind attention compute in one pass of `flop_factor` forward equivalents over
+  /// `mb` micro-batches of `mb_tokens_rank` tokens per CP rank: per layer, flop_factor x (CP - 1)
+  /// hops of the rank's K/V chunk (bytes / TP) on the TP x CP group's link, minus that layer's
+  /// attention time (Liu et al. 2023, "Ring Attention"; Megatron-Core's CP overlaps the two). 0 for CP 1.
+  double ring_attention_exposed_s(const TrainBatch& batch, double flop_factor, double mb_tokens_rank, double mb) const;
   /// Optimizer offload (verl optimizer_offload, FSDP or Megatron): time to move one device's
   /// optimizer states over the host link, one direction (in for the update, out after it).
   double optimizer_offload_s() const;
@@ -131,6 +137,7 @@ class TrainerCostModel {
   models::Link dp_link_;
   models::Link tp_link_;
   models::Link ep_link_;
+  models::Link cp_link_;        // ring attention: CP ranks sit next to the TP ranks (Megatron's tp-cp-ep-dp-pp order)
   double expert_params_ = 0;    // routed-expert parameters (all MoE layers)
   models::ParamWidths widths_;  // bytes per parameter of the training recipe's tensor classes
   double hidden_bytes_ = 0;     // bytes of one token's hidden state (TP all-reduce, EP all-to-all)

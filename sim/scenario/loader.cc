@@ -667,6 +667,57 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
   }
 }
 
+// The Megatron layout rules of training's parallel sizes (Megatron-LM arguments.py): the world is
+// TP x CP x PP x DP, EP x ETP divides TP x CP x DP, interleaved stages divide the layers, and
+// context parallel and interleaving need the Megatron backend. Each error names the rule broken.
+void check_training_layout(const Source& src, Map& m, const Scenario& s) {
+  const auto& t = s.training;
+  const auto at = [&](const char* key) { return m.has(key) ? m.get(key) : m.node(); };  // the key, or the section
+  const int mp = t.tensor_parallel * t.pipeline_parallel;
+  if (t.context_parallel == 1 && s.placement.train_devices % mp != 0) {
+    src.fail(m.node(), "training",
+             fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices", mp,
+                         s.placement.train_devices));
+  }
+  if (s.placement.train_devices % t.model_parallel() != 0) {
+    src.fail(at("context_parallel"), "training.context_parallel",
+             fmt::format("training tensor_parallel x context_parallel x pipeline_parallel = {} x {} x {} must divide the {} "
+                         "training devices (world = TP x CP x PP x DP)",
+                         t.tensor_parallel, t.context_parallel, t.pipeline_parallel, s.placement.train_devices));
+  }
+  const int expert_world = s.placement.train_devices / t.pipeline_parallel;  // TP x CP x DP
+  if (t.context_parallel == 1 && t.expert_tensor_parallel == 1 && expert_world % t.expert_parallel != 0) {
+    src.fail(at("expert_parallel"), "training.expert_parallel",
+             "training.expert_parallel must divide tensor_parallel x data-parallel size");
+  }
+  if (expert_world % (t.expert_parallel * t.expert_tensor_parallel) != 0) {
+    src.fail(at(m.has("expert_tensor_parallel") ? "expert_tensor_parallel" : "expert_parallel"), "training.expert_parallel",
+             fmt::format("training expert_parallel x expert_tensor_parallel = {} x {} must divide tensor_parallel x "
+                         "context_parallel x data-parallel size = {}",
+                         t.expert_parallel, t.expert_tensor_parallel, expert_world));
+  }
+  if (t.expert_tensor_parallel > 1 && !s.model.moe) {
+    src.fail(at("expert_tensor_parallel"), "training.expert_tensor_parallel",
+             "training.expert_tensor_parallel > 1 needs an MoE model");
+  }
+  const bool megatron = t.backend == TrainingBackend::kMegatron;
+  if (t.context_parallel > 1 && !megatron) {
+    src.fail(at("context_parallel"), "training.context_parallel",
+             "training.context_parallel > 1 needs backend: megatron (verl's FSDP backend splits sequences with Ulysses instead)");
+  }
+  if (t.virtual_pipeline > 1) {
+    if (!megatron || t.pipeline_parallel < 2) {
+      src.fail(at("virtual_pipeline"), "training.virtual_pipeline",
+               "training.virtual_pipeline > 1 needs backend: megatron and pipeline_parallel >= 2");
+    }
+    if (s.model.layers % (t.pipeline_parallel * t.virtual_pipeline) != 0) {
+      src.fail(at("virtual_pipeline"), "training.virtual_pipeline",
+               fmt::format("pipeline_parallel x virtual_pipeline = {} x {} must divide the model's {} layers",
+                           t.pipeline_parallel, t.virtual_pipeline, s.model.layers));
+    }
+  }
+}
+
 // training: backend, recipe, parallelism, batching, offload, optimizer and cost overrides.
 void parse_training_section(const Source& src, Map& top, Scenario& s) {
   auto& t = s.training;
@@ -679,6 +730,10 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
     t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", t.tensor_parallel, 1, 4096));
     t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", t.pipeline_parallel, 1, 4096));
     t.expert_parallel = static_cast<int>(m.integer("expert_parallel", t.expert_parallel, 1, 4096));
+    t.context_parallel = static_cast<int>(m.integer("context_parallel", t.context_parallel, 1, 4096));
+    t.expert_tensor_parallel = static_cast<int>(m.integer("expert_tensor_parallel", t.expert_tensor_parallel, 1, 4096));
+    t.virtual_pipeline = static_cast<int>(m.integer("virtual_pipeline", t.virtual_pipeline, 1, 4096));
+    t.sequence_parallel = m.boolean("sequence_parallel", t.sequence_parallel);
     t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", t.ppo_epochs, 1, 100));
     t.mini_batches = static_cast<int>(m.integer("mini_batches", t.mini_batches, 1, 1 << 20));
     t.dynamic_batching = m.boolean("dynamic_batching", t.dynamic_batching);
@@ -716,21 +771,30 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
       e.finish({"memory", "compute", "moe_compute", "forward", "comm", "attention_compute"});
     }
     ov.step_overhead_s = optional_quantity(m, "step_overhead");
-    m.finish({"backend", "precision", "tensor_parallel", "pipeline_parallel", "expert_parallel", "ppo_epochs", "mini_batches",
-              "dynamic_batching", "micro_batch_tokens", "logprob_micro_batch_tokens", "micro_batch_sequences",
-              "logprob_micro_batch_sequences", "recompute_old_logprob", "reference_model", "activation_checkpointing",
-              "param_offload", "optimizer", "efficiency", "step_overhead"});
-    const int mp = t.tensor_parallel * t.pipeline_parallel;
-    if (s.placement.train_devices % mp != 0) {
-      src.fail(m.node(), "training",
-               fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices", mp,
-                           s.placement.train_devices));
-    }
-    const int dp = s.placement.train_devices / mp;
-    if ((t.tensor_parallel * dp) % t.expert_parallel != 0) {
-      src.fail(m.get("expert_parallel"), "training.expert_parallel",
-               "training.expert_parallel must divide tensor_parallel x data-parallel size");
-    }
+    m.finish({"backend",
+              "precision",
+              "tensor_parallel",
+              "pipeline_parallel",
+              "expert_parallel",
+              "context_parallel",
+              "expert_tensor_parallel",
+              "virtual_pipeline",
+              "sequence_parallel",
+              "ppo_epochs",
+              "mini_batches",
+              "dynamic_batching",
+              "micro_batch_tokens",
+              "logprob_micro_batch_tokens",
+              "micro_batch_sequences",
+              "logprob_micro_batch_sequences",
+              "recompute_old_logprob",
+              "reference_model",
+              "activation_checkpointing",
+              "param_offload",
+              "optimizer",
+              "efficiency",
+              "step_overhead"});
+    check_training_layout(src, m, s);
     if (t.expert_parallel > 1 && !s.model.moe) {
       src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel > 1 needs an MoE model");
     }

@@ -176,15 +176,17 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "backend" << YAML::Value << (t.backend == TrainingBackend::kFsdp ? "fsdp" : "megatron");
   recipe(e, "precision", t.precision);
   e << YAML::Key << "tensor_parallel" << YAML::Value << t.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value
-    << t.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << t.expert_parallel << YAML::Key << "ppo_epochs"
-    << YAML::Value << t.ppo_epochs << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key
-    << "dynamic_batching" << YAML::Value << t.dynamic_batching << YAML::Key << "micro_batch_tokens" << YAML::Value
-    << t.micro_batch_tokens << YAML::Key << "logprob_micro_batch_tokens" << YAML::Value << t.logprob_micro_batch_tokens
-    << YAML::Key << "micro_batch_sequences" << YAML::Value << t.micro_batch_sequences << YAML::Key
-    << "logprob_micro_batch_sequences" << YAML::Value << t.logprob_micro_batch_sequences << YAML::Key << "recompute_old_logprob"
-    << YAML::Value << t.recompute_old_logprob << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key
-    << "activation_checkpointing" << YAML::Value << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value
-    << t.param_offload;
+    << t.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << t.expert_parallel << YAML::Key
+    << "context_parallel" << YAML::Value << t.context_parallel << YAML::Key << "expert_tensor_parallel" << YAML::Value
+    << t.expert_tensor_parallel << YAML::Key << "virtual_pipeline" << YAML::Value << t.virtual_pipeline << YAML::Key
+    << "sequence_parallel" << YAML::Value << t.sequence_parallel << YAML::Key << "ppo_epochs" << YAML::Value << t.ppo_epochs
+    << YAML::Key << "mini_batches" << YAML::Value << t.mini_batches << YAML::Key << "dynamic_batching" << YAML::Value
+    << t.dynamic_batching << YAML::Key << "micro_batch_tokens" << YAML::Value << t.micro_batch_tokens << YAML::Key
+    << "logprob_micro_batch_tokens" << YAML::Value << t.logprob_micro_batch_tokens << YAML::Key << "micro_batch_sequences"
+    << YAML::Value << t.micro_batch_sequences << YAML::Key << "logprob_micro_batch_sequences" << YAML::Value
+    << t.logprob_micro_batch_sequences << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob
+    << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing"
+    << YAML::Value << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value
     << t.optimizer.name << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key
     << "offload" << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam

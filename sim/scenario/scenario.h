@@ -182,8 +182,22 @@ struct TrainingConfig {
   int tensor_parallel = 1;                           // Default: 1
   int pipeline_parallel = 1;                         // Default: 1
   int expert_parallel = 1;                           // Default: 1
-  int ppo_epochs = 1;                                // Default: 1
-  int mini_batches = 1;                              // optimizer steps per PPO epoch. Default: 1
+  /// Megatron context parallel (--context-parallel-size): each sequence split over CP ranks with
+  /// ring attention passing K/V between them; world = TP x CP x PP x DP. Default: 1.
+  int context_parallel = 1;
+  /// Megatron --expert-tensor-parallel-size: each routed expert split over ETP ranks; EP x ETP
+  /// divides TP x CP x DP. Default: 1 (rlsim's earlier assumption with EP).
+  int expert_tensor_parallel = 1;
+  /// Megatron --num-layers-per-virtual-pipeline-stage as stages per rank (interleaved 1F1B): the
+  /// bubble shrinks to (PP - 1) / (V m + PP - 1). Default: 1.
+  int virtual_pipeline = 1;
+  /// Megatron --sequence-parallel: norms, dropout and residuals split over TP (Korthikanti et al.
+  /// 2022). Default: true (the activation model rlsim has always used).
+  bool sequence_parallel = true;
+  /// Ranks sharing one copy of the parameters' shard: TP x CP x PP (data parallel = devices / it).
+  int model_parallel() const { return tensor_parallel * context_parallel * pipeline_parallel; }
+  int ppo_epochs = 1;    // Default: 1
+  int mini_batches = 1;  // optimizer steps per PPO epoch. Default: 1
   /// verl use_dynamic_bsz: micro-batches packed up to a token budget per device (true), or a
   /// fixed number of sequences per micro-batch (false, ppo_micro_batch_size_per_gpu). Default: true.
   bool dynamic_batching = true;

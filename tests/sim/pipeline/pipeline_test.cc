@@ -443,6 +443,90 @@ training: {backend: megatron, tensor_parallel: 2, pipeline_parallel: 1, expert_p
   EXPECT_GT(t8.phase_times(b).comm_s, t1.phase_times(b).comm_s);
 }
 
+// Megatron layouts beyond TP x PP x DP (issue 26, part 2): context parallel, interleaved
+// pipeline stages, sequence parallel and expert tensor parallel, each against its closed form.
+TEST(MegatronLayouts, ContextParallelVirtualStagesSequenceParallelAndExpertTp) {
+  const char* text = R"(name: layouts
+model: qwen3-30b-a3b
+cluster: {device: h100-sxm, nodes: 4, devices_per_node: 8}
+workload:
+  prompts_per_step: 16
+  samples_per_prompt: 8
+  prompt_tokens: {dist: fixed, value: 1024}
+  response_tokens: {dist: fixed, value: 15360}
+training: {backend: megatron, tensor_parallel: 2, pipeline_parallel: 4, expert_parallel: 4, micro_batch_tokens: 16384}
+)";
+  TrainBatch b;
+  b.sequences = 128;
+  b.tokens = 128 * 16384.0;
+  b.max_sequence = 16384;
+  b.attention_flops = 128 * 4.0 * 4096 * 16384.0 * 16384.0 / 2;  // order of magnitude of 48 layers' causal attention
+  const Scenario base = load_text(text);
+  const Scenario cp2 = load_text(text, {"training.context_parallel=2"});
+  const TrainerCostModel t1(base), t2(cp2);
+  // CP 2: each device holds half of every micro-batch's tokens; parameters and their shards are
+  // those of TP x PP (the optimizer shards over DP x CP, the same 4 ranks as DP 4 before).
+  const auto m1 = t1.memory(b), m2 = t2.memory(b);
+  EXPECT_NEAR(m2.activations, m1.activations / 2, 1e-9 * m1.activations);
+  EXPECT_DOUBLE_EQ(m2.params, m1.params);
+  EXPECT_DOUBLE_EQ(m2.optimizer, m1.optimizer);
+  // Long sequences: attention hides the ring traffic (nothing exposed); the CP model's update is
+  // its compute and collectives, more micro-batches per DP group than without CP.
+  EXPECT_DOUBLE_EQ(t2.ring_attention_exposed_s(b, 4.0, 16384 / 2.0, 8), 0.0);
+  TrainBatch short_b = b;
+  short_b.attention_flops = 0;  // no attention to hide behind: the whole ring is exposed
+  const double chunk = 8192.0 * 2 * base.model.kv_heads * base.model.head_dim * 2 / 2;  // tokens x K,V x BF16 / TP
+  const models::Link link = base.cluster.intra_node;
+  const double per_layer = 4.0 * (chunk / (link.bandwidth_bytes_per_s * base.training.efficiency.comm) + link.latency_s);
+  EXPECT_NEAR(t2.ring_attention_exposed_s(short_b, 4.0, 8192, 8), per_layer * base.model.layers / 4 * 8, 1e-12);
+  // Interleaved stages: the bubble (PP - 1) / (V m + PP - 1) shrinks with V, so the update is faster.
+  const Scenario v2 = load_text(text, {"training.virtual_pipeline=2"});
+  EXPECT_LT(TrainerCostModel(v2).phase_times(b).actor_update, t1.phase_times(b).actor_update);
+  // Sequence parallel off: 5 h of the 9 h + 3 ffn elements per token stay whole on each TP rank.
+  const Scenario nosp = load_text(text, {"training.sequence_parallel=false", "training.activation_checkpointing=false"});
+  const Scenario sp = load_text(text, {"training.activation_checkpointing=false"});
+  const double h = base.model.hidden, ffn = base.model.moe->expert_intermediate * base.model.moe->active;
+  EXPECT_NEAR(TrainerCostModel(nosp).memory(b).activations / TrainerCostModel(sp).memory(b).activations,
+              (5 * h + (4 * h + 3 * ffn) / 2) / ((9 * h + 3 * ffn) / 2), 1e-12);
+  // Expert tensor parallel 2: the experts split over EP x ETP, and their tokens are gathered.
+  const Scenario etp = load_text(text, {"training.expert_tensor_parallel=2"});
+  EXPECT_LT(TrainerCostModel(etp).memory(b).params, m1.params);
+  EXPECT_GT(TrainerCostModel(etp).phase_times(b).comm_s, t1.phase_times(b).comm_s);
+}
+
+TEST(MegatronLayouts, RulesNameWhatTheyBreak) {
+  const std::string text = R"(name: rules
+model: qwen3-30b-a3b
+cluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}
+workload:
+  prompts_per_step: 4
+  samples_per_prompt: 2
+  prompt_tokens: {dist: fixed, value: 100}
+  response_tokens: {dist: fixed, value: 200}
+)";
+  auto error = [&](const std::string& training) {
+    try {
+      load_text(text + "training: " + training + "\n");
+    } catch (const ScenarioError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("{backend: megatron, tensor_parallel: 2, context_parallel: 3}")
+                .find("x 3 x 1 must divide the 8 training devices (world = TP x CP x PP x DP)"),
+            std::string::npos);
+  EXPECT_NE(error("{backend: fsdp, context_parallel: 2}").find("needs backend: megatron"), std::string::npos);
+  EXPECT_NE(error("{backend: megatron, expert_parallel: 4, expert_tensor_parallel: 4}")
+                .find("expert_parallel x expert_tensor_parallel = 4 x 4 must divide tensor_parallel x context_parallel x "
+                      "data-parallel size = 8"),
+            std::string::npos);
+  EXPECT_NE(error("{backend: megatron, pipeline_parallel: 2, virtual_pipeline: 5}").find("must divide the model's 48 layers"),
+            std::string::npos);
+  EXPECT_NE(error("{backend: megatron, virtual_pipeline: 2}").find("pipeline_parallel >= 2"), std::string::npos);
+  EXPECT_EQ(error("{backend: megatron, tensor_parallel: 2, context_parallel: 2, pipeline_parallel: 2, expert_parallel: 4}"),
+            "no error");
+}
+
 TEST(MultiNode, EngineAcrossNodesPaysInterNodeAllReduce) {
   const Scenario one = load_text(kBase, {"cluster.nodes=2", "rollout.tensor_parallel=8"});
   const Scenario two = load_text(kBase, {"cluster.nodes=2", "rollout.tensor_parallel=16"});
