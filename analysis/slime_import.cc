@@ -85,6 +85,8 @@ constexpr SlimeFlag kSlimeFlags[] = {
     {"--train-backend", Kind::kText, "megatron"},
     {"--sglang-mem-fraction-static", Kind::kNumber, ""},
     {"--sglang-ep-size", Kind::kInt, ""},
+    {"--sglang-dp-size", Kind::kInt, ""},
+    {"--sglang-enable-dp-attention", Kind::kSwitch, ""},
     {"--sglang-expert-parallel-size", Kind::kInt, ""},
     {"--sglang-max-running-requests", Kind::kInt, ""},
     {"--sglang-disable-cuda-graph", Kind::kSwitch, ""},
@@ -98,8 +100,6 @@ constexpr SlimeFlag kSlimeFlags[] = {
 // Flags that change performance and that rlsim does not model (yet): a warning when given.
 constexpr const char* kNotModelled[] = {
     "--sequence-parallel",
-    "--sglang-dp-size",
-    "--sglang-enable-dp-attention",
     "--sglang-enable-dp-lm-head",
     "--sglang-cuda-graph-bs",
     "--sglang-cuda-graph-max-bs",
@@ -401,7 +401,25 @@ void write_rollout(const Reader& r, ScenarioText& y, ImportedScenario& out) {
   const std::int64_t tp = r.integer("--rollout-num-gpus-per-engine");
   y.line("rollout:");
   y.line("  engine: sglang", "# slime rolls out with SGLang");
-  y.line(fmt::format("  tensor_parallel: {}", tp), r.note("--rollout-num-gpus-per-engine"));
+  // SGLang's DP attention: --tp is the whole engine and --dp its attention ranks, each rank's
+  // attention TP being tp / dp (rlsim's tensor_parallel x data_parallel = the engine).
+  if (r.on("--sglang-enable-dp-attention") && r.given("--sglang-dp-size") && r.integer("--sglang-dp-size") > 1) {
+    const std::int64_t dp = r.integer("--sglang-dp-size");
+    if (tp % dp != 0) {
+      r.fail("--sglang-dp-size", fmt::format("--sglang-dp-size {} must divide --rollout-num-gpus-per-engine {} (SGLang's "
+                                             "attention TP per DP rank is tp / dp)",
+                                             dp, tp));
+    }
+    y.line(fmt::format("  tensor_parallel: {}", tp / dp), r.note("--rollout-num-gpus-per-engine") + " / --sglang-dp-size");
+    y.line(fmt::format("  data_parallel: {}", dp), r.note("--sglang-dp-size") + " with --sglang-enable-dp-attention");
+  } else {
+    y.line(fmt::format("  tensor_parallel: {}", tp), r.note("--rollout-num-gpus-per-engine"));
+    if (r.given("--sglang-dp-size") && r.integer("--sglang-dp-size") > 1) {
+      out.warnings.push_back(
+          "--sglang-dp-size without --sglang-enable-dp-attention: rlsim prices one engine of "
+          "--rollout-num-gpus-per-engine devices");
+    }
+  }
   for (const char* ep : {"--sglang-ep-size", "--sglang-expert-parallel-size"}) {
     if (r.given(ep)) y.line(fmt::format("  expert_parallel: {}", r.integer(ep)), r.note(ep));
   }
@@ -434,19 +452,16 @@ void write_training_precision(const Reader& r, ScenarioText& y, ImportedScenario
 }
 
 // Megatron's model-parallel sizes.
-void write_megatron_layout(const Reader& r, ScenarioText& y, ImportedScenario& out) {
+void write_megatron_layout(const Reader& r, ScenarioText& y) {
   y.line(fmt::format("  tensor_parallel: {}", r.integer("--tensor-model-parallel-size")), r.note("--tensor-model-parallel-size"));
   y.line(fmt::format("  pipeline_parallel: {}", r.integer("--pipeline-model-parallel-size")),
          r.note("--pipeline-model-parallel-size"));
   y.line(fmt::format("  expert_parallel: {}", r.integer("--expert-model-parallel-size")), r.note("--expert-model-parallel-size"));
   if (r.integer("--context-parallel-size") != 1)
-    out.warnings.push_back(
-        fmt::format("--context-parallel-size {}: context parallelism is not modelled (rlsim folds it into "
-                    "data parallelism)",
-                    r.integer("--context-parallel-size")));
+    y.line(fmt::format("  context_parallel: {}", r.integer("--context-parallel-size")), r.note("--context-parallel-size"));
   if (r.given("--expert-tensor-parallel-size") && r.integer("--expert-tensor-parallel-size") != 1)
-    out.warnings.push_back(fmt::format("--expert-tensor-parallel-size {}: expert tensor parallelism is not modelled",
-                                       r.integer("--expert-tensor-parallel-size")));
+    y.line(fmt::format("  expert_tensor_parallel: {}", r.integer("--expert-tensor-parallel-size")),
+           r.note("--expert-tensor-parallel-size"));
 }
 
 // Optimizer steps per rollout and micro-batching.
@@ -487,7 +502,7 @@ void write_training(const Reader& r, ScenarioText& y, ImportedScenario& out) {
   y.line("training:");
   y.line("  backend: " + backend, r.note("--train-backend"));
   write_training_precision(r, y, out);
-  if (backend == "megatron") write_megatron_layout(r, y, out);
+  if (backend == "megatron") write_megatron_layout(r, y);
   write_batching(r, y);
   y.line(fmt::format("  recompute_old_logprob: {}", !r.on("--use-rollout-logprobs")), r.note("--use-rollout-logprobs"));
   const std::string recompute = ascii_lower(r.text("--recompute-granularity"));

@@ -97,6 +97,9 @@ constexpr VerlDefault kVerlDefaults[] = {
     {"actor_rollout_ref.rollout.n", "1", "1"},
     {"actor_rollout_ref.rollout.name", "vllm", "vllm"},  // "???" (required) in verl; vllm in its examples
     {"actor_rollout_ref.rollout.tensor_model_parallel_size", "2", "2"},
+    {"actor_rollout_ref.rollout.data_parallel_size", "1", "1"},
+    {"actor_rollout_ref.actor.megatron.context_parallel_size", "1", "1"},
+    {"actor_rollout_ref.rollout.expert_parallel_size", "1", "1"},
     {"actor_rollout_ref.rollout.gpu_memory_utilization", "0.5", "0.5"},
     {"actor_rollout_ref.rollout.max_num_seqs", "1024", "1024"},
     {"actor_rollout_ref.rollout.enforce_eager", "false", "false"},
@@ -144,7 +147,6 @@ constexpr const char* kNotModelled[] = {
     "actor_rollout_ref.actor.megatron.sequence_parallel",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
     "actor_rollout_ref.model.use_fused_kernels",
-    "actor_rollout_ref.actor.megatron.context_parallel_size",
     "actor_rollout_ref.rollout.mode",
     "actor_rollout_ref.model.enable_activation_offload",
     "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method",
@@ -499,6 +501,15 @@ ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device
   line("  engine: " + engine, "actor_rollout_ref.rollout.name");
   line(fmt::format("  tensor_parallel: {}", r.integer("actor_rollout_ref.rollout.tensor_model_parallel_size")),
        "actor_rollout_ref.rollout.tensor_model_parallel_size");
+  // Data-parallel attention and expert parallelism inside one engine (verl's rollout
+  // data_parallel_size / expert_parallel_size, passed to vLLM / SGLang as --data-parallel-size and
+  // --enable-expert-parallel): written only when set, so dense-model imports read as before.
+  if (r.integer("actor_rollout_ref.rollout.data_parallel_size") > 1)
+    line(fmt::format("  data_parallel: {}", r.integer("actor_rollout_ref.rollout.data_parallel_size")),
+         "actor_rollout_ref.rollout.data_parallel_size");
+  if (r.integer("actor_rollout_ref.rollout.expert_parallel_size") > 1)
+    line(fmt::format("  expert_parallel: {}", r.integer("actor_rollout_ref.rollout.expert_parallel_size")),
+         "actor_rollout_ref.rollout.expert_parallel_size");
   line(fmt::format("  memory_utilization: {}", r.number("actor_rollout_ref.rollout.gpu_memory_utilization")),
        "actor_rollout_ref.rollout.gpu_memory_utilization");
   line(fmt::format("  max_num_seqs: {}", r.integer("actor_rollout_ref.rollout.max_num_seqs")),
@@ -519,6 +530,9 @@ ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device
          "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size");
     line(fmt::format("  expert_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.expert_model_parallel_size")),
          "actor_rollout_ref.actor.megatron.expert_model_parallel_size");
+    if (r.integer("actor_rollout_ref.actor.megatron.context_parallel_size") > 1)
+      line(fmt::format("  context_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.context_parallel_size")),
+           "actor_rollout_ref.actor.megatron.context_parallel_size");
   }
   const std::int64_t mini = r.integer("actor_rollout_ref.actor.ppo_mini_batch_size");
   if (mini < 1 || prompts % mini != 0)

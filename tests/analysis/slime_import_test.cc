@@ -119,6 +119,23 @@ TEST(SlimeImport, DisaggregatedAsyncLaunch) {
   SlimeLaunch more = l;
   append_slime_args(more, {"--rollout-num-gpus-per-engine", "4", "--sglang-ep-size=4"});
   EXPECT_EQ(load(import_slime(more, "h100-sxm", "", "run.sh").yaml).rollout.tensor_parallel, 4);
+  // SGLang DP attention: --tp 8 --dp 4 --enable-dp-attention is attention TP 2 on 4 DP ranks,
+  // the experts over the whole engine of 8.
+  SlimeLaunch dp = l;
+  append_slime_args(dp, {"--sglang-enable-dp-attention", "--sglang-dp-size", "4"});
+  const sim::Scenario sd = load(import_slime(dp, "h100-sxm", "", "run.sh").yaml);
+  EXPECT_EQ(sd.rollout.tensor_parallel, 2);
+  EXPECT_EQ(sd.rollout.data_parallel, 4);
+  EXPECT_EQ(sd.rollout.expert_parallel, 8);
+  EXPECT_EQ(sd.rollout.engine_devices(), 8);
+  // Megatron context parallel: the trainer's context_parallel.
+  SlimeLaunch cp = l;
+  append_slime_args(cp, {"--context-parallel-size", "2"});
+  EXPECT_EQ(load(import_slime(cp, "h100-sxm", "", "run.sh").yaml).training.context_parallel, 2);
+  SlimeLaunch bad = l;
+  append_slime_args(bad, {"--sglang-enable-dp-attention", "--sglang-dp-size", "3"});
+  EXPECT_NE(error_of(bad).find("--sglang-dp-size 3 must divide --rollout-num-gpus-per-engine 8"), std::string::npos)
+      << error_of(bad);
 }
 
 TEST(SlimeImport, DefaultsAndErrors) {

@@ -123,6 +123,8 @@ TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
   EXPECT_FALSE(s.training.activation_checkpointing);  // Megatron: recompute_granularity null
   EXPECT_EQ(s.training.micro_batch_sequences, 4);
   EXPECT_EQ(s.training.logprob_micro_batch_sequences, 16);
+  EXPECT_EQ(s.rollout.data_parallel, 1);  // verl's default: no data_parallel line
+  EXPECT_EQ(import_verl(m, "h20", "", "cli").yaml.find("data_parallel:"), std::string::npos);
   EXPECT_EQ(s.workload.prompts_per_step, 1024);  // verl's data.train_batch_size default
   // verl's default advantage estimator is GAE, which trains a critic: said, not hidden.
   bool critic = false;
@@ -147,6 +149,27 @@ TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
                                     "run.sh"))
                 .find("run.sh:2:1: data.train_batch_size=${BSZ}: the variable is not assigned"),
             std::string::npos);
+}
+
+// verl's rollout data_parallel_size / expert_parallel_size: DP-attention engines with wide EP.
+TEST(VerlImport, RolloutDataAndExpertParallelSizes) {
+  const VerlLaunch m = parse_verl_overrides({"actor_rollout_ref.model.path=/ckpt/Qwen3-30B-A3B",
+                                             "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+                                             "actor_rollout_ref.rollout.data_parallel_size=4",
+                                             "actor_rollout_ref.rollout.expert_parallel_size=8", "trainer.n_gpus_per_node=8"});
+  const ImportedScenario imp = import_verl(m, "h100-sxm", "", "cli");
+  const sim::Scenario s = load(imp.yaml);
+  EXPECT_EQ(s.model.name, "qwen3-30b-a3b");
+  EXPECT_EQ(s.rollout.tensor_parallel, 2);
+  EXPECT_EQ(s.rollout.data_parallel, 4);
+  EXPECT_EQ(s.rollout.expert_parallel, 8);
+  EXPECT_NE(imp.yaml.find("data_parallel: 4"), std::string::npos);
+  // Megatron's context parallel size is the trainer's context_parallel.
+  const VerlLaunch cp =
+      parse_verl_overrides({"actor_rollout_ref.model.path=/ckpt/Qwen3-8B", "actor_rollout_ref.actor.strategy=megatron",
+                            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                            "actor_rollout_ref.actor.megatron.context_parallel_size=2", "trainer.n_gpus_per_node=8"});
+  EXPECT_EQ(load(import_verl(cp, "h100-sxm", "", "cli").yaml).training.context_parallel, 2);
 }
 
 // The recipes: one-step-off splits the devices (shell arithmetic included), fully async also
