@@ -115,6 +115,7 @@ PointResult evaluate_point(const Study& study, std::size_t index, VerifyCache& c
   p.step_time_s = u.step_time_mean_s;
   p.step_time_max_s = u.step_time_max_s;
   p.phase_s.assign(u.phase_mean_s.s.begin(), u.phase_mean_s.s.end());
+  p.phases = u.phases;
   p.rollout_share = u.rollout_share;
   p.generated_tokens_per_s = u.generated_tokens_per_s;
   p.peak_rollout_bytes = u.peak_rollout_bytes;
@@ -248,7 +249,17 @@ std::string results_csv(const Study& study, const std::vector<PointResult>& resu
   std::vector<std::string> head = {"point"};
   for (const auto& k : study.columns()) head.push_back(k);
   head.insert(head.end(), {"status", "step_time_s", "step_time_max_s"});
-  for (const auto ph : sim::kPhases) head.push_back(std::string(sim::phase_name(ph)) + "_s");
+  std::vector<sim::Phase> phases;  // every phase some point has, in kPhases order
+  for (const auto ph : sim::kPhases) {
+    for (const auto& p : results) {
+      if (std::find(p.phases.begin(), p.phases.end(), ph) != p.phases.end()) {
+        phases.push_back(ph);
+        break;
+      }
+    }
+  }
+  if (results.empty()) phases = sim::phases_of(sim::Scenario{});
+  for (const auto ph : phases) head.push_back(std::string(sim::phase_name(ph)) + "_s");
   head.insert(head.end(), {"rollout_share", "generated_tokens_per_s", "peak_memory_rollout_bytes", "peak_memory_training_bytes",
                            "device_memory_bytes", "fits", "oom_role", "devices", "device_hours_per_step", "verify",
                            "verify_mismatches", "meets_constraints", "violations", "rank", "pareto", "oom_reason", "error"});
@@ -271,7 +282,7 @@ std::string results_csv(const Study& study, const std::vector<PointResult>& resu
     f.push_back(p.valid ? "ok" : "invalid");
     f.push_back(when(timed, p.step_time_s, 6));
     f.push_back(when(timed, p.step_time_max_s, 6));
-    for (std::size_t i = 0; i < sim::kPhases.size(); ++i) f.push_back(when(timed, p.valid ? p.phase_s[i] : 0.0, 6));
+    for (const auto ph : phases) f.push_back(when(timed, p.valid ? p.phase_s[static_cast<std::size_t>(ph)] : 0.0, 6));
     f.push_back(when(timed, p.rollout_share, 6));
     f.push_back(when(timed, p.generated_tokens_per_s, 3));
     f.push_back(when(p.valid, p.peak_rollout_bytes, 0));
@@ -298,7 +309,7 @@ namespace {
 
 json metrics_json(const PointResult& p) {
   json phases = json::object();
-  for (std::size_t i = 0; i < sim::kPhases.size(); ++i) phases[std::string(sim::kPhaseNames[i])] = p.phase_s[i];
+  for (const auto ph : p.phases) phases[std::string(sim::phase_name(ph))] = p.phase_s[static_cast<std::size_t>(ph)];
   return {{"step_time_s", p.step_time_s},
           {"phases_s", phases},
           {"rollout_share", p.rollout_share},

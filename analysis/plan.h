@@ -47,6 +47,9 @@ struct PointResult {
   double step_time_s = 0;  // mean over steps
   double step_time_max_s = 0;
   std::vector<double> phase_s;  // mean wall time per phase, in sim::kPhases order
+  /// The point's phases (sim::phases_of its scenario; a GRPO scenario's when it did not load):
+  /// plan.csv has a column for every phase some point has, points.json lists each point's own.
+  std::vector<sim::Phase> phases = sim::phases_of(sim::Scenario{});
   double rollout_share = 0;
   double generated_tokens_per_s = 0;
   double peak_rollout_bytes = 0;   // per device

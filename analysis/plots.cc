@@ -13,7 +13,10 @@ namespace rlsim::analysis {
 namespace {
 
 // Fixed phase colours so every run's timeline reads the same.
-int phase_colour(sim::Phase phase) { return static_cast<int>(phase) + 1; }
+// The line type of a phase: its position among the run's phases (sim::phases_of), from 1.
+int phase_colour(const std::vector<sim::Phase>& phases, sim::Phase phase) {
+  return static_cast<int>(std::find(phases.begin(), phases.end(), phase) - phases.begin()) + 1;
+}
 
 // A tick list "('a' 0, 'b' 1, ...)".
 std::string tick_list(const std::vector<std::string>& ticks) {
@@ -94,10 +97,11 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
   }
   // x, y, xlow, xhigh, ylow, yhigh, colour
   std::vector<std::tuple<double, double, double, double, double, double, int>> boxes;
+  const std::vector<sim::Phase> phases = sim::phases_of(s);
   for (const auto& p : r.phases) {
     const double y = p.role == sim::Role::kRollout ? 3 : p.role == sim::Role::kTraining ? 2 : 1;
     const double a = p.start * 1e-9, b = p.end * 1e-9;
-    boxes.emplace_back((a + b) / 2, y, a, b, y - 0.35, y + 0.35, phase_colour(p.phase));
+    boxes.emplace_back((a + b) / 2, y, a, b, y - 0.35, y + 0.35, phase_colour(phases, p.phase));
   }
   {
     Gnuplot gp("gnuplot");
@@ -107,15 +111,16 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
     gp << "set xlabel 'simulated time (s)'\nset yrange [0.3:3.7]\n";
     gp << "set ytics ('weight sync' 1, 'training' 2, 'rollout' 3)\nset grid xtics\n";
     gp << "set style fill solid 0.8 border -1\n";
-    // One colour per phase, in kPhases order.
-    const std::vector<std::string> colours{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"};
-    for (std::size_t i = 0; i < sim::kPhases.size(); ++i) {
+    // One colour per phase of the run, in kPhases order.
+    const std::vector<std::string> colours{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                           "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+    for (std::size_t i = 0; i < phases.size(); ++i) {
       gp << "set linetype " << i + 1 << " lc rgb '" << colours[i % colours.size()] << "'\n";
     }
     gp << "set key outside right\n";
     gp << "plot '-' using 1:2:3:4:5:6:7 with boxxyerrorbars lc variable notitle";
-    for (std::size_t i = 0; i < sim::kPhases.size(); ++i) {
-      gp << ", NaN with boxes lt " << i + 1 << " title '" << sim::kPhaseNames[i] << "' noenhanced";
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      gp << ", NaN with boxes lt " << i + 1 << " title '" << sim::phase_name(phases[i]) << "' noenhanced";
     }
     gp << "\n";
     gp.send1d(boxes);

@@ -46,7 +46,7 @@ std::string bottleneck(const sim::Scenario& s, const sim::SimResult& r) {
   if (!r.fits()) return "memory: " + r.oom->reason;
   sim::Phase best = sim::Phase::kRollout;
   double best_v = -1;
-  for (const auto p : sim::kPhases) {
+  for (const auto p : sim::phases_of(s)) {
     const double v = mean_of(phase_values(r, p));
     if (v > best_v) {
       best_v = v;
@@ -131,7 +131,8 @@ RunSummary summarize(const sim::Scenario& s, const sim::SimResult& r, PrecisionF
   const auto steps = step_values(r);
   u.step_time_mean_s = mean_of(steps);
   u.step_time_max_s = max_of(steps);
-  for (const auto p : sim::kPhases) {
+  u.phases = sim::phases_of(s);
+  for (const auto p : u.phases) {
     u.phase_mean_s[p] = mean_of(phase_values(r, p));
     u.phase_max_s[p] = max_of(phase_values(r, p));
   }
@@ -192,7 +193,7 @@ nlohmann::json summary_json(const RunSummary& u) {
   j["step_time_s"] = {{"mean", u.step_time_mean_s}, {"max", u.step_time_max_s}};
   json phases = json::object();
   json phases_max = json::object();
-  for (const auto p : sim::kPhases) {
+  for (const auto p : u.phases) {
     const std::string name(sim::phase_name(p));
     phases[name] = u.phase_mean_s[p];
     phases_max[name] = u.phase_max_s[p];
@@ -257,7 +258,7 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& 
   }
   if (u.steps > 0) {
     out << fmt::format("  {:<14} {:>12} {:>12}\n", "phase", "mean s", "max s");
-    for (const auto p : sim::kPhases) {
+    for (const auto p : u.phases) {
       out << fmt::format("  {:<14} {:>12.2f} {:>12.2f}\n", sim::phase_name(p), u.phase_mean_s[p], u.phase_max_s[p]);
     }
     out << fmt::format("  {:<14} {:>12.2f} {:>12.2f}\n", "step", u.step_time_mean_s, u.step_time_max_s);
@@ -395,13 +396,16 @@ RunSummary write_aggregates(const fs::path& tmp, const sim::Scenario& s, sim::Si
     if (!plot_memory(tmp / "memory.png", s, r, &why)) r.warnings.push_back("memory.png not drawn: " + why);
   }
   {
-    // SCENARIO.md's columns in their order, then rlsim's step_overhead_s.
-    std::string t =
-        "step,step_time_s,rollout_s,old_logprob_s,reference_s,actor_update_s,weight_sync_s,offload_s,generated_tokens,"
-        "step_overhead_s\n";
+    // SCENARIO.md's columns in their order (the run's phases), then rlsim's step_overhead_s.
+    const std::vector<sim::Phase> phases = sim::phases_of(s);
+    std::string t = "step,step_time_s";
+    for (const auto p : phases) {
+      if (p != sim::Phase::kStepOverhead) t += fmt::format(",{}_s", sim::phase_name(p));
+    }
+    t += ",generated_tokens,step_overhead_s\n";
     for (const auto& st : r.steps) {
       t += fmt::format("{},{:.6f}", st.step, st.step_s());
-      for (const auto p : sim::kPhases) {
+      for (const auto p : phases) {
         if (p != sim::Phase::kStepOverhead) t += fmt::format(",{:.6f}", st.phase_s[p]);
       }
       t += fmt::format(",{},{:.6f}\n", st.generated_tokens, st.phase_s[sim::Phase::kStepOverhead]);

@@ -33,6 +33,7 @@ struct RunSummary {
   int steps = 0;
   bool fits = true;
   double step_time_mean_s = 0, step_time_max_s = 0;
+  std::vector<sim::Phase> phases;  // the run's phases (sim::phases_of), in output order
   sim::PhaseSeconds phase_mean_s, phase_max_s;
   double rollout_share = 0;           // mean rollout phase / mean step
   double generated_tokens_per_s = 0;  // tokens of the consumed batches / summed step time

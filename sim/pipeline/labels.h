@@ -13,14 +13,29 @@ namespace rlsim::sim {
 
 /// Phases of an RL step, in the order of SCENARIO.md's phases_s and steps.csv; `kStepOverhead`
 /// (the calibrated fixed time per step outside the other phases: reward, advantages, data
-/// movement) is rlsim's addition, last.
-enum class Phase : std::uint8_t { kRollout, kOldLogprob, kReference, kActorUpdate, kWeightSync, kOffload, kStepOverhead };
-inline constexpr std::size_t kPhaseCount = 7;
-inline constexpr std::array<Phase, kPhaseCount> kPhases{Phase::kRollout,     Phase::kOldLogprob, Phase::kReference,
-                                                        Phase::kActorUpdate, Phase::kWeightSync, Phase::kOffload,
-                                                        Phase::kStepOverhead};
-inline constexpr std::array<std::string_view, kPhaseCount> kPhaseNames{
-    "rollout", "old_logprob", "reference", "actor_update", "weight_sync", "offload", "step_overhead"};
+/// movement) is rlsim's addition, last. `kReward` (a reward model's forward), `kValues` (the PPO
+/// critic's forward) and `kCriticUpdate` (its training) run, and are written, only in scenarios
+/// with a reward model or a critic (pipeline.h's phases_of), named as verl times them
+/// (timing_s/reward, /values, /update_critic).
+enum class Phase : std::uint8_t {
+  kRollout,
+  kReward,
+  kOldLogprob,
+  kReference,
+  kValues,
+  kCriticUpdate,
+  kActorUpdate,
+  kWeightSync,
+  kOffload,
+  kStepOverhead
+};
+inline constexpr std::size_t kPhaseCount = 10;
+inline constexpr std::array<Phase, kPhaseCount> kPhases{
+    Phase::kRollout,      Phase::kReward,      Phase::kOldLogprob, Phase::kReference, Phase::kValues,
+    Phase::kCriticUpdate, Phase::kActorUpdate, Phase::kWeightSync, Phase::kOffload,   Phase::kStepOverhead};
+inline constexpr std::array<std::string_view, kPhaseCount> kPhaseNames{"rollout", "reward",        "old_logprob",  "reference",
+                                                                       "values",  "critic_update", "actor_update", "weight_sync",
+                                                                       "offload", "step_overhead"};
 static_assert(static_cast<std::size_t>(Phase::kStepOverhead) + 1 == kPhaseCount);
 
 /// The output name of a phase ("rollout", "old_logprob", ...).
@@ -58,11 +73,15 @@ enum class MemoryTag : std::uint8_t {
   kLogits,            // training logits (vocabulary-wide, per micro-batch)
   kFsdpGatherBuffer,  // FSDP all-gathered layer parameters
   kSyncGatherBuffer,  // the trainer's buffer of gathered weights during a weight sync
+  kCriticParams,      // the PPO critic's parameters
+  kCriticOptimizer,   // the critic's optimizer states
+  kRewardParams,      // a reward model's parameters
 };
-inline constexpr std::array<std::string_view, 11> kMemoryTagNames{
-    "rollout_weights", "kv_cache",    "rollout_buffers", "train_params",       "reference_params",  "optimizer",
-    "grads",           "activations", "logits",          "fsdp_gather_buffer", "sync_gather_buffer"};
-static_assert(static_cast<std::size_t>(MemoryTag::kSyncGatherBuffer) + 1 == kMemoryTagNames.size());
+inline constexpr std::array<std::string_view, 14> kMemoryTagNames{
+    "rollout_weights",    "kv_cache",      "rollout_buffers",  "train_params", "reference_params",
+    "optimizer",          "grads",         "activations",      "logits",       "fsdp_gather_buffer",
+    "sync_gather_buffer", "critic_params", "critic_optimizer", "reward_params"};
+static_assert(static_cast<std::size_t>(MemoryTag::kRewardParams) + 1 == kMemoryTagNames.size());
 
 /// The output name of a memory tag ("rollout_weights", "kv_cache", ...).
 constexpr std::string_view memory_tag_name(MemoryTag t) { return kMemoryTagNames[static_cast<std::size_t>(t)]; }

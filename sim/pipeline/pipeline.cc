@@ -26,10 +26,31 @@ constexpr int kMaxTracedEngines = 16;
 
 std::string gb(double bytes) { return format_quantity(bytes, Dimension::kBytes); }
 
+// The scenario a critic or reward model is priced in: the actor's layout and batch with its own
+// model and recipe; one forward pass per step (the old_logprob pass of its TrainTimes), no KL
+// reference of its own (`reference_model` kept only to size a forward-only model's weights).
+Scenario aux_scenario(const Scenario& s, const AuxModelConfig& aux, bool forward_only) {
+  Scenario a = s;
+  a.model = aux.model;
+  a.training.precision = aux.precision;
+  a.training.recompute_old_logprob = true;
+  a.training.reference_model = forward_only;
+  return a;
+}
+
 class Simulation {
  public:
   Simulation(const Scenario& s, TraceSink& sink, const ProgressFn& progress, const RequestFn& on_request)
-      : s_(s), sink_(sink), progress_(progress), on_request_(on_request), trainer_(s) {}
+      : s_(s), sink_(sink), progress_(progress), on_request_(on_request), trainer_(s) {
+    if (s.algorithm.critic) {
+      critic_s_.emplace(aux_scenario(s, *s.algorithm.critic, false));
+      critic_.emplace(*critic_s_, ModelHead::kValue);
+    }
+    if (s.algorithm.reward_model) {
+      reward_s_.emplace(aux_scenario(s, *s.algorithm.reward_model, true));
+      reward_.emplace(*reward_s_, ModelHead::kValue);
+    }
+  }
 
   SimResult run();
 
@@ -63,6 +84,11 @@ class Simulation {
   };
   void run_stages(int step, std::vector<Stage> stages, std::size_t i, std::function<void()> done);
   std::vector<Stage> training_stages(int step);
+  void append_critic_stages(const TrainBatch& b, std::vector<Stage>& out);  // PPO: values, critic update
+  // A model's update: its gradients, activations, logits and gather buffer live for the stage
+  // (after `extra_bytes` tagged `extra_tag`, e.g. optimizer states brought in from the host).
+  Stage update_stage(Phase phase, double seconds, const TrainMemory& m, double extra_bytes = 0,
+                     MemoryTag extra_tag = MemoryTag::kOptimizer);
   std::vector<Stage> sync_stages(int step);
   std::vector<Stage> sleep_stages();
   void finish_step(int step);
@@ -98,6 +124,12 @@ class Simulation {
   const RequestFn& on_request_;
   EventQueue queue_;
   TrainerCostModel trainer_;
+  // PPO's critic and a reward model, priced in their own scenarios (aux_scenario) on the training
+  // devices; their resident bytes per device (critic: parameters, optimizer states; reward model:
+  // its weights in the compute format).
+  std::optional<Scenario> critic_s_, reward_s_;
+  std::optional<TrainerCostModel> critic_, reward_;
+  TrainMemory critic_memory_, reward_memory_;
   SimResult r_;
   std::vector<MemoryLedger> ledgers_;
   std::vector<std::vector<Request>> step_requests_;
@@ -304,6 +336,12 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   const bool offload = s_.training.optimizer.offload;
   const double offload_s = offload ? trainer_.optimizer_offload_s() : 0.0;
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
+  if (reward_) {
+    // The reward model scores every sequence: one forward pass (verl timing_s/reward).
+    const double seconds = reward_->phase_times(b).old_logprob;
+    auto [a, f] = transient(MemoryTag::kActivations, reward_memory_.activations / 2 + reward_memory_.logits / 2);
+    out.push_back(Stage{Phase::kReward, Role::kTraining, seconds, a, f});
+  }
   {
     auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
     out.push_back(Stage{Phase::kOldLogprob, Role::kTraining, t.old_logprob, t.old_logprob > 0 ? a : nullptr,
@@ -314,30 +352,55 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
     out.push_back(
         Stage{Phase::kReference, Role::kTraining, t.reference, t.reference > 0 ? a : nullptr, t.reference > 0 ? f : nullptr});
   }
+  if (critic_) append_critic_stages(b, out);
   if (offload) {
     out.push_back(Stage{Phase::kOffload, Role::kTraining, offload_s,
                         [this, &led, m] { optimizer_ = led.allocate(queue_.now(), MemoryTag::kOptimizer, m.optimizer); },
                         nullptr});
   }
-  {
-    auto grads_act = std::make_shared<std::vector<MemoryLedger::AllocId>>();
-    out.push_back(Stage{Phase::kActorUpdate, Role::kTraining, t.actor_update,
-                        [this, &led, m, grads_act] {
-                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kGrads, m.grads));
-                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kActivations, m.activations));
-                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kLogits, m.logits));
-                          grads_act->push_back(led.allocate(queue_.now(), MemoryTag::kFsdpGatherBuffer, m.gather_buffer));
-                        },
-                        [this, &led, grads_act] {
-                          for (auto id : *grads_act) led.free(queue_.now(), id);
-                        }});
-  }
+  out.push_back(update_stage(Phase::kActorUpdate, t.actor_update, m));
   if (offload) {
     out.push_back(
         Stage{Phase::kOffload, Role::kTraining, offload_s, nullptr, [this, &led] { led.free(queue_.now(), optimizer_); }});
   }
   if (cpu_opt) out.push_back(Stage{Phase::kOffload, Role::kTraining, trainer_.cpu_optimizer_s(), nullptr, nullptr});
   return out;
+}
+
+void Simulation::append_critic_stages(const TrainBatch& b, std::vector<Stage>& out) {
+  // PPO's critic: its values of every token (verl timing_s/values), then its update with the
+  // actor's epochs and mini-batches (timing_s/update_critic), before the actor's update; its
+  // optimizer states come in from the host around the update when the actor's do.
+  const TrainTimes c = critic_->phase_times(b);
+  const TrainMemory& cm = critic_memory_;
+  auto& led = train_ledger();
+  auto id = std::make_shared<MemoryLedger::AllocId>();
+  out.push_back(Stage{Phase::kValues, Role::kTraining, c.old_logprob,
+                      [this, &led, id, bytes = cm.activations / 2 + cm.logits / 2] {
+                        *id = led.allocate(queue_.now(), MemoryTag::kActivations, bytes);
+                      },
+                      [this, &led, id] { led.free(queue_.now(), *id); }});
+  const bool offload = s_.training.optimizer.offload;
+  double seconds = c.actor_update + (offload ? 2 * critic_->optimizer_offload_s() : 0.0);
+  if (critic_->cpu_optimizer()) seconds += critic_->cpu_optimizer_s();
+  out.push_back(update_stage(Phase::kCriticUpdate, seconds, cm, offload ? cm.optimizer : 0.0, MemoryTag::kCriticOptimizer));
+}
+
+Simulation::Stage Simulation::update_stage(Phase phase, double seconds, const TrainMemory& m, double extra_bytes,
+                                           MemoryTag extra_tag) {
+  auto& led = train_ledger();
+  auto held = std::make_shared<std::vector<MemoryLedger::AllocId>>();
+  return Stage{phase, Role::kTraining, seconds,
+               [this, &led, m, held, extra_bytes, extra_tag] {
+                 if (extra_bytes > 0) held->push_back(led.allocate(queue_.now(), extra_tag, extra_bytes));
+                 held->push_back(led.allocate(queue_.now(), MemoryTag::kGrads, m.grads));
+                 held->push_back(led.allocate(queue_.now(), MemoryTag::kActivations, m.activations));
+                 held->push_back(led.allocate(queue_.now(), MemoryTag::kLogits, m.logits));
+                 held->push_back(led.allocate(queue_.now(), MemoryTag::kFsdpGatherBuffer, m.gather_buffer));
+               },
+               [this, &led, held] {
+                 for (auto id : *held) led.free(queue_.now(), id);
+               }};
 }
 
 std::vector<Simulation::Stage> Simulation::sync_stages(int) {
@@ -789,6 +852,8 @@ SimResult Simulation::run() {
         static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
   }
   r_.train_memory = trainer_.memory(largest);
+  if (critic_) critic_memory_ = critic_->memory(largest);
+  if (reward_) reward_memory_ = reward_->memory(largest);
 
   if (!check_fit()) {
     r_.ledgers = std::move(ledgers_);
@@ -808,6 +873,14 @@ SimResult Simulation::run() {
   if (!s_.training.param_offload) allocate_params();
   if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer())
     optimizer_ = tl.allocate(0, MemoryTag::kOptimizer, r_.train_memory.optimizer);
+  // The critic and the reward model stay resident beside the actor (their optimizer states on the
+  // host when the actor's are).
+  if (critic_) {
+    tl.allocate(0, MemoryTag::kCriticParams, critic_memory_.params);
+    if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer())
+      tl.allocate(0, MemoryTag::kCriticOptimizer, critic_memory_.optimizer);
+  }
+  if (reward_) tl.allocate(0, MemoryTag::kRewardParams, reward_memory_.reference);
   if (!colocated()) {
     rollout_ledger().set_phase(Role::kRollout);
     ensure_rollout_weights();
@@ -863,6 +936,16 @@ double SimResult::rollout_idle_ratio() const {
 double SimResult::trainer_idle_ratio() const {
   if (wall_s <= 0) return 0.0;
   return std::max(0.0, 1.0 - trainer_busy_s / wall_s);
+}
+
+std::vector<Phase> phases_of(const Scenario& s) {
+  std::vector<Phase> out;
+  for (const Phase p : kPhases) {
+    if (p == Phase::kReward && !s.algorithm.reward_model) continue;
+    if ((p == Phase::kValues || p == Phase::kCriticUpdate) && !s.algorithm.critic) continue;
+    out.push_back(p);
+  }
+  return out;
 }
 
 SimResult simulate(const Scenario& s, TraceSink& sink, const ProgressFn& progress, const RequestFn& on_request) {

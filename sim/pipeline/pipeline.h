@@ -97,6 +97,11 @@ using ProgressFn = std::function<void(int, int)>;
 /// bounded by the requests in flight, not by the length of the run.
 using RequestFn = std::function<void(const Request&)>;
 
+/// The phases a run of `s` has, in kPhases order: every phase but kReward without a reward
+/// model and kValues / kCriticUpdate without a critic (algorithm ppo). Outputs list these, so a
+/// GRPO scenario's files carry no columns for phases it cannot run.
+std::vector<Phase> phases_of(const Scenario& s);
+
 /// Simulates `s.steps` RL steps. Spans and counters go to `sink`, finished requests to
 /// `on_request` (when given). Throws ScenarioError for a combination the simulator cannot
 /// represent (reported as bad input), Interrupted when a stop was requested (stop.h); never

@@ -37,12 +37,20 @@ double dp_imbalance(const std::vector<double>& work, int ranks) {
   return std::max(1.0, sum_max * ranks / total);
 }
 
-TrainerCostModel::TrainerCostModel(const Scenario& s) : s_(s), devices_(s.placement.train_devices) {
+TrainerCostModel::TrainerCostModel(const Scenario& s, ModelHead head) : s_(s), devices_(s.placement.train_devices) {
   widths_ = models::param_widths(s.training.precision);
   hidden_bytes_ = models::element_bytes(s.training.precision.hidden_element());
   logit_bytes_ = models::element_bytes(s.training.precision.softmax);
   params_ = static_cast<double>(s.model.params().total());
   matmul_params_ = static_cast<double>(s.model.active_matmul_params());
+  head_outputs_ = static_cast<double>(s.model.vocab);
+  if (head == ModelHead::kValue) {
+    // The vocab x hidden LM head becomes a hidden x 1 value head (an untied head's parameters go too).
+    const double lm_head = static_cast<double>(s.model.vocab) * s.model.hidden;
+    matmul_params_ += s.model.hidden - lm_head;
+    if (!s.model.tied_embeddings) params_ += s.model.hidden - lm_head;
+    head_outputs_ = 1;
+  }
   const auto& recipe = s.training.precision;
   const double peak = s.cluster.device.rate(recipe.linear.compute(recipe.mode));
   rate_ = peak * s.training.efficiency.compute;
@@ -236,7 +244,7 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
                                                : layer_working * layers_here;
   // FP32 logits and their gradient in the update, the logits alone in a forward-only pass
   // (verl computes log-probs of the whole micro-batch at once).
-  mem.logits = std::max(2.0 * mb_tokens, micro_batch_tokens(b, false) / cp) * m.vocab * logit_bytes_ / t.tensor_parallel;
+  mem.logits = std::max(2.0 * mb_tokens, micro_batch_tokens(b, false) / cp) * head_outputs_ * logit_bytes_ / t.tensor_parallel;
   // FSDP unshards one layer at a time (plus one prefetched); Megatron holds no gather buffer.
   const double layer_params = params_ / m.layers;
   mem.gather_buffer = t.backend == TrainingBackend::kFsdp ? 2.0 * layer_params * widths_.sync : 0.0;

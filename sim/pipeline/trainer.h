@@ -72,9 +72,15 @@ inline constexpr double kCpuAdamParamsPerSPerNode = 1e9 / 1.39;
 /// micro-batch), so a pass costs max(compute, comm). Megatron: TP all-reduces of activations
 /// (4 per layer per token, exposed), EP dispatch/combine all-to-alls per MoE layer (exposed),
 /// pipeline bubble (p-1)/(m+p-1) (Narayanan et al. 2021, eq. 1), DP gradient all-reduce.
+/// What the model's last layer computes: the LM head's vocabulary logits (actor, reference), or a
+/// scalar value per token (a PPO critic's or a reward model's value head: the LM head's GEMM and
+/// its vocabulary-wide logits are gone, a hidden x 1 projection takes their place).
+enum class ModelHead { kLanguage, kValue };
+
 class TrainerCostModel {
  public:
-  explicit TrainerCostModel(const Scenario& s);
+  /// The trainer of `s.model` in `s.training`'s layout; `s` must outlive the model.
+  explicit TrainerCostModel(const Scenario& s, ModelHead head = ModelHead::kLanguage);
 
   TrainTimes phase_times(const TrainBatch& batch) const;
   TrainMemory memory(const TrainBatch& batch) const;
@@ -142,6 +148,7 @@ class TrainerCostModel {
   models::ParamWidths widths_;  // bytes per parameter of the training recipe's tensor classes
   double hidden_bytes_ = 0;     // bytes of one token's hidden state (TP all-reduce, EP all-to-all)
   double logit_bytes_ = 0;      // bytes of one logit (the recipe's softmax element)
+  double head_outputs_ = 0;     // outputs per token of the last layer: the vocabulary, or 1 (value head)
 };
 
 }  // namespace rlsim::sim

@@ -489,28 +489,32 @@ models::ModelArch model_from_hf_config(const std::string& path) {
 
 namespace {
 
-// model: a catalog name, {hf_config: path}, or an inline architecture.
-void parse_model_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
-  YAML::Node n = top.require("model");
+// A model at `path`: a catalog name, {hf_config: path}, or an inline architecture.
+models::ModelArch parse_model_node(const Source& src, const YAML::Node& n, const std::string& path, const fs::path& base_dir) {
   if (n.IsScalar()) {
     try {
-      s.model = catalog_model(n.Scalar());
+      return catalog_model(n.Scalar());
     } catch (const ScenarioError& e) {
-      src.fail(n, "model", e.what());
+      src.fail(n, path, e.what());
     }
-  } else if (n.IsMap() && n["hf_config"]) {
-    Map m(src, n, "model");
+  }
+  if (n.IsMap() && n["hf_config"]) {
+    Map m(src, n, path);
     const std::string p = m.str("hf_config", "", true);
     m.finish({"hf_config"});
     const fs::path full = fs::path(p).is_absolute() ? fs::path(p) : base_dir / p;
     try {
-      s.model = model_from_hf_config(full.string());
+      return model_from_hf_config(full.string());
     } catch (const ScenarioError& e) {
-      src.fail(n["hf_config"], "model.hf_config", e.what());
+      src.fail(n["hf_config"], path + ".hf_config", e.what());
     }
-  } else {
-    s.model = parse_model(Map(src, n, "model"));
   }
+  return parse_model(Map(src, n, path));
+}
+
+// model: a catalog name, {hf_config: path}, or an inline architecture.
+void parse_model_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
+  s.model = parse_model_node(src, top.require("model"), "model", base_dir);
 }
 
 // cluster: device (catalog name or inline), node counts, links.
@@ -718,6 +722,50 @@ void check_training_layout(const Source& src, Map& m, const Scenario& s) {
   }
 }
 
+// algorithm: {name, critic: {model, precision}, reward_model: {model, precision}}.
+void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
+  auto& a = s.algorithm;
+  if (!top.has("algorithm")) return;
+  Map m(src, top.get("algorithm"), "algorithm");
+  a.name = m.choice<Algorithm>("name", a.name,
+                               {{"grpo", Algorithm::kGrpo},
+                                {"ppo", Algorithm::kPpo},
+                                {"reinforce++", Algorithm::kReinforcePlusPlus},
+                                {"rloo", Algorithm::kRloo}});
+  auto aux = [&](const char* key) {
+    AuxModelConfig c{s.model, s.training.precision};
+    if (!m.has(key)) return c;
+    const std::string path = std::string("algorithm.") + key;
+    Map am(src, m.get(key), path);
+    if (am.has("model")) c.model = parse_model_node(src, am.get("model"), path + ".model", base_dir);
+    if (am.has("precision")) {
+      c.precision = parse_recipe(src, am.get("precision"), path + ".precision");
+      const auto want = c.precision.linear.compute(c.precision.mode);
+      if (!s.cluster.device.effective(want)) {
+        src.fail(am.get("precision"), path + ".precision",
+                 fmt::format("device '{}' has no compute rate usable for the recipe '{}' ({} GEMMs)", s.cluster.device.name,
+                             c.precision.name, models::compute_name(want)));
+      }
+    }
+    am.finish({"model", "precision"});
+    return c;
+  };
+  if (a.name == Algorithm::kPpo) {
+    a.critic = aux("critic");
+  } else if (m.has("critic")) {
+    src.fail(m.get("critic"), "algorithm.critic", "algorithm.critic needs name: ppo (GRPO, REINFORCE++ and RLOO have no critic)");
+  }
+  if (m.has("reward_model")) a.reward_model = aux("reward_model");
+  m.finish({"name", "critic", "reward_model"});
+  if (a.name == Algorithm::kRloo && s.workload.samples_per_prompt < 2) {
+    src.fail(m.get("name"), "algorithm.name",
+             "rloo needs workload.samples_per_prompt >= 2 (each sample's baseline is the mean of the others)");
+  }
+  if ((a.critic || a.reward_model) && s.placement.train_devices < 1) {
+    src.fail(m.node(), "algorithm", "a critic or reward model needs training devices");
+  }
+}
+
 // training: backend, recipe, parallelism, batching, offload, optimizer and cost overrides.
 void parse_training_section(const Source& src, Map& top, Scenario& s) {
   auto& t = s.training;
@@ -884,13 +932,14 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   parse_workload_section(src, top, base_dir, s);
   parse_rollout_section(src, top, s);
   parse_training_section(src, top, s);
+  parse_algorithm_section(src, top, base_dir, s);
   check_device_rates(src, root, s);
   parse_weight_sync_section(src, top, s);
   parse_output_section(src, top, path, s);
   // A validation record's published figures (rlsim validate reads them; see analysis/validation.h).
   (void)top.get("validation");
   top.finish({"name", "seed", "steps", "model", "cluster", "placement", "schedule", "workload", "rollout", "training",
-              "weight_sync", "output", "validation"});
+              "algorithm", "weight_sync", "output", "validation"});
   apply_calibration(s, calibration ? *calibration : builtin_calibration());
   return s;
 }

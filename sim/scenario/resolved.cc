@@ -194,6 +194,21 @@ std::string resolved_yaml(const Scenario& s) {
   efficiency(e, t.efficiency, true);
   e << YAML::Key << "step_overhead" << YAML::Value << q(t.step_overhead_s, Dimension::kTime);
   e << YAML::EndMap;
+  const auto& a = s.algorithm;
+  e << YAML::Key << "algorithm" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value
+    << (a.name == Algorithm::kGrpo                ? "grpo"
+        : a.name == Algorithm::kPpo               ? "ppo"
+        : a.name == Algorithm::kReinforcePlusPlus ? "reinforce++"
+                                                  : "rloo");
+  for (const auto& [key, aux] : {std::pair<const char*, const std::optional<AuxModelConfig>*>{"critic", &a.critic},
+                                 std::pair<const char*, const std::optional<AuxModelConfig>*>{"reward_model", &a.reward_model}}) {
+    if (!*aux) continue;
+    e << YAML::Key << key << YAML::Value << YAML::BeginMap;
+    model(e, (*aux)->model);
+    recipe(e, "precision", (*aux)->precision);
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
   const char* method = s.weight_sync.method == WeightSyncMethod::kAuto      ? "auto"
                        : s.weight_sync.method == WeightSyncMethod::kCudaIpc ? "cuda-ipc"
                                                                             : "nccl-broadcast";

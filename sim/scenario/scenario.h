@@ -238,6 +238,30 @@ struct OutputConfig {
   std::int64_t trace_max_iterations = 1'000'000;
 };
 
+/// The RL algorithm (verl algorithm.adv_estimator, OpenRLHF --advantage_estimator). GRPO,
+/// REINFORCE++ and RLOO differ only in how advantages are computed from the rewards (a negligible
+/// cost, inside step_overhead); PPO adds a critic trained beside the actor (GAE advantages from its
+/// values), and any of them may score responses with a separate reward model.
+enum class Algorithm { kGrpo, kPpo, kReinforcePlusPlus, kRloo };
+
+/// A model the trainer runs besides the actor: the PPO critic, or a reward model. It uses the
+/// training section's backend and parallel layout on the training devices (colocated with the
+/// actor, as verl's and OpenRLHF's colocated critic / reward workers are).
+struct AuxModelConfig {
+  models::ModelArch model;   // Default: the actor's model
+  models::Recipe precision;  // Default: training.precision
+};
+
+struct AlgorithmConfig {
+  Algorithm name = Algorithm::kGrpo;  // Default: grpo
+  /// PPO's critic (value model: the model with a scalar value head instead of the LM head).
+  /// Present exactly when name is ppo.
+  std::optional<AuxModelConfig> critic;
+  /// A reward model's forward pass over every sequence (verl reward_model.enable, OpenRLHF
+  /// --reward_pretrain). Default: none (rule-based or verifier rewards, inside step_overhead).
+  std::optional<AuxModelConfig> reward_model;
+};
+
 struct Scenario {
   std::string name;
   std::string file;        // path of the scenario file as given
@@ -250,6 +274,7 @@ struct Scenario {
   WorkloadConfig workload;
   RolloutConfig rollout;
   TrainingConfig training;
+  AlgorithmConfig algorithm;
   WeightSyncConfig weight_sync;
   OutputConfig output;
   CostOverrides cost_overrides;  // what the file set; apply_calibration keeps these

@@ -81,6 +81,72 @@ TEST(Pipeline, DataParallelAttentionSpreadsExpertsAndKeepsDenseWeightsPerRank) {
   EXPECT_GT(r.tokens_generated, 0);
 }
 
+// PPO (algorithm.name ppo): a critic colocated with the actor (values forward, critic update
+// before the actor's), an optional reward model's forward; GRPO runs none of these phases.
+TEST(Pipeline, PpoRunsTheCriticAndTheRewardModelByName) {
+  NullSink sink;
+  const Scenario grpo = load_text(kBase);
+  const Scenario ppo = load_text(kBase, {"algorithm={name: ppo, reward_model: {model: qwen3-8b}}"});
+  ASSERT_TRUE(ppo.algorithm.critic.has_value());
+  EXPECT_EQ(ppo.algorithm.critic->model.name, "qwen3-8b");  // the actor's model by default
+  const std::vector<Phase> g = phases_of(grpo), p = phases_of(ppo);
+  EXPECT_EQ(g.size(), 7u);
+  EXPECT_EQ(p.size(), 10u);
+  EXPECT_EQ(std::find(g.begin(), g.end(), Phase::kValues), g.end());
+  const SimResult rg = simulate(grpo, sink), rp = simulate(ppo, sink);
+  ASSERT_TRUE(rp.fits());
+  const auto& st = rp.steps.front();
+  // The critic's forward and update are the value-head trainer's passes over the step's batch.
+  Scenario critic = ppo;
+  critic.training.recompute_old_logprob = true;
+  critic.training.reference_model = false;
+  const TrainerCostModel ct(critic, ModelHead::kValue), at(ppo);
+  TrainBatch b;
+  b.tokens = 16 * 8 * 2000.0;
+  b.sequences = 128;
+  b.max_sequence = 8192;
+  EXPECT_LT(ct.phase_times(b).actor_update, at.phase_times(b).actor_update);  // no LM head
+  EXPECT_LT(ct.memory(b).logits, 1e-3 * at.memory(b).logits);                 // one value per token, not a vocabulary
+  EXPECT_GT(st.phase_s[Phase::kValues], 0);
+  EXPECT_GT(st.phase_s[Phase::kCriticUpdate], st.phase_s[Phase::kValues]);
+  EXPECT_NEAR(st.phase_s[Phase::kReward], st.phase_s[Phase::kValues], 1e-9);  // same model, same head, same batch
+  EXPECT_DOUBLE_EQ(rg.steps.front().phase_s[Phase::kValues], 0.0);
+  // Same seed, same rollout; the PPO step is longer by its extra phases, and the critic's and the
+  // reward model's resident bytes show by name on the training ledger.
+  EXPECT_NEAR(st.phase_s[Phase::kRollout], rg.steps.front().phase_s[Phase::kRollout], 1e-6);
+  EXPECT_GT(st.step_s(), rg.steps.front().step_s() + st.phase_s[Phase::kCriticUpdate]);
+  bool critic_params = false, reward_params = false;
+  for (const auto& l : rp.ledgers) {
+    for (const auto& e : l.events()) {
+      critic_params |= e.tag == MemoryTag::kCriticParams && e.delta_bytes > 0;
+      reward_params |= e.tag == MemoryTag::kRewardParams && e.delta_bytes > 0;
+    }
+  }
+  EXPECT_TRUE(critic_params);
+  EXPECT_TRUE(reward_params);
+  EXPECT_GT(rp.peak_training_bytes, rg.peak_training_bytes);
+}
+
+TEST(Pipeline, AlgorithmRulesNameWhatTheyBreak) {
+  auto error = [&](const std::vector<std::string>& o) {
+    try {
+      load_text(kBase, o);
+    } catch (const ScenarioError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error({"algorithm={name: grpo, critic: {model: qwen3-8b}}"}).find("algorithm.critic needs name: ppo"),
+            std::string::npos);
+  EXPECT_NE(
+      error({"algorithm={name: rloo}", "workload.samples_per_prompt=1"}).find("rloo needs workload.samples_per_prompt >= 2"),
+      std::string::npos);
+  EXPECT_NE(error({"algorithm={name: dpo}"}).find("algorithm.name"), std::string::npos);
+  EXPECT_NE(error({"algorithm={name: ppo, critic: {modle: qwen3-8b}}"}).find("modle"), std::string::npos);
+  EXPECT_EQ(error({"algorithm={name: reinforce++}"}), "no error");
+  EXPECT_EQ(error({"algorithm={name: ppo, critic: {model: qwen3-32b, precision: bf16}}"}), "no error");
+}
+
 TEST(Pipeline, SyncStepIsTheSumOfItsPhases) {
   NullSink sink;
   const Scenario s = load_text(kBase);
