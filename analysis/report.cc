@@ -154,6 +154,8 @@ RunSummary summarize(const sim::Scenario& s, const sim::SimResult& r, PrecisionF
   u.bottleneck = bottleneck(s, r);
   u.engines = r.engines;
   u.rollout_tensor_parallel = s.rollout.tensor_parallel;
+  u.rollout_data_parallel = s.rollout.data_parallel;
+  u.rollout_expert_parallel = s.rollout.expert_parallel;
   u.rollout_precision = s.rollout.precision.name;
   u.kv_cache = s.rollout.precision.kv_cache.str();
   u.compute_type = std::string(models::compute_name(r.rollout_cost.compute_type));
@@ -226,6 +228,10 @@ nlohmann::json summary_json(const RunSummary& u) {
                   {"kv_capacity_tokens_per_engine", u.kv_capacity_tokens_per_engine},
                   {"max_running_sequences", u.max_running_sequences},
                   {"kv_limited", u.kv_limited}};
+  if (u.rollout_data_parallel > 1) {  // DP-attention engines (written only for them: earlier summaries read as before)
+    j["rollout"]["data_parallel"] = u.rollout_data_parallel;
+    j["rollout"]["expert_parallel"] = u.rollout_expert_parallel;
+  }
   const auto& w = u.weight_sync;
   j["weight_sync_s"] = {{"gather", w.gather}, {"transfer", w.transfer}, {"quantize", w.quantize},
                         {"repack", w.repack}, {"load", w.load},         {"total", w.total()}};
@@ -248,8 +254,11 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& 
   out << fmt::format("  model {} ({:.2f} B params, {:.2f} B active) on {} x {} x {} ({}, {})\n", s.model.name,
                      static_cast<double>(s.model.params().total()) / 1e9, static_cast<double>(s.model.active_params()) / 1e9,
                      s.cluster.nodes, s.cluster.devices_per_node, s.cluster.device.name, u.placement, u.schedule);
-  out << fmt::format("  rollout {} (kv {}), {} engines x TP{}; training {} on {} devices\n", u.rollout_precision, u.kv_cache,
-                     u.engines, u.rollout_tensor_parallel, s.training.precision.name, s.placement.train_devices);
+  const std::string dp = u.rollout_data_parallel > 1
+                             ? fmt::format(" x DP{} (EP{})", u.rollout_data_parallel, u.rollout_expert_parallel)
+                             : std::string();
+  out << fmt::format("  rollout {} (kv {}), {} engines x TP{}{}; training {} on {} devices\n", u.rollout_precision, u.kv_cache,
+                     u.engines, u.rollout_tensor_parallel, dp, s.training.precision.name, s.placement.train_devices);
   if (!u.fits) {
     out << "  DOES NOT FIT: " << u.oom->reason << "\n";
     for (const auto& [tag, bytes] : u.oom->breakdown) {

@@ -46,6 +46,8 @@ struct RunSummary {
   // The rollout engines.
   int engines = 0;
   int rollout_tensor_parallel = 0;
+  int rollout_data_parallel = 1;    // attention DP ranks per engine (written when > 1)
+  int rollout_expert_parallel = 1;  // written with data_parallel
   std::string rollout_precision, kv_cache, compute_type;
   double rollout_weight_bytes_per_device = 0, kv_capacity_tokens_per_engine = 0;
   int max_running_sequences = 0;
