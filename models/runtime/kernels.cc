@@ -711,8 +711,9 @@ inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
 
 // The 4-bit GEMV of one tile: 4 rows, 32 columns a chunk. S: scale storage (kFp32 with
 // `scaled` false: unscaled); per_half: 16-column blocks (NVFP4), a scale per half-chunk; cpb:
-// chunks per scale block otherwise (the whole row when the grid has one column); TS: multiply by
-// the FP32 tensor scale after the block scale.
+// chunks per scale block otherwise (the whole row when the grid has one column); TS: multiply each
+// row's sum by the FP32 tensor scale (NVFP4's second level; once per row instead of once per
+// table: a code times its E4M3 scale is exact, so only this last product rounds).
 template <Element S, bool kPerHalf, bool kTensorScale, int NT>
 void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled,
                  const std::uint8_t* scales, const std::size_t* sbase, std::size_t sstride, std::int64_t cpb, float tensor_scale,
@@ -724,9 +725,8 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
     for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
   }
   const __m512 lut = _mm512_loadu_ps(lut16);
-  const __m512 tsv = _mm512_set1_ps(tensor_scale);
   __m512 lut_lo[R], lut_hi[R];
-  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = kTensorScale ? _mm512_mul_ps(lut, tsv) : lut;  // unscaled: the table as is
+  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = lut;  // unscaled: the table as is
   std::int64_t left = 0;  // chunks before the next scale block
   std::size_t blk = 0;    // scale block of the current chunk, relative to each row's sbase
   const std::int64_t full = cols / 32;
@@ -760,15 +760,9 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
                     : lut_lo[i];
           }
         }
-        // The tensor scale multiplies the scaled table, as at() multiplies the scaled value: the
-        // tables hold every weight value of the half chunks, and the loop below no multiply.
-        if constexpr (kTensorScale) {
-          for (int i = 0; i < R; ++i) lut_lo[i] = _mm512_mul_ps(lut_lo[i], tsv), lut_hi[i] = _mm512_mul_ps(lut_hi[i], tsv);
-        }
       } else if (left-- == 0) {
         for (int i = 0; i < R; ++i) {
           lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
-          if constexpr (kTensorScale) lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut_lo[i], tsv);
         }
         ++blk;
         left = cpb - 1;
@@ -797,7 +791,10 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
     }
   }
   for (int n = 0; n < NT; ++n) {
-    for (int i = 0; i < R; ++i) y[n * R + i] = _mm512_reduce_add_ps(acc[i][n]);
+    for (int i = 0; i < R; ++i) {
+      const float sum = _mm512_reduce_add_ps(acc[i][n]);
+      y[n * R + i] = kTensorScale ? sum * tensor_scale : sum;
+    }
   }
 }
 

@@ -132,7 +132,10 @@ class PackedWeight {
   float at(std::int64_t r, std::int64_t c) const;
 
   /// y[r - r0] = sum_c at(r, c) * x[c] for r in [r0, r1): FP32 products, FP32 accumulation.
-  /// `x` holds cols() values. Uses the SIMD kernel where available and the shape allows it.
+  /// `x` holds cols() values. Uses the SIMD kernel where available and the shape allows it; the
+  /// SIMD NVFP4 kernel multiplies each row's sum of (code x block scale) x[c] products by the
+  /// tensor scale once, rather than each weight (one rounding fewer per product; within the same
+  /// FP32 summation bound).
   void gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
   /// The batched GEMV: y[n * ldy + r - r0] = sum_c at(r, c) * x[n * cols() + c] for `tokens`
