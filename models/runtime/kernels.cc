@@ -865,8 +865,8 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
 
 namespace {
 // Columns per pass of the k-major kernel over its rows, and the columns ahead it prefetches.
-constexpr int kKMajorColumns = 4;
-constexpr std::int64_t kKMajorPrefetchColumns = 8;
+constexpr int kKMajorColumns = 16;
+constexpr std::int64_t kKMajorPrefetchColumns = 16;
 // The codes' values enter the sums as 2^-120 times themselves (the E4M3 bit trick); x is lifted by
 // 2^60 and the block scale carries the other 2^60, so the products stay far from FP32's
 // subnormals and the result equals the unscaled computation (powers of two scale exactly).
