@@ -482,6 +482,23 @@ struct FastFloatEncoder {
   }
 };
 
+// decode() of every code of each element up to 16 bits wide, tabulated once (dequantize() of the
+// runtime's per-call activations must not pay for the generic decoder per value).
+const std::vector<double>* decode_table(Element e) {
+  static const std::array<std::vector<double>, kElementTraits.size()> tables = [] {
+    std::array<std::vector<double>, kElementTraits.size()> t;
+    for (const ElementTraits& tr : kElementTraits) {
+      if (tr.bits > 16) continue;
+      auto& v = t[static_cast<std::size_t>(tr.element)];
+      v.resize(std::size_t{1} << tr.bits);
+      for (std::uint32_t c = 0; c < v.size(); ++c) v[c] = decode(tr.element, c);
+    }
+    return t;
+  }();
+  const auto& v = tables[static_cast<std::size_t>(e)];
+  return v.empty() ? nullptr : &v;
+}
+
 // Everything of a quantisation that does not depend on where its codes go.
 struct Plan {
   BlockShape b;
@@ -568,14 +585,9 @@ BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan
     case ScaleKind::kNv16: {
       // encode() and decode() of E4M3, without the generic encoder's libm calls (one per 16 values).
       static const FastFloatEncoder e4m3(Element::kFp8E4M3);
-      static const std::array<double, 256> e4m3_value = [] {
-        std::array<double, 256> v{};
-        for (std::uint32_t c = 0; c < v.size(); ++c) v[c] = decode(Element::kFp8E4M3, c);
-        return v;
-      }();
       std::int64_t saturated = 0;  // a scale past 448 is stored as 448, as encode() does
       bs.code = e4m3(amax / 6.0 / p.tensor_scale, saturated);
-      bs.scale = e4m3_value[bs.code];
+      bs.scale = (*decode_table(Element::kFp8E4M3))[bs.code];
       return bs;
     }
     default: {
@@ -659,27 +671,6 @@ double decode_scale(const Format& f, std::uint32_t code) {
   if (f.scaling.kind == ScaleKind::kNone) return 1.0;
   return decode(traits(f.scaling.kind).scale_element, code);
 }
-
-namespace {
-
-// decode() of every code of each element up to 16 bits wide, tabulated once (dequantize() of the
-// runtime's per-call activations must not pay for the generic decoder per value).
-const std::vector<double>* decode_table(Element e) {
-  static const std::array<std::vector<double>, kElementTraits.size()> tables = [] {
-    std::array<std::vector<double>, kElementTraits.size()> t;
-    for (const ElementTraits& tr : kElementTraits) {
-      if (tr.bits > 16) continue;
-      auto& v = t[static_cast<std::size_t>(tr.element)];
-      v.resize(std::size_t{1} << tr.bits);
-      for (std::uint32_t c = 0; c < v.size(); ++c) v[c] = decode(tr.element, c);
-    }
-    return t;
-  }();
-  const auto& v = tables[static_cast<std::size_t>(e)];
-  return v.empty() ? nullptr : &v;
-}
-
-}  // namespace
 
 std::vector<double> dequantize(const QuantizedTensor& q) {
   std::vector<double> out(q.codes.size());
