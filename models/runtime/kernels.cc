@@ -726,9 +726,10 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
   }
   const __m512 lut = _mm512_loadu_ps(lut16);
   __m512 lut_lo[R], lut_hi[R];
-  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = lut;  // unscaled: the table as is
-  std::int64_t left = 0;                                    // chunks before the next scale block
-  std::size_t blk = 0;                                      // scale block of the current chunk, relative to each row's sbase
+  // Unscaled: the table as is.
+  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = lut;
+  std::int64_t left = 0;  // chunks before the next scale block
+  std::size_t blk = 0;    // scale block of the current chunk, relative to each row's sbase
   const std::int64_t full = cols / 32;
   for (std::int64_t j = 0; j < chunks; ++j, p += R * CB) {
     prefetch(p + kPrefetchBytes);
