@@ -89,6 +89,9 @@ class Simulation {
   // (after `extra_bytes` tagged `extra_tag`, e.g. optimizer states brought in from the host).
   Stage update_stage(Phase phase, double seconds, const TrainMemory& m, double extra_bytes = 0,
                      MemoryTag extra_tag = MemoryTag::kOptimizer);
+  // The memory actions of a stage that holds `bytes` tagged `tag` on the training ledger: allocate
+  // at its start, free at its end.
+  std::pair<std::function<void()>, std::function<void()>> transient(MemoryTag tag, double bytes);
   std::vector<Stage> sync_stages(int step);
   std::vector<Stage> sleep_stages();
   void finish_step(int step);
@@ -317,12 +320,6 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   const TrainTimes t = trainer_.phase_times(b);
   const TrainMemory& m = r_.train_memory;
   auto& led = train_ledger();
-  auto transient = [this, &led](MemoryTag tag, double bytes) {
-    // allocate at the stage start, free at its end
-    auto id = std::make_shared<MemoryLedger::AllocId>();
-    return std::make_pair(std::function<void()>([this, &led, tag, bytes, id] { *id = led.allocate(queue_.now(), tag, bytes); }),
-                          std::function<void()>([this, &led, id] { led.free(queue_.now(), *id); }));
-  };
   std::vector<Stage> out;
   // Reward, advantages and moving the batch to the trainer: a fixed cost per step (calibrated).
   out.push_back(Stage{Phase::kStepOverhead, Role::kTraining, s_.training.step_overhead_s, nullptr, nullptr});
@@ -373,17 +370,19 @@ void Simulation::append_critic_stages(const TrainBatch& b, std::vector<Stage>& o
   // optimizer states come in from the host around the update when the actor's do.
   const TrainTimes c = critic_->phase_times(b);
   const TrainMemory& cm = critic_memory_;
-  auto& led = train_ledger();
-  auto id = std::make_shared<MemoryLedger::AllocId>();
-  out.push_back(Stage{Phase::kValues, Role::kTraining, c.old_logprob,
-                      [this, &led, id, bytes = cm.activations / 2 + cm.logits / 2] {
-                        *id = led.allocate(queue_.now(), MemoryTag::kActivations, bytes);
-                      },
-                      [this, &led, id] { led.free(queue_.now(), *id); }});
+  auto [a, f] = transient(MemoryTag::kActivations, cm.activations / 2 + cm.logits / 2);
+  out.push_back(Stage{Phase::kValues, Role::kTraining, c.old_logprob, a, f});
   const bool offload = s_.training.optimizer.offload;
   double seconds = c.actor_update + (offload ? 2 * critic_->optimizer_offload_s() : 0.0);
   if (critic_->cpu_optimizer()) seconds += critic_->cpu_optimizer_s();
   out.push_back(update_stage(Phase::kCriticUpdate, seconds, cm, offload ? cm.optimizer : 0.0, MemoryTag::kCriticOptimizer));
+}
+
+std::pair<std::function<void()>, std::function<void()>> Simulation::transient(MemoryTag tag, double bytes) {
+  auto& led = train_ledger();
+  auto id = std::make_shared<MemoryLedger::AllocId>();
+  return {[this, &led, tag, bytes, id] { *id = led.allocate(queue_.now(), tag, bytes); },
+          [this, &led, id] { led.free(queue_.now(), *id); }};
 }
 
 Simulation::Stage Simulation::update_stage(Phase phase, double seconds, const TrainMemory& m, double extra_bytes,
@@ -871,14 +870,13 @@ SimResult Simulation::run() {
   auto& tl = train_ledger();
   tl.set_phase(Role::kTraining);
   if (!s_.training.param_offload) allocate_params();
-  if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer())
-    optimizer_ = tl.allocate(0, MemoryTag::kOptimizer, r_.train_memory.optimizer);
+  const bool optimizer_resident = !s_.training.optimizer.offload && !trainer_.cpu_optimizer();
+  if (optimizer_resident) optimizer_ = tl.allocate(0, MemoryTag::kOptimizer, r_.train_memory.optimizer);
   // The critic and the reward model stay resident beside the actor (their optimizer states on the
   // host when the actor's are).
   if (critic_) {
     tl.allocate(0, MemoryTag::kCriticParams, critic_memory_.params);
-    if (!s_.training.optimizer.offload && !trainer_.cpu_optimizer())
-      tl.allocate(0, MemoryTag::kCriticOptimizer, critic_memory_.optimizer);
+    if (optimizer_resident) tl.allocate(0, MemoryTag::kCriticOptimizer, critic_memory_.optimizer);
   }
   if (reward_) tl.allocate(0, MemoryTag::kRewardParams, reward_memory_.reference);
   if (!colocated()) {
