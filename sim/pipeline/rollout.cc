@@ -32,10 +32,9 @@ RolloutCostModel RolloutCostModel::build(const Scenario& s) {
   RolloutCostModel c;
   c.tp = r.tensor_parallel;
   c.dp = r.data_parallel;
-  c.engine_devices = r.engine_devices();
   c.wide_ep = arch.moe && (c.dp > 1 || r.expert_parallel > c.tp);
   // Devices the routed experts are spread over: the TP group, or the whole engine with wide EP.
-  const int expert_devices = c.wide_ep ? c.engine_devices : c.tp;
+  const int expert_devices = c.wide_ep ? r.engine_devices() : c.tp;
   c.layers = arch.layers;
   const double total = weight_bytes(arch, recipe);
   const double routed = weight_bytes(arch, recipe, bit(LinearKind::kRoutedExpert), false);
@@ -146,8 +145,9 @@ double RolloutCostModel::decode_memory_s(int b, double ctx) const {
 
 double RolloutCostModel::expert_imbalance(double tokens) const {
   if (!wide_ep || tokens <= 0) return 1.0;
-  const double mu = tokens * active / engine_devices;  // expert assignments per device
-  return 1.0 + std::sqrt(2.0 * std::log(static_cast<double>(engine_devices)) / mu);
+  const double devices = static_cast<double>(tp) * dp;  // the engine
+  const double mu = tokens * active / devices;          // expert assignments per device
+  return 1.0 + std::sqrt(2.0 * std::log(devices) / mu);
 }
 
 double RolloutCostModel::expert_compute_s(double tokens) const {

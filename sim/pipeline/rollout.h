@@ -74,9 +74,8 @@ struct RolloutCostModel {
   double allreduce_bytes_per_token = 0;  // one token's hidden state (models::hidden_bytes_per_token)
   int tp = 1;
   int ep = 1;
-  int dp = 1;              // attention data-parallel ranks per engine
-  bool wide_ep = false;    // DP > 1 or EP > TP: the data-parallel attention model above
-  int engine_devices = 1;  // TP x DP
+  int dp = 1;            // attention data-parallel ranks per engine
+  bool wide_ep = false;  // DP > 1 or EP > TP: the data-parallel attention model above
   int dense_ffn_layers = 0, moe_layers = 0;
   double dispatch_bytes_per_token = 0;  // top-k x hidden x activation bytes (EP dispatch)
   double combine_bytes_per_token = 0;   // top-k x one token's hidden state (combine)
