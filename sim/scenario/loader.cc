@@ -738,15 +738,7 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
     const std::string path = std::string("algorithm.") + key;
     Map am(src, m.get(key), path);
     if (am.has("model")) c.model = parse_model_node(src, am.get("model"), path + ".model", base_dir);
-    if (am.has("precision")) {
-      c.precision = parse_recipe(src, am.get("precision"), path + ".precision");
-      const auto want = c.precision.linear.compute(c.precision.mode);
-      if (!s.cluster.device.effective(want)) {
-        src.fail(am.get("precision"), path + ".precision",
-                 fmt::format("device '{}' has no compute rate usable for the recipe '{}' ({} GEMMs)", s.cluster.device.name,
-                             c.precision.name, models::compute_name(want)));
-      }
-    }
+    if (am.has("precision")) c.precision = parse_recipe(src, am.get("precision"), path + ".precision");
     am.finish({"model", "precision"});
     return c;
   };
@@ -760,9 +752,6 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
   if (a.name == Algorithm::kRloo && s.workload.samples_per_prompt < 2) {
     src.fail(m.get("name"), "algorithm.name",
              "rloo needs workload.samples_per_prompt >= 2 (each sample's baseline is the mean of the others)");
-  }
-  if ((a.critic || a.reward_model) && s.placement.train_devices < 1) {
-    src.fail(m.node(), "algorithm", "a critic or reward model needs training devices");
   }
 }
 
@@ -858,16 +847,29 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
 
 // Every recipe's GEMMs need a tensor-core rate on the device (after fallback to wider types).
 void check_device_rates(const Source& src, const YAML::Node& root, const Scenario& s) {
-  for (const auto& [role, recipe] : {std::pair<std::string, const Recipe*>{"rollout", &s.rollout.precision},
-                                     std::pair<std::string, const Recipe*>{"training", &s.training.precision}}) {
+  // Each recipe with where the file sets it: `section.precision`, or the device when it is the default.
+  struct Use {
+    std::string role;
+    const Recipe* recipe;
+    std::vector<std::string> path;  // keys from the root to the section holding `precision`
+  };
+  std::vector<Use> uses = {{"rollout", &s.rollout.precision, {"rollout"}}, {"training", &s.training.precision, {"training"}}};
+  if (s.algorithm.critic) uses.push_back({"algorithm.critic", &s.algorithm.critic->precision, {"algorithm", "critic"}});
+  if (s.algorithm.reward_model)
+    uses.push_back({"algorithm.reward_model", &s.algorithm.reward_model->precision, {"algorithm", "reward_model"}});
+  for (const auto& [role, recipe, path] : uses) {
     const auto want = recipe->linear.compute(recipe->mode);
-    if (!s.cluster.device.effective(want)) {
-      const YAML::Node where = root[role] && root[role]["precision"] ? root[role]["precision"] : root["cluster"]["device"];
-      src.fail(where, role + ".precision",
-               fmt::format("device '{}' has no compute rate usable for the {} recipe '{}' ({} GEMMs); add a '{}' rate to "
-                           "cluster.device.compute",
-                           s.cluster.device.name, role, recipe->name, models::compute_name(want), models::compute_name(want)));
-    }
+    if (s.cluster.device.effective(want)) continue;
+    // Const look-ups (no zombie keys), and reset() to rebind: a YAML::Node's operator= would
+    // assign through it into the document.
+    const auto child = [](const YAML::Node& n, const std::string& key) { return n.IsMap() && n[key] ? n[key] : YAML::Node(); };
+    YAML::Node where(root);
+    for (const auto& key : path) where.reset(child(where, key));
+    where.reset(where.IsMap() && child(where, "precision") ? child(where, "precision") : root["cluster"]["device"]);
+    src.fail(where, role + ".precision",
+             fmt::format("device '{}' has no compute rate usable for the {} recipe '{}' ({} GEMMs); add a '{}' rate to "
+                         "cluster.device.compute",
+                         s.cluster.device.name, role, recipe->name, models::compute_name(want), models::compute_name(want)));
   }
 }
 

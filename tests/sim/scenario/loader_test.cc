@@ -183,6 +183,14 @@ TEST(Loader, RecipeNeedsAComputeRateOnTheDevice) {
       << error_of(text);
   TempScenario t(text);
   EXPECT_NO_THROW(load_scenario(t.path(), {"rollout.precision=fp8-block", "training.precision=fp8-block"}));
+  // A PPO critic's own recipe is checked the same way, at its precision key.
+  const std::string critic = text +
+                             "rollout: {precision: fp8-block}\ntraining: {precision: fp8-block}\n"
+                             "algorithm: {name: ppo, critic: {precision: bf16}}\n";
+  EXPECT_NE(
+      error_of(critic).find("FILE:14:44: device 'fp8only' has no compute rate usable for the algorithm.critic recipe 'bf16'"),
+      std::string::npos)
+      << error_of(critic);
 }
 
 TEST(Loader, OverridesApplyAndReportThemselves) {
