@@ -23,6 +23,16 @@ Scenario load_text(const std::string& text, const std::vector<std::string>& over
   return s;
 }
 
+// The message a scenario's loading fails with, or "no error".
+std::string load_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_text(text, overrides);
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 const char* kBase = R"(name: pipeline test
 seed: 3
 steps: 3
@@ -128,14 +138,7 @@ TEST(Pipeline, PpoRunsTheCriticAndTheRewardModelByName) {
 }
 
 TEST(Pipeline, AlgorithmRulesNameWhatTheyBreak) {
-  auto error = [&](const std::vector<std::string>& o) {
-    try {
-      load_text(kBase, o);
-    } catch (const ScenarioError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error = [](const std::vector<std::string>& o) { return load_error(kBase, o); };
   EXPECT_NE(error({"algorithm={name: grpo, critic: {model: qwen3-8b}}"}).find("algorithm.critic needs name: ppo"),
             std::string::npos);
   EXPECT_NE(
@@ -570,14 +573,7 @@ workload:
   prompt_tokens: {dist: fixed, value: 100}
   response_tokens: {dist: fixed, value: 200}
 )";
-  auto error = [&](const std::string& training) {
-    try {
-      load_text(text + "training: " + training + "\n");
-    } catch (const ScenarioError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error = [&](const std::string& training) { return load_error(text + "training: " + training + "\n"); };
   EXPECT_NE(error("{backend: megatron, tensor_parallel: 2, context_parallel: 3}")
                 .find("x 3 x 1 must divide the 8 training devices (world = TP x CP x PP x DP)"),
             std::string::npos);
