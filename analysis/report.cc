@@ -257,8 +257,13 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& 
   const std::string dp = u.rollout_data_parallel > 1
                              ? fmt::format(" x DP{} (EP{})", u.rollout_data_parallel, u.rollout_expert_parallel)
                              : std::string();
-  out << fmt::format("  rollout {} (kv {}), {} engines x TP{}{}; training {} on {} devices\n", u.rollout_precision, u.kv_cache,
-                     u.engines, u.rollout_tensor_parallel, dp, s.training.precision.name, s.placement.train_devices);
+  // A critic or reward model on devices of its own (algorithm.*.placement separate).
+  std::string aux;
+  for (const auto& [name, m] : {std::pair{"critic", &s.algorithm.critic}, std::pair{"reward model", &s.algorithm.reward_model}}) {
+    if (*m && (*m)->placement == sim::AuxPlacement::kSeparate) aux += fmt::format(", {} on {}", name, (*m)->devices);
+  }
+  out << fmt::format("  rollout {} (kv {}), {} engines x TP{}{}; training {} on {} devices{}\n", u.rollout_precision, u.kv_cache,
+                     u.engines, u.rollout_tensor_parallel, dp, s.training.precision.name, s.placement.train_devices, aux);
   if (!u.fits) {
     out << "  DOES NOT FIT: " << u.oom->reason << "\n";
     for (const auto& [tag, bytes] : u.oom->breakdown) {

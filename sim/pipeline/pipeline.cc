@@ -27,27 +27,41 @@ constexpr int kMaxTracedEngines = 16;
 std::string gb(double bytes) { return format_quantity(bytes, Dimension::kBytes); }
 
 // The scenario a critic or reward model is priced in: the actor's layout and batch with its own
-// model and recipe; one forward pass per step (the old_logprob pass of its TrainTimes), no KL
-// reference of its own (`reference_model` kept only to size a forward-only model's weights).
-Scenario aux_scenario(const Scenario& s, const AuxModelConfig& aux, bool forward_only) {
+// model and recipe, on the `devices` of its group; one forward pass per step (the old_logprob
+// pass of its TrainTimes), no KL reference of its own (`reference_model` kept only to size a
+// forward-only model's weights).
+Scenario aux_scenario(const Scenario& s, const AuxModelConfig& aux, int devices, bool forward_only) {
   Scenario a = s;
   a.model = aux.model;
   a.training.precision = aux.precision;
   a.training.recompute_old_logprob = true;
   a.training.reference_model = forward_only;
+  a.placement.train_devices = devices;
   return a;
 }
+
+// The device group a training-side model runs on.
+enum class Group { kActor, kCritic, kReward };
+
+// Its trace track and ledger name.
+const char* group_name(Group g) { return g == Group::kCritic ? "critic" : g == Group::kReward ? "reward model" : "trainer"; }
 
 class Simulation {
  public:
   Simulation(const Scenario& s, TraceSink& sink, const ProgressFn& progress, const RequestFn& on_request)
       : s_(s), sink_(sink), progress_(progress), on_request_(on_request), trainer_(s) {
     if (s.algorithm.critic) {
-      critic_s_.emplace(aux_scenario(s, *s.algorithm.critic, false));
+      const auto& c = *s.algorithm.critic;
+      if (c.placement == AuxPlacement::kSeparate) critic_group_ = Group::kCritic;
+      critic_s_.emplace(aux_scenario(s, c, group_devices(critic_group_), false));
       critic_.emplace(*critic_s_, ModelHead::kValue);
     }
     if (s.algorithm.reward_model) {
-      reward_s_.emplace(aux_scenario(s, *s.algorithm.reward_model, true));
+      const auto& rm = *s.algorithm.reward_model;
+      reward_group_ = rm.placement == AuxPlacement::kSeparate ? Group::kReward
+                      : rm.placement == AuxPlacement::kCritic ? critic_group_
+                                                              : Group::kActor;
+      reward_s_.emplace(aux_scenario(s, rm, group_devices(reward_group_), true));
       reward_.emplace(*reward_s_, ModelHead::kValue);
     }
   }
@@ -56,7 +70,22 @@ class Simulation {
 
  private:
   MemoryLedger& rollout_ledger() { return ledgers_.front(); }
-  MemoryLedger& train_ledger() { return ledgers_.back(); }
+  MemoryLedger& train_ledger() { return ledgers_[colocated() ? 0 : 1]; }
+  // The ledger of a training-side group: the actor's, or a separate critic's or reward model's
+  // (created after the rollout's and the actor's, critic first).
+  MemoryLedger& ledger(Group g) {
+    if (g == Group::kActor) return train_ledger();
+    const std::size_t critic = (colocated() ? 0 : 1) + 1;
+    const bool after_critic = g == Group::kReward && critic_group_ == Group::kCritic;
+    return ledgers_[after_critic ? critic + 1 : critic];
+  }
+  int group_devices(Group g) const {
+    if (g == Group::kCritic) return s_.algorithm.critic->devices;
+    if (g == Group::kReward) return s_.algorithm.reward_model->devices;
+    return s_.placement.train_devices;
+  }
+  // Whether any training-side model runs on devices of its own (its passes then run beside the actor's).
+  bool separate_groups() const { return critic_group_ != Group::kActor || reward_group_ != Group::kActor; }
   bool colocated() const { return s_.placement.mode == PlacementMode::kColocated; }
 
   // Step `step`'s requests as drawn from its own seed (sync and one-step-off schedules): the
@@ -81,17 +110,25 @@ class Simulation {
     double seconds;
     std::function<void()> before;  // memory actions at the stage start
     std::function<void()> after;   // memory actions at the stage end
+    Group group = Group::kActor;   // the devices it runs on (training-side stages)
+    // Non-empty: not a stage but concurrent chains, one per device group, each run in order; the
+    // next stage starts when every chain has finished.
+    std::vector<std::vector<Stage>> lanes = {};
   };
   void run_stages(int step, std::vector<Stage> stages, std::size_t i, std::function<void()> done);
   std::vector<Stage> training_stages(int step);
-  void append_critic_stages(const TrainBatch& b, std::vector<Stage>& out);  // PPO: values, critic update
+  // A reward model's forward pass over the batch (verl timing_s/reward).
+  Stage reward_stage(const TrainBatch& b);
+  // PPO's critic: its values of every token, and its update.
+  Stage values_stage(const TrainBatch& b);
+  Stage critic_update_stage(const TrainBatch& b);
   // A model's update: its gradients, activations, logits and gather buffer live for the stage
   // (after `extra_bytes` tagged `extra_tag`, e.g. optimizer states brought in from the host).
   Stage update_stage(Phase phase, double seconds, const TrainMemory& m, double extra_bytes = 0,
-                     MemoryTag extra_tag = MemoryTag::kOptimizer);
-  // The memory actions of a stage that holds `bytes` tagged `tag` on the training ledger: allocate
+                     MemoryTag extra_tag = MemoryTag::kOptimizer, Group group = Group::kActor);
+  // The memory actions of a stage that holds `bytes` tagged `tag` on the group's ledger: allocate
   // at its start, free at its end.
-  std::pair<std::function<void()>, std::function<void()>> transient(MemoryTag tag, double bytes);
+  std::pair<std::function<void()>, std::function<void()>> transient(MemoryTag tag, double bytes, Group group = Group::kActor);
   std::vector<Stage> sync_stages(int step);
   std::vector<Stage> sleep_stages();
   void finish_step(int step);
@@ -117,7 +154,7 @@ class Simulation {
       train_ledger().set_phase(Role::kTraining);
     }
   }
-  void record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end);
+  void record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end, Group group = Group::kActor);
   bool check_fit();
   void report_memory();
 
@@ -133,6 +170,7 @@ class Simulation {
   std::optional<Scenario> critic_s_, reward_s_;
   std::optional<TrainerCostModel> critic_, reward_;
   TrainMemory critic_memory_, reward_memory_;
+  Group critic_group_ = Group::kActor, reward_group_ = Group::kActor;
   SimResult r_;
   std::vector<MemoryLedger> ledgers_;
   std::vector<std::vector<Request>> step_requests_;
@@ -223,13 +261,13 @@ void Simulation::release_steps(int last) {
   }
 }
 
-void Simulation::record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end) {
+void Simulation::record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end, Group group) {
   r_.phases.push_back(PhaseSpan{step, phase, role, start, end});
   auto& rec = r_.steps[static_cast<std::size_t>(step)];
   rec.phase_s[phase] += to_seconds(end - start);
   sink_.span(Span{role == Role::kRollout ? "rollout"
                   : role == Role::kSync  ? "weight sync"
-                                         : "trainer",
+                                         : group_name(group),
                   std::string(phase_name(phase)),
                   std::string(role_name(role)),
                   start,
@@ -268,13 +306,28 @@ void Simulation::start_rollout(int step, std::function<void()> done) {
 }
 
 void Simulation::run_stages(int step, std::vector<Stage> stages, std::size_t i, std::function<void()> done) {
-  while (i < stages.size() && stages[i].seconds <= 0 && !stages[i].before && !stages[i].after) ++i;
+  while (i < stages.size() && stages[i].seconds <= 0 && !stages[i].before && !stages[i].after && stages[i].lanes.empty()) ++i;
   if (i >= stages.size()) {
     done();
     return;
   }
   const TimeNs start = queue_.now();
   Stage& st = stages[i];
+  if (!st.lanes.empty()) {
+    // Concurrent chains: each runs on its own; the last to finish goes on with stage i + 1.
+    auto lanes = std::move(st.lanes);
+    auto left = std::make_shared<std::size_t>(lanes.size());
+    auto rest =
+        std::make_shared<std::function<void()>>([this, step, stages = std::move(stages), i, done = std::move(done)]() mutable {
+          run_stages(step, std::move(stages), i + 1, std::move(done));
+        });
+    for (auto& lane : lanes) {
+      run_stages(step, std::move(lane), 0, [left, rest] {
+        if (--*left == 0) (*rest)();
+      });
+    }
+    return;
+  }
   set_phase(st.role);
   if (st.before) st.before();
   const TimeNs end = start + to_ns(st.seconds);
@@ -282,10 +335,10 @@ void Simulation::run_stages(int step, std::vector<Stage> stages, std::size_t i, 
     const Stage& s = stages[i];
     if (s.after) s.after();
     if (s.seconds > 0) {
-      record_phase(step, s.phase, s.role, start, queue_.now());
+      record_phase(step, s.phase, s.role, start, queue_.now(), s.group);
       if (s.role == Role::kRollout) {
         for (auto& b : r_.engine_busy_s) b += s.seconds;
-      } else {
+      } else if (s.group == Group::kActor) {
         r_.trainer_busy_s += s.seconds;
       }
     }
@@ -329,67 +382,104 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
     out.push_back(
         Stage{Phase::kOffload, Role::kTraining, copy_s(m.params + m.reference, host), [this] { allocate_params(); }, nullptr});
   }
+  // The experience passes, then the updates. A model on its own devices runs its passes in a chain
+  // beside the actor's (and a reward model on the critic's devices after the critic's values);
+  // on the actor's devices they run one after another in the order below.
+  std::vector<Stage> actor, critic, reward;
+  auto chain = [&](Group g) -> std::vector<Stage>& {
+    return g == Group::kCritic ? critic : g == Group::kReward ? reward : actor;
+  };
+  if (reward_ && reward_group_ != Group::kCritic) chain(reward_group_).push_back(reward_stage(b));
+  const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
+  {
+    auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
+    actor.push_back(Stage{Phase::kOldLogprob, Role::kTraining, t.old_logprob, t.old_logprob > 0 ? a : nullptr,
+                          t.old_logprob > 0 ? f : nullptr});
+  }
+  {
+    auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
+    actor.push_back(
+        Stage{Phase::kReference, Role::kTraining, t.reference, t.reference > 0 ? a : nullptr, t.reference > 0 ? f : nullptr});
+  }
+  if (critic_) chain(critic_group_).push_back(values_stage(b));
+  if (reward_ && reward_group_ == Group::kCritic) critic.push_back(reward_stage(b));
+  auto join = [&out](std::vector<Stage>& first, std::vector<Stage>& second, std::vector<Stage>& third) {
+    Stage block{Phase::kStepOverhead, Role::kTraining, 0.0, nullptr, nullptr};
+    for (auto* c : {&first, &second, &third}) {
+      if (!c->empty()) block.lanes.push_back(std::move(*c));
+      c->clear();
+    }
+    out.push_back(std::move(block));
+  };
+  if (separate_groups()) {
+    join(actor, critic, reward);
+  } else {
+    for (auto& st : actor) out.push_back(std::move(st));
+    actor.clear();
+  }
+  if (critic_) chain(critic_group_).push_back(critic_update_stage(b));
   const bool cpu_opt = trainer_.cpu_optimizer();
   const bool offload = s_.training.optimizer.offload;
   const double offload_s = offload ? trainer_.optimizer_offload_s() : 0.0;
-  const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
-  if (reward_) {
-    // The reward model scores every sequence: one forward pass (verl timing_s/reward).
-    const double seconds = reward_->phase_times(b).old_logprob;
-    auto [a, f] = transient(MemoryTag::kActivations, reward_memory_.activations / 2 + reward_memory_.logits / 2);
-    out.push_back(Stage{Phase::kReward, Role::kTraining, seconds, a, f});
-  }
-  {
-    auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
-    out.push_back(Stage{Phase::kOldLogprob, Role::kTraining, t.old_logprob, t.old_logprob > 0 ? a : nullptr,
-                        t.old_logprob > 0 ? f : nullptr});
-  }
-  {
-    auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
-    out.push_back(
-        Stage{Phase::kReference, Role::kTraining, t.reference, t.reference > 0 ? a : nullptr, t.reference > 0 ? f : nullptr});
-  }
-  if (critic_) append_critic_stages(b, out);
   if (offload) {
-    out.push_back(Stage{Phase::kOffload, Role::kTraining, offload_s,
-                        [this, &led, m] { optimizer_ = led.allocate(queue_.now(), MemoryTag::kOptimizer, m.optimizer); },
-                        nullptr});
+    actor.push_back(Stage{Phase::kOffload, Role::kTraining, offload_s,
+                          [this, &led, m] { optimizer_ = led.allocate(queue_.now(), MemoryTag::kOptimizer, m.optimizer); },
+                          nullptr});
   }
-  out.push_back(update_stage(Phase::kActorUpdate, t.actor_update, m));
+  actor.push_back(update_stage(Phase::kActorUpdate, t.actor_update, m));
   if (offload) {
-    out.push_back(
+    actor.push_back(
         Stage{Phase::kOffload, Role::kTraining, offload_s, nullptr, [this, &led] { led.free(queue_.now(), optimizer_); }});
   }
-  if (cpu_opt) out.push_back(Stage{Phase::kOffload, Role::kTraining, trainer_.cpu_optimizer_s(), nullptr, nullptr});
+  if (cpu_opt) actor.push_back(Stage{Phase::kOffload, Role::kTraining, trainer_.cpu_optimizer_s(), nullptr, nullptr});
+  if (separate_groups()) {
+    join(actor, critic, reward);
+  } else {
+    for (auto& st : actor) out.push_back(std::move(st));
+  }
   return out;
 }
 
-void Simulation::append_critic_stages(const TrainBatch& b, std::vector<Stage>& out) {
-  // PPO's critic: its values of every token (verl timing_s/values), then its update with the
-  // actor's epochs and mini-batches (timing_s/update_critic), before the actor's update; its
+Simulation::Stage Simulation::reward_stage(const TrainBatch& b) {
+  // The reward model scores every sequence: one forward pass (verl timing_s/reward).
+  const double seconds = reward_->phase_times(b).old_logprob;
+  auto [a, f] = transient(MemoryTag::kActivations, reward_memory_.activations / 2 + reward_memory_.logits / 2, reward_group_);
+  return Stage{Phase::kReward, Role::kTraining, seconds, a, f, reward_group_};
+}
+
+Simulation::Stage Simulation::values_stage(const TrainBatch& b) {
+  // PPO's critic: its values of every token (verl timing_s/values).
+  const TrainMemory& cm = critic_memory_;
+  auto [a, f] = transient(MemoryTag::kActivations, cm.activations / 2 + cm.logits / 2, critic_group_);
+  return Stage{Phase::kValues, Role::kTraining, critic_->phase_times(b).old_logprob, a, f, critic_group_};
+}
+
+Simulation::Stage Simulation::critic_update_stage(const TrainBatch& b) {
+  // The critic's update with the actor's epochs and mini-batches (timing_s/update_critic); its
   // optimizer states come in from the host around the update when the actor's do.
   const TrainTimes c = critic_->phase_times(b);
   const TrainMemory& cm = critic_memory_;
-  auto [a, f] = transient(MemoryTag::kActivations, cm.activations / 2 + cm.logits / 2);
-  out.push_back(Stage{Phase::kValues, Role::kTraining, c.old_logprob, a, f});
   const bool offload = s_.training.optimizer.offload;
   double seconds = c.actor_update + (offload ? 2 * critic_->optimizer_offload_s() : 0.0);
   if (critic_->cpu_optimizer()) seconds += critic_->cpu_optimizer_s();
-  out.push_back(update_stage(Phase::kCriticUpdate, seconds, cm, offload ? cm.optimizer : 0.0, MemoryTag::kCriticOptimizer));
+  return update_stage(Phase::kCriticUpdate, seconds, cm, offload ? cm.optimizer : 0.0, MemoryTag::kCriticOptimizer,
+                      critic_group_);
 }
 
-std::pair<std::function<void()>, std::function<void()>> Simulation::transient(MemoryTag tag, double bytes) {
-  auto& led = train_ledger();
+std::pair<std::function<void()>, std::function<void()>> Simulation::transient(MemoryTag tag, double bytes, Group group) {
+  auto& led = ledger(group);
   auto id = std::make_shared<MemoryLedger::AllocId>();
   return {[this, &led, tag, bytes, id] { *id = led.allocate(queue_.now(), tag, bytes); },
           [this, &led, id] { led.free(queue_.now(), *id); }};
 }
 
 Simulation::Stage Simulation::update_stage(Phase phase, double seconds, const TrainMemory& m, double extra_bytes,
-                                           MemoryTag extra_tag) {
-  auto& led = train_ledger();
+                                           MemoryTag extra_tag, Group group) {
+  auto& led = ledger(group);
   auto held = std::make_shared<std::vector<MemoryLedger::AllocId>>();
-  return Stage{phase, Role::kTraining, seconds,
+  return Stage{phase,
+               Role::kTraining,
+               seconds,
                [this, &led, m, held, extra_bytes, extra_tag] {
                  if (extra_bytes > 0) held->push_back(led.allocate(queue_.now(), extra_tag, extra_bytes));
                  held->push_back(led.allocate(queue_.now(), MemoryTag::kGrads, m.grads));
@@ -399,7 +489,8 @@ Simulation::Stage Simulation::update_stage(Phase phase, double seconds, const Tr
                },
                [this, &led, held] {
                  for (auto id : *held) led.free(queue_.now(), id);
-               }};
+               },
+               group};
 }
 
 std::vector<Simulation::Stage> Simulation::sync_stages(int) {
@@ -809,7 +900,7 @@ void Simulation::report_memory() {
     r_.peak_training_bytes = ledgers_.front().peak_in(Role::kTraining);
   } else {
     r_.peak_rollout_bytes = ledgers_.front().peak();
-    r_.peak_training_bytes = ledgers_.back().peak();
+    r_.peak_training_bytes = train_ledger().peak();
   }
 }
 
@@ -823,6 +914,12 @@ SimResult Simulation::run() {
   } else {
     ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
     ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
+    // A critic's and a reward model's own groups, in the order ledger() expects.
+    for (const Group g : {Group::kCritic, Group::kReward}) {
+      if (critic_group_ != g && reward_group_ != g) continue;
+      ledgers_.emplace_back(fmt::format("{} ({} devices)", group_name(g), group_devices(g)), capacity);
+      ledgers_.back().set_phase(Role::kTraining);
+    }
   }
   r_.sync =
       trainer_.weight_sync(models::weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
@@ -861,7 +958,8 @@ SimResult Simulation::run() {
   }
   for (int e = 0; e < r_.engines; ++e) {
     engines_.push_back(std::make_unique<RolloutEngine>(r_.rollout_cost, queue_, sink_, e, r_.kv_capacity_tokens,
-                                                       s_.rollout.max_num_seqs, s_.output.trace && e < kMaxTracedEngines));
+                                                       s_.rollout.max_num_seqs, s_.output.trace && e < kMaxTracedEngines,
+                                                       s_.rollout.generate_batch));
   }
   r_.engine_busy_s.assign(static_cast<std::size_t>(r_.engines), 0.0);
   // Resident training state from t = 0: parameters, reference parameters, optimizer states (the
@@ -872,13 +970,14 @@ SimResult Simulation::run() {
   if (!s_.training.param_offload) allocate_params();
   const bool optimizer_resident = !s_.training.optimizer.offload && !trainer_.cpu_optimizer();
   if (optimizer_resident) optimizer_ = tl.allocate(0, MemoryTag::kOptimizer, r_.train_memory.optimizer);
-  // The critic and the reward model stay resident beside the actor (their optimizer states on the
+  // The critic and the reward model stay resident on their devices (their optimizer states on the
   // host when the actor's are).
   if (critic_) {
-    tl.allocate(0, MemoryTag::kCriticParams, critic_memory_.params);
-    if (optimizer_resident) tl.allocate(0, MemoryTag::kCriticOptimizer, critic_memory_.optimizer);
+    auto& cl = ledger(critic_group_);
+    cl.allocate(0, MemoryTag::kCriticParams, critic_memory_.params);
+    if (optimizer_resident) cl.allocate(0, MemoryTag::kCriticOptimizer, critic_memory_.optimizer);
   }
-  if (reward_) tl.allocate(0, MemoryTag::kRewardParams, reward_memory_.reference);
+  if (reward_) ledger(reward_group_).allocate(0, MemoryTag::kRewardParams, reward_memory_.reference);
   if (!colocated()) {
     rollout_ledger().set_phase(Role::kRollout);
     ensure_rollout_weights();

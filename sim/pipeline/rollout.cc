@@ -213,7 +213,7 @@ double RolloutCostModel::prefill_s(double new_tokens, double prefill_attn, int n
 // Engine ----------------------------------------------------------------------------------------
 
 RolloutEngine::RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, TraceSink& sink, int index,
-                             double kv_capacity_tokens, int max_num_seqs, bool trace_iterations)
+                             double kv_capacity_tokens, int max_num_seqs, bool trace_iterations, int generate_batch)
     : cost_(cost),
       queue_(queue),
       sink_(sink),
@@ -221,6 +221,7 @@ RolloutEngine::RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, Tr
       kv_capacity_(kv_capacity_tokens),
       max_num_seqs_(max_num_seqs),
       trace_(trace_iterations),
+      generate_batch_(generate_batch),
       track_(fmt::format("rollout engine {}", index)) {
   if (!(kv_capacity_tokens > 0)) throw std::invalid_argument("RolloutEngine: KV capacity must be positive");
 }
@@ -256,6 +257,7 @@ void RolloutEngine::preempt_last() {
   victim->preemptions++;
   stats_.preemptions++;
   waiting_.push_front(victim);
+  if (generate_batch_ > 0) ++call_left_;  // still part of the current call
 }
 
 void RolloutEngine::finish_tokens(std::int64_t n) {
@@ -342,6 +344,7 @@ void RolloutEngine::pause() {
     (*it)->interruptions++;
     waiting_.push_front(*it);
   }
+  if (generate_batch_ > 0) call_left_ += static_cast<int>(running_.size());
   running_.clear();
   kv_used_ = 0;
 }
@@ -359,7 +362,10 @@ void RolloutEngine::advance() {
   double new_tokens = 0;
   const double limit = kv_capacity_ * 0.99;  // vLLM's 1 % watermark
   const int b_old = static_cast<int>(running_.size());
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < max_num_seqs_) {
+  if (generate_batch_ > 0 && running_.empty() && call_left_ == 0) {
+    call_left_ = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(generate_batch_), waiting_.size()));
+  }
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < max_num_seqs_ && (generate_batch_ == 0 || call_left_ > 0)) {
     Request* r = waiting_.front();
     const double need = static_cast<double>(r->context() + 1);
     if (kv_used_ + need > limit && !running_.empty()) {
@@ -367,6 +373,7 @@ void RolloutEngine::advance() {
       break;
     }
     waiting_.pop_front();
+    if (generate_batch_ > 0) --call_left_;
     r->engine = index_;
     r->admit_order = next_order_++;
     if (r->admit_ns < 0) r->admit_ns = now;

@@ -162,6 +162,11 @@ struct EngineStats {
 /// batch changes, advanced in closed form; when the KV cache is full the last-admitted sequence
 /// is preempted and later recomputed (vLLM's recompute policy).
 ///
+/// With `generate_batch` > 0 the engine serves fixed generate() calls instead (OpenRLHF before
+/// 0.5, DeepSpeed-Chat): up to that many waiting sequences form a call, continuously batched
+/// among themselves, and the next call's sequences are admitted only when all of this one's
+/// have finished.
+///
 /// Two ways to drive it: start() hands over one step's requests and reports when all are done
 /// (synchronous and one-step-off schedules); submit() streams requests in, with a callback per
 /// finished request and pause()/resume() around a weight update (fully asynchronous schedule,
@@ -169,8 +174,9 @@ struct EngineStats {
 class RolloutEngine {
  public:
   /// `kv_capacity_tokens` > 0 (std::invalid_argument otherwise). Requests must outlive the run.
+  /// `generate_batch`: sequences per generate() call, 0 for one continuous batch.
   RolloutEngine(const RolloutCostModel& cost, EventQueue& queue, TraceSink& sink, int index, double kv_capacity_tokens,
-                int max_num_seqs, bool trace_iterations);
+                int max_num_seqs, bool trace_iterations, int generate_batch = 0);
 
   /// Starts generating `requests` now; `on_done` runs (as an event) when all have finished.
   void start(std::vector<Request*> requests, std::function<void()> on_done);
@@ -209,6 +215,8 @@ class RolloutEngine {
   double kv_capacity_;
   int max_num_seqs_;
   bool trace_;
+  int generate_batch_;  // 0: continuous batching
+  int call_left_ = 0;   // sequences of the current generate() call not admitted yet
   std::string track_;
   std::vector<Request*> running_;
   std::deque<Request*> waiting_;

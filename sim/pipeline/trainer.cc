@@ -327,7 +327,9 @@ double TrainerCostModel::cpu_optimizer_s() const {
   // Gradients go down, updated parameters come back.
   const double copies = shard_params * (widths_.gradient + widths_.sync) / s_.cluster.host_link.bandwidth_bytes_per_s;
   const int per_node = std::min(s_.cluster.devices_per_node, devices_);
-  const double adam = shard_params * per_node / kCpuAdamParamsPerSPerNode;
+  const double rate =
+      t.optimizer.cpu_adam_kernel == CpuAdamKernel::kDeepSpeed ? kDeepSpeedCpuAdamParamsPerSPerNode : kCpuAdamParamsPerSPerNode;
+  const double adam = shard_params * per_node / rate;
   return (std::max(copies, adam) + 2.0 * s_.cluster.host_link.latency_s) * t.mini_batches * t.ppo_epochs;
 }
 

@@ -462,6 +462,18 @@ std::string_view schedule_name(ScheduleMode m) {
 
 std::string_view placement_name(PlacementMode m) { return m == PlacementMode::kColocated ? "colocated" : "disaggregated"; }
 
+std::string_view aux_placement_name(AuxPlacement p) {
+  switch (p) {
+    case AuxPlacement::kActor:
+      return "actor";
+    case AuxPlacement::kCritic:
+      return "critic";
+    case AuxPlacement::kSeparate:
+      return "separate";
+  }
+  return "?";
+}
+
 models::Device catalog_device(const std::string& name) {
   const auto& c = device_catalog();
   const auto it = c.find(name);
@@ -628,6 +640,7 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
     // (vLLM's kv_cache_dtype=fp8 with its per-tensor k/v scales is fp8-e4m3/tensor).
     r.precision.kv_cache = format_value(*m, "kv_cache", r.precision.kv_cache);
     r.max_num_seqs = static_cast<int>(m->integer("max_num_seqs", r.max_num_seqs, 1, 1 << 20));
+    r.generate_batch = static_cast<int>(m->integer("generate_batch", r.generate_batch, 0, 1 << 20));
     r.memory_utilization = m->number("memory_utilization", r.memory_utilization, 0.05, 1.0);
     r.sleep_level = static_cast<int>(m->integer("sleep_level", r.sleep_level, 1, 2));
     r.activation_buffer_bytes = m->quantity("activation_buffers", r.activation_buffer_bytes, Dimension::kBytes);
@@ -649,7 +662,8 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
       e.finish({"memory", "compute", "comm", "attention_compute"});
     }
     m->finish({"engine", "tensor_parallel", "data_parallel", "expert_parallel", "precision", "kv_cache", "max_num_seqs",
-               "memory_utilization", "sleep_level", "enforce_eager", "activation_buffers", "overheads", "efficiency"});
+               "generate_batch", "memory_utilization", "sleep_level", "enforce_eager", "activation_buffers", "overheads",
+               "efficiency"});
     if (r.engine_devices() % r.expert_parallel != 0) {
       src.fail(m->get("expert_parallel"), "rollout.expert_parallel",
                fmt::format("rollout.expert_parallel ({}) must divide the engine's tensor_parallel x data_parallel = {} devices",
@@ -722,7 +736,38 @@ void check_training_layout(const Source& src, Map& m, const Scenario& s) {
   }
 }
 
-// algorithm: {name, critic: {model, precision}, reward_model: {model, precision}}.
+// A critic's or reward model's `placement` and `devices`: a separate group needs disaggregated
+// placement (the actor's training devices are then a group of their own) and holds whole copies
+// of the training layout (TP x CP x PP, EP x ETP dividing its expert world).
+void check_aux_placement(const Source& src, Map& am, const std::string& path, const Scenario& s, AuxModelConfig& c) {
+  if (c.placement != AuxPlacement::kSeparate) {
+    if (am.has("devices")) {
+      src.fail(am.get("devices"), path + ".devices", "'" + path + ".devices' is only valid with placement: separate");
+    }
+    return;
+  }
+  if (s.placement.mode != PlacementMode::kDisaggregated) {
+    src.fail(am.get("placement"), path + ".placement",
+             path +
+                 ".placement: separate needs placement.mode: disaggregated (the actor's training devices, the "
+                 "rollout engines' and this model's are then distinct groups)");
+  }
+  c.devices = static_cast<int>(am.integer("devices", 0, 1, s.cluster.devices(), true));
+  const auto& t = s.training;
+  if (c.devices % t.model_parallel() != 0) {
+    src.fail(am.get("devices"), path + ".devices",
+             fmt::format("training tensor_parallel x context_parallel x pipeline_parallel = {} must divide {}.devices = {} "
+                         "(the model runs in the training layout)",
+                         t.model_parallel(), path, c.devices));
+  }
+  if ((c.devices / t.pipeline_parallel) % (t.expert_parallel * t.expert_tensor_parallel) != 0) {
+    src.fail(am.get("devices"), path + ".devices",
+             fmt::format("training expert_parallel x expert_tensor_parallel = {} must divide {}.devices / pipeline_parallel = {}",
+                         t.expert_parallel * t.expert_tensor_parallel, path, c.devices / t.pipeline_parallel));
+  }
+}
+
+// algorithm: {name, critic: {model, precision, placement, devices}, reward_model: {...}}.
 void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
   auto& a = s.algorithm;
   if (!top.has("algorithm")) return;
@@ -732,6 +777,7 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
                                 {"ppo", Algorithm::kPpo},
                                 {"reinforce++", Algorithm::kReinforcePlusPlus},
                                 {"rloo", Algorithm::kRloo}});
+  int separate_devices = 0;  // of the critic's and reward model's own groups
   auto aux = [&](const char* key) {
     AuxModelConfig c{s.model, s.training.precision};
     if (!m.has(key)) return c;
@@ -739,7 +785,13 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
     Map am(src, m.get(key), path);
     if (am.has("model")) c.model = parse_model_node(src, am.get("model"), path + ".model", base_dir);
     if (am.has("precision")) c.precision = parse_recipe(src, am.get("precision"), path + ".precision");
-    am.finish({"model", "precision"});
+    std::vector<std::pair<std::string, AuxPlacement>> places{{"actor", AuxPlacement::kActor},
+                                                             {"separate", AuxPlacement::kSeparate}};
+    if (std::string_view(key) == "reward_model") places.insert(places.begin() + 1, {"critic", AuxPlacement::kCritic});
+    c.placement = am.choice<AuxPlacement>("placement", c.placement, places);
+    check_aux_placement(src, am, path, s, c);
+    separate_devices += c.devices;
+    am.finish({"model", "precision", "placement", "devices"});
     return c;
   };
   if (a.name == Algorithm::kPpo) {
@@ -749,6 +801,17 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
   }
   if (m.has("reward_model")) a.reward_model = aux("reward_model");
   m.finish({"name", "critic", "reward_model"});
+  if (a.reward_model && a.reward_model->placement == AuxPlacement::kCritic && !a.critic) {
+    src.fail(Map(src, m.get("reward_model"), "algorithm.reward_model").get("placement"), "algorithm.reward_model.placement",
+             "algorithm.reward_model.placement: critic needs a critic (algorithm.name: ppo)");
+  }
+  const int used = s.placement.rollout_devices + s.placement.train_devices + separate_devices;
+  if (separate_devices > 0 && used > s.cluster.devices()) {
+    src.fail(m.node(), "algorithm",
+             fmt::format("placement.rollout_devices + train_devices + the critic's and reward model's separate devices = {} "
+                         "+ {} + {} exceeds the cluster's {} devices",
+                         s.placement.rollout_devices, s.placement.train_devices, separate_devices, s.cluster.devices()));
+  }
   if (a.name == Algorithm::kRloo && s.workload.samples_per_prompt < 2) {
     src.fail(m.get("name"), "algorithm.name",
              "rloo needs workload.samples_per_prompt >= 2 (each sample's baseline is the mean of the others)");
@@ -789,7 +852,14 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
       t.optimizer.state = o.choice<Element>("state", t.optimizer.state, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
       t.optimizer.offload = o.boolean("offload", t.optimizer.offload);
       t.optimizer.cpu_adam = o.boolean("cpu_adam", t.optimizer.cpu_adam);
-      o.finish({"name", "state", "offload", "cpu_adam"});
+      t.optimizer.cpu_adam_kernel =
+          o.choice<CpuAdamKernel>("cpu_adam_kernel", t.optimizer.cpu_adam_kernel,
+                                  {{"torch", CpuAdamKernel::kTorch}, {"deepspeed", CpuAdamKernel::kDeepSpeed}});
+      o.finish({"name", "state", "offload", "cpu_adam", "cpu_adam_kernel"});
+      if (o.has("cpu_adam_kernel") && !t.optimizer.cpu_adam) {
+        src.fail(o.get("cpu_adam_kernel"), "training.optimizer.cpu_adam_kernel",
+                 "training.optimizer.cpu_adam_kernel is only valid with cpu_adam: true");
+      }
       if (t.optimizer.offload && t.optimizer.cpu_adam) {
         src.fail(o.node(), "training.optimizer",
                  "training.optimizer: offload (states to host between updates, step on the device) and cpu_adam (states on "

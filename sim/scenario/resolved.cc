@@ -159,8 +159,8 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "data_parallel" << YAML::Value
     << r.data_parallel << YAML::Key << "expert_parallel" << YAML::Value << r.expert_parallel;
   recipe(e, "precision", r.precision);
-  e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "memory_utilization" << YAML::Value
-    << num(r.memory_utilization);
+  e << YAML::Key << "max_num_seqs" << YAML::Value << r.max_num_seqs << YAML::Key << "generate_batch" << YAML::Value
+    << r.generate_batch << YAML::Key << "memory_utilization" << YAML::Value << num(r.memory_utilization);
   e << YAML::Key << "sleep_level" << YAML::Value << r.sleep_level << YAML::Key << "enforce_eager" << YAML::Value
     << r.enforce_eager;
   e << YAML::Key << "activation_buffers" << YAML::Value << q(r.activation_buffer_bytes, Dimension::kBytes);
@@ -189,8 +189,12 @@ std::string resolved_yaml(const Scenario& s) {
     << YAML::Value << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value
     << t.optimizer.name << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key
-    << "offload" << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam
-    << YAML::EndMap;
+    << "offload" << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam;
+  if (t.optimizer.cpu_adam) {
+    e << YAML::Key << "cpu_adam_kernel" << YAML::Value
+      << (t.optimizer.cpu_adam_kernel == CpuAdamKernel::kTorch ? "torch" : "deepspeed");
+  }
+  e << YAML::EndMap;
   efficiency(e, t.efficiency, true);
   e << YAML::Key << "step_overhead" << YAML::Value << q(t.step_overhead_s, Dimension::kTime);
   e << YAML::EndMap;
@@ -206,6 +210,8 @@ std::string resolved_yaml(const Scenario& s) {
     e << YAML::Key << key << YAML::Value << YAML::BeginMap;
     model(e, (*aux)->model);
     recipe(e, "precision", (*aux)->precision);
+    e << YAML::Key << "placement" << YAML::Value << std::string(aux_placement_name((*aux)->placement));
+    if ((*aux)->placement == AuxPlacement::kSeparate) e << YAML::Key << "devices" << YAML::Value << (*aux)->devices;
     e << YAML::EndMap;
   }
   e << YAML::EndMap;

@@ -138,7 +138,12 @@ struct RolloutConfig {
   int engine_devices() const { return tensor_parallel * data_parallel; }
   /// Default: bf16. Its kv_cache is the engine's KV format (rollout.kv_cache sets it).
   models::Recipe precision;
-  int max_num_seqs = 256;            // Default: 256 (vLLM's max_num_seqs)
+  int max_num_seqs = 256;  // Default: 256 (vLLM's max_num_seqs)
+  /// Sequences handed to an engine per generate() call, the next call made only when every
+  /// sequence of the last one has finished (OpenRLHF before 0.5: micro_rollout_batch_size prompts
+  /// per call; DeepSpeed-Chat and TRL likewise): each call waits for its longest response.
+  /// Default: 0 (the engine's whole share of a step at once, continuously batched).
+  int generate_batch = 0;
   double memory_utilization = 0.85;  // Default: 0.85 (vLLM gpu_memory_utilization, fraction of device memory)
   /// Colocated placement: what the engine does with its memory while the trainer runs (vLLM
   /// sleep mode): 1 = weights offloaded to host memory and copied back at wake-up, KV cache
@@ -165,6 +170,7 @@ struct RolloutConfig {
 };
 
 enum class TrainingBackend { kFsdp, kMegatron };
+enum class CpuAdamKernel { kTorch, kDeepSpeed };
 struct OptimizerConfig {
   std::string name = "adam";                       // adam | adamw | sgd. Default: adam
   models::Element state = models::Element::kFp32;  // fp32 | bf16. Default: fp32
@@ -175,6 +181,10 @@ struct OptimizerConfig {
   /// come back every optimizer step (Megatron-Core optimizer_cpu_offload, offload fraction 1).
   /// Default: false.
   bool cpu_adam = false;
+  /// The host Adam of cpu_adam: kTorch (torch.optim on the CPU shard, Megatron-Core's
+  /// HybridDeviceOptimizer) or kDeepSpeed (DeepSpeedCPUAdam, the SIMD kernel of ZeRO-Offload that
+  /// OpenRLHF's --adam_offload uses). Default: torch.
+  CpuAdamKernel cpu_adam_kernel = CpuAdamKernel::kTorch;
 };
 struct TrainingConfig {
   TrainingBackend backend = TrainingBackend::kFsdp;  // Default: fsdp
@@ -244,12 +254,24 @@ struct OutputConfig {
 /// values), and any of them may score responses with a separate reward model.
 enum class Algorithm { kGrpo, kPpo, kReinforcePlusPlus, kRloo };
 
+/// Where a critic or reward model runs (OpenRLHF's Ray placement): on the actor's training
+/// devices, one pass after another with the actor's (verl; OpenRLHF --colocate_all_models); on the
+/// critic's devices (a reward model only: OpenRLHF --colocate_critic_reward); or on a group of its
+/// own (OpenRLHF --critic_num_gpus_per_node / --reward_num_gpus_per_node), where its passes run
+/// concurrently with the actor's: its forward beside the actor's old-log-prob and reference
+/// passes, the critic's update beside the actor's (OpenRLHF ppo_actor.py ppo_train).
+enum class AuxPlacement { kActor, kCritic, kSeparate };
+
 /// A model the trainer runs besides the actor: the PPO critic, or a reward model. It uses the
-/// training section's backend and parallel layout on the training devices (colocated with the
-/// actor, as verl's and OpenRLHF's colocated critic / reward workers are).
+/// training section's backend and parallel layout (TP, CP, PP, EP) on the devices `placement`
+/// gives it, data parallel over the rest.
 struct AuxModelConfig {
-  models::ModelArch model;   // Default: the actor's model
-  models::Recipe precision;  // Default: training.precision
+  models::ModelArch model;                        // Default: the actor's model
+  models::Recipe precision;                       // Default: training.precision
+  AuxPlacement placement = AuxPlacement::kActor;  // Default: actor
+  /// Devices of its own group (placement separate, which needs placement.mode disaggregated);
+  /// 0 otherwise.
+  int devices = 0;
 };
 
 struct AlgorithmConfig {
@@ -314,5 +336,6 @@ models::ModelArch model_from_hf_config(const std::string& path);
 
 std::string_view schedule_name(ScheduleMode m);
 std::string_view placement_name(PlacementMode m);
+std::string_view aux_placement_name(AuxPlacement p);  // "actor", "critic", "separate"
 
 }  // namespace rlsim::sim

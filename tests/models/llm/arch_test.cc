@@ -17,7 +17,9 @@ struct Published {
 };
 
 // Totals from the model cards: Qwen3 (Qwen3 technical report table 1 / model cards), Llama 3.1
-// 8B, Qwen2.5-7B 7.61B, DeepSeek-V3 671B / 37B, Kimi-K2 1.04T / 32B.
+// 8B, Qwen2.5-7B 7.61B, DeepSeek-V3 671B / 37B, Kimi-K2 1.04T / 32B; Llama 2 7B / 13B / 70B and
+// CodeLlama-34B as the Hugging Face checkpoints count them (6,738,415,616 / 13,015,864,320 /
+// 68,976,648,192 / 33,743,970,304 parameters).
 class CatalogParams : public ::testing::TestWithParam<Published> {};
 
 TEST_P(CatalogParams, MatchPublishedCounts) {
@@ -33,7 +35,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Published{"qwen3-30b-a3b", 30.5, 3.3, 0.02}, Published{"qwen3-235b-a22b", 235.0, 22.0, 0.02},
                       Published{"qwen2.5-7b", 7.61, 7.61, 0.01}, Published{"qwen2.5-math-7b", 7.61, 7.61, 0.01},
                       Published{"llama3.1-8b", 8.03, 8.03, 0.01}, Published{"deepseek-v3", 671.0, 37.0, 0.02},
-                      Published{"kimi-k2", 1040.0, 32.0, 0.03}));
+                      Published{"kimi-k2", 1040.0, 32.0, 0.03}, Published{"llama2-7b", 6.74, 6.74, 0.01},
+                      Published{"llama2-13b", 13.02, 13.02, 0.01}, Published{"codellama-34b", 33.74, 33.74, 0.01},
+                      Published{"llama2-70b", 68.98, 68.98, 0.01}));
 
 TEST(Arch, LinearShapesSumToParams) {
   for (const auto& name : sim::catalog_model_names()) {

@@ -137,6 +137,59 @@ TEST(Pipeline, PpoRunsTheCriticAndTheRewardModelByName) {
   EXPECT_GT(rp.peak_training_bytes, rg.peak_training_bytes);
 }
 
+// OpenRLHF's layout: the critic (and the reward model beside it) on devices of their own. Their
+// passes run beside the actor's: the experience block lasts the longer of the actor's chain
+// (old log-probs, reference) and the critic's (values, reward); the update block the longer of
+// the two updates. Each group's memory is on its own ledger.
+TEST(Pipeline, SeparateCriticRunsBesideTheActor) {
+  NullSink sink;
+  const std::vector<std::string> layout{"model=qwen2.5-math-1.5b",
+                                        "placement={mode: disaggregated, rollout_devices: 4, train_devices: 2}",
+                                        "rollout.tensor_parallel=1"};
+  auto with = [&](const std::string& algorithm) {
+    auto o = layout;
+    o.push_back(algorithm);
+    return load_text(kBase, o);
+  };
+  const Scenario sep =
+      with("algorithm={name: ppo, critic: {placement: separate, devices: 2}, reward_model: {placement: critic}}");
+  const SimResult r = simulate(sep, sink);
+  ASSERT_TRUE(r.fits()) << r.oom->reason;
+  ASSERT_EQ(r.ledgers.size(), 3u);
+  EXPECT_EQ(r.ledgers[2].group(), "critic (2 devices)");
+  for (const auto& st : r.steps) {
+    const auto& p = st.phase_s;
+    const double experience = std::max(p[Phase::kOldLogprob] + p[Phase::kReference], p[Phase::kValues] + p[Phase::kReward]);
+    const double update = std::max(p[Phase::kActorUpdate] + p[Phase::kOffload], p[Phase::kCriticUpdate]);
+    EXPECT_NEAR(st.step_s(), p[Phase::kRollout] + p[Phase::kStepOverhead] + experience + update + p[Phase::kWeightSync], 1e-6);
+    EXPECT_LT(st.step_s(), p.total() - 1.0) << "the critic's passes overlap the actor's";
+  }
+  // The values pass starts with the old-log-prob pass; the critic's update with the actor's.
+  auto start = [&](Phase ph) {
+    for (const auto& span : r.phases)
+      if (span.step == 0 && span.phase == ph) return span.start;
+    return TimeNs{-1};
+  };
+  EXPECT_EQ(start(Phase::kValues), start(Phase::kOldLogprob));
+  EXPECT_EQ(start(Phase::kCriticUpdate), start(Phase::kActorUpdate));
+  // The critic's and reward model's bytes are on the critic's ledger, none on the actor's.
+  for (std::size_t i = 0; i < r.ledgers.size(); ++i) {
+    for (const auto& e : r.ledgers[i].events()) {
+      const bool aux = e.tag == MemoryTag::kCriticParams || e.tag == MemoryTag::kRewardParams;
+      if (aux) {
+        EXPECT_EQ(i, 2u) << memory_tag_name(e.tag);
+      }
+    }
+  }
+  // The same models on the actor's devices: the same rollout, the passes one after another.
+  const SimResult c = simulate(with("algorithm={name: ppo, reward_model: {}}"), sink);
+  ASSERT_TRUE(c.fits());
+  EXPECT_EQ(c.ledgers.size(), 2u);
+  EXPECT_NEAR(c.steps[0].phase_s[Phase::kRollout], r.steps[0].phase_s[Phase::kRollout], 1e-9);
+  EXPECT_NEAR(c.steps[0].step_s(), c.steps[0].phase_s.total(), 1e-6);
+  EXPECT_GT(c.steps[0].step_s(), r.steps[0].step_s());
+}
+
 TEST(Pipeline, AlgorithmRulesNameWhatTheyBreak) {
   auto error = [](const std::vector<std::string>& o) { return load_error(kBase, o); };
   EXPECT_NE(error({"algorithm={name: grpo, critic: {model: qwen3-8b}}"}).find("algorithm.critic needs name: ppo"),
@@ -148,6 +201,26 @@ TEST(Pipeline, AlgorithmRulesNameWhatTheyBreak) {
   EXPECT_NE(error({"algorithm={name: ppo, critic: {modle: qwen3-8b}}"}).find("modle"), std::string::npos);
   EXPECT_EQ(error({"algorithm={name: reinforce++}"}), "no error");
   EXPECT_EQ(error({"algorithm={name: ppo, critic: {model: qwen3-32b, precision: bf16}}"}), "no error");
+  // Separate groups: disaggregated placement, devices that fit beside the others, whole copies of
+  // the training layout; a reward model on the critic's devices needs a critic.
+  EXPECT_NE(
+      error({"algorithm={name: ppo, critic: {placement: separate, devices: 2}}"}).find("needs placement.mode: disaggregated"),
+      std::string::npos);
+  const std::string dis = "placement={mode: disaggregated, rollout_devices: 4, train_devices: 2}";
+  EXPECT_NE(
+      error({dis, "algorithm={name: ppo, critic: {placement: separate, devices: 4}}"}).find("exceeds the cluster's 8 devices"),
+      std::string::npos);
+  EXPECT_NE(error({dis, "training.tensor_parallel=2", "algorithm={name: ppo, critic: {placement: separate, devices: 1}}"})
+                .find("must divide algorithm.critic.devices = 1"),
+            std::string::npos);
+  EXPECT_NE(error({dis, "algorithm={name: ppo, critic: {placement: separate}}"}).find("devices"), std::string::npos);
+  EXPECT_NE(error({dis, "algorithm={name: ppo, critic: {devices: 2}}"}).find("only valid with placement: separate"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm={name: grpo, reward_model: {placement: critic}}"}).find("placement: critic needs a critic"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm={name: ppo, critic: {placement: critic}}"}).find("algorithm.critic.placement"), std::string::npos);
+  EXPECT_EQ(error({dis, "algorithm={name: ppo, critic: {placement: separate, devices: 2}, reward_model: {placement: critic}}"}),
+            "no error");
 }
 
 TEST(Pipeline, SyncStepIsTheSumOfItsPhases) {

@@ -118,10 +118,11 @@ struct EngineRun {
   EngineStats stats;
 };
 
-EngineRun run_engine(const RolloutCostModel& c, std::vector<Request>& reqs, double kv_capacity, int max_num_seqs) {
+EngineRun run_engine(const RolloutCostModel& c, std::vector<Request>& reqs, double kv_capacity, int max_num_seqs,
+                     int generate_batch = 0) {
   EventQueue q;
   NullSink sink;
-  RolloutEngine e(c, q, sink, 0, kv_capacity, max_num_seqs, false);
+  RolloutEngine e(c, q, sink, 0, kv_capacity, max_num_seqs, false, generate_batch);
   std::vector<Request*> ptrs;
   for (auto& r : reqs) ptrs.push_back(&r);
   EngineRun out;
@@ -194,6 +195,49 @@ TEST(RolloutEngine, KvCapacityLimitsBatchAndPreempts) {
   // With no KV limit the same work finishes sooner.
   auto reqs2 = make_requests(10, 100, 100);
   EXPECT_LT(run_engine(c, reqs2, 1e9, 256).done, r.done);
+}
+
+// generate_batch: each generate() call of 2 waits for its longest response before the next call's
+// sequences are admitted. Responses 10, 50 | 10, 50: two identical calls, each a prefill of 2, 9
+// decode steps of both and 40 of the long one alone; continuous batching with 2 slots would
+// admit the third sequence when the first leaves and finish sooner.
+TEST(RolloutEngine, GenerateCallsWaitForTheirLongestResponse) {
+  const auto c = toy_model();
+  auto calls = make_requests(4, 100, 10);
+  calls[1].response_tokens = 50;
+  calls[3].response_tokens = 50;
+  const auto r = run_engine(c, calls, 1e9, 256, 2);
+  const double prefill = c.prefill_s(200, 2 * c.causal_attn_flops_device(100), 2, 0, 0);
+  const double one_call = prefill + c.decode_stretch_s(2, 2 * 101.0, 9) + c.decode_stretch_s(1, 110.0, 40);
+  EXPECT_NEAR(to_seconds(calls[1].finish_ns), one_call, 1e-8);
+  EXPECT_EQ(calls[2].admit_ns, calls[1].finish_ns) << "the second call starts when the first has finished";
+  EXPECT_NEAR(to_seconds(r.done), 2 * one_call, 2e-8);
+  EXPECT_EQ(r.stats.max_running, 2);
+  for (const auto& q : calls) EXPECT_EQ(q.generated, q.response_tokens);
+
+  auto continuous = make_requests(4, 100, 10);
+  continuous[1].response_tokens = 50;
+  continuous[3].response_tokens = 50;
+  const auto rc = run_engine(c, continuous, 1e9, 2);
+  EXPECT_LT(continuous[2].admit_ns, continuous[1].finish_ns);
+  EXPECT_LT(rc.done, r.done);
+  // A call larger than the share is the whole share: the same as continuous batching.
+  auto whole = make_requests(4, 100, 10);
+  auto plain = make_requests(4, 100, 10);
+  EXPECT_EQ(run_engine(c, whole, 1e9, 256, 16).done, run_engine(c, plain, 1e9, 256).done);
+}
+
+// Preempted sequences stay in their call: with KV room for about one call, every sequence still
+// finishes exactly once and no call overlaps the next.
+TEST(RolloutEngine, PreemptedSequencesFinishTheirCall) {
+  const auto c = toy_model();
+  auto reqs = make_requests(8, 100, 100);
+  const auto r = run_engine(c, reqs, 700, 256, 4);
+  EXPECT_GT(r.stats.preemptions, 0);
+  TimeNs first_call_end = 0;
+  for (int i = 0; i < 4; ++i) first_call_end = std::max(first_call_end, reqs[static_cast<std::size_t>(i)].finish_ns);
+  for (int i = 4; i < 8; ++i) EXPECT_GE(reqs[static_cast<std::size_t>(i)].admit_ns, first_call_end) << i;
+  for (const auto& q : reqs) EXPECT_EQ(q.generated, q.response_tokens);
 }
 
 }  // namespace
