@@ -26,14 +26,15 @@ constexpr int kMaxTracedEngines = 16;
 
 std::string gb(double bytes) { return format_quantity(bytes, Dimension::kBytes); }
 
-// The scenario a critic or reward model is priced in: the actor's layout and batch with its own
-// model and recipe, on the `devices` of its group; one forward pass per step (the old_logprob
+// The scenario a critic or reward model is priced in: the actor's batch with its own model,
+// recipe and layout, on the `devices` of its group; one forward pass per step (the old_logprob
 // pass of its TrainTimes), no KL reference of its own (`reference_model` kept only to size a
 // forward-only model's weights).
 Scenario aux_scenario(const Scenario& s, const AuxModelConfig& aux, int devices, bool forward_only) {
   Scenario a = s;
   a.model = aux.model;
   a.training.precision = aux.precision;
+  static_cast<ParallelLayout&>(a.training) = aux.layout;
   a.training.recompute_old_logprob = true;
   a.training.reference_model = forward_only;
   a.placement.train_devices = devices;

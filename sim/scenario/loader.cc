@@ -685,61 +685,74 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
   }
 }
 
-// The Megatron layout rules of training's parallel sizes (Megatron-LM arguments.py): the world is
-// TP x CP x PP x DP, EP x ETP divides TP x CP x DP, interleaved stages divide the layers, and
-// context parallel and interleaving need the Megatron backend. Each error names the rule broken.
-void check_training_layout(const Source& src, Map& m, const Scenario& s) {
-  const auto& t = s.training;
+// The Megatron layout rules of a trained model's parallel sizes (Megatron-LM arguments.py): the
+// world is TP x CP x PP x DP, EP x ETP divides TP x CP x DP, interleaved stages divide the layers,
+// context parallel, expert parallel and interleaving need the Megatron backend, PP at most the
+// layers. `section` names the keys' section ("training", "algorithm.critic"); the model runs on
+// `devices` devices. Each error names the rule broken.
+void check_training_layout(const Source& src, Map& m, const std::string& section, const ParallelLayout& t, int devices,
+                           const models::ModelArch& model) {
   const auto at = [&](const char* key) { return m.has(key) ? m.get(key) : m.node(); };  // the key, or the section
+  const auto key = [&](const char* k) { return section + "." + k; };
   const int mp = t.tensor_parallel * t.pipeline_parallel;
-  if (t.context_parallel == 1 && s.placement.train_devices % mp != 0) {
-    src.fail(m.node(), "training",
-             fmt::format("training tensor_parallel x pipeline_parallel = {} must divide the {} training devices", mp,
-                         s.placement.train_devices));
+  if (t.context_parallel == 1 && devices % mp != 0) {
+    src.fail(
+        m.node(), section,
+        fmt::format("{} tensor_parallel x pipeline_parallel = {} must divide the {} {} devices", section, mp, devices, section));
   }
-  if (s.placement.train_devices % t.model_parallel() != 0) {
-    src.fail(at("context_parallel"), "training.context_parallel",
-             fmt::format("training tensor_parallel x context_parallel x pipeline_parallel = {} x {} x {} must divide the {} "
-                         "training devices (world = TP x CP x PP x DP)",
-                         t.tensor_parallel, t.context_parallel, t.pipeline_parallel, s.placement.train_devices));
+  if (devices % t.model_parallel() != 0) {
+    src.fail(at("context_parallel"), key("context_parallel"),
+             fmt::format("{} tensor_parallel x context_parallel x pipeline_parallel = {} x {} x {} must divide the {} {} "
+                         "devices (world = TP x CP x PP x DP)",
+                         section, t.tensor_parallel, t.context_parallel, t.pipeline_parallel, devices, section));
   }
-  const int expert_world = s.placement.train_devices / t.pipeline_parallel;  // TP x CP x DP
+  const int expert_world = devices / t.pipeline_parallel;  // TP x CP x DP
   if (t.context_parallel == 1 && t.expert_tensor_parallel == 1 && expert_world % t.expert_parallel != 0) {
-    src.fail(at("expert_parallel"), "training.expert_parallel",
-             "training.expert_parallel must divide tensor_parallel x data-parallel size");
+    src.fail(at("expert_parallel"), key("expert_parallel"),
+             section + ".expert_parallel must divide tensor_parallel x data-parallel size");
   }
   if (expert_world % (t.expert_parallel * t.expert_tensor_parallel) != 0) {
-    src.fail(at(m.has("expert_tensor_parallel") ? "expert_tensor_parallel" : "expert_parallel"), "training.expert_parallel",
-             fmt::format("training expert_parallel x expert_tensor_parallel = {} x {} must divide tensor_parallel x "
+    src.fail(at(m.has("expert_tensor_parallel") ? "expert_tensor_parallel" : "expert_parallel"), key("expert_parallel"),
+             fmt::format("{} expert_parallel x expert_tensor_parallel = {} x {} must divide tensor_parallel x "
                          "context_parallel x data-parallel size = {}",
-                         t.expert_parallel, t.expert_tensor_parallel, expert_world));
+                         section, t.expert_parallel, t.expert_tensor_parallel, expert_world));
   }
-  if (t.expert_tensor_parallel > 1 && !s.model.moe) {
-    src.fail(at("expert_tensor_parallel"), "training.expert_tensor_parallel",
-             "training.expert_tensor_parallel > 1 needs an MoE model");
+  if (t.expert_tensor_parallel > 1 && !model.moe) {
+    src.fail(at("expert_tensor_parallel"), key("expert_tensor_parallel"),
+             section + ".expert_tensor_parallel > 1 needs an MoE model");
   }
   const bool megatron = t.backend == TrainingBackend::kMegatron;
   if (t.context_parallel > 1 && !megatron) {
-    src.fail(at("context_parallel"), "training.context_parallel",
-             "training.context_parallel > 1 needs backend: megatron (verl's FSDP backend splits sequences with Ulysses instead)");
+    src.fail(
+        at("context_parallel"), key("context_parallel"),
+        section + ".context_parallel > 1 needs backend: megatron (verl's FSDP backend splits sequences with Ulysses instead)");
   }
   if (t.virtual_pipeline > 1) {
     if (!megatron || t.pipeline_parallel < 2) {
-      src.fail(at("virtual_pipeline"), "training.virtual_pipeline",
-               "training.virtual_pipeline > 1 needs backend: megatron and pipeline_parallel >= 2");
+      src.fail(at("virtual_pipeline"), key("virtual_pipeline"),
+               section + ".virtual_pipeline > 1 needs backend: megatron and pipeline_parallel >= 2");
     }
-    if (s.model.layers % (t.pipeline_parallel * t.virtual_pipeline) != 0) {
-      src.fail(at("virtual_pipeline"), "training.virtual_pipeline",
+    if (model.layers % (t.pipeline_parallel * t.virtual_pipeline) != 0) {
+      src.fail(at("virtual_pipeline"), key("virtual_pipeline"),
                fmt::format("pipeline_parallel x virtual_pipeline = {} x {} must divide the model's {} layers",
-                           t.pipeline_parallel, t.virtual_pipeline, s.model.layers));
+                           t.pipeline_parallel, t.virtual_pipeline, model.layers));
     }
+  }
+  if (t.expert_parallel > 1 && !model.moe) {
+    src.fail(at("expert_parallel"), key("expert_parallel"), section + ".expert_parallel > 1 needs an MoE model");
+  }
+  if (t.expert_parallel > 1 && !megatron) {
+    src.fail(at("expert_parallel"), key("expert_parallel"),
+             section + ".expert_parallel > 1 needs backend: megatron (FSDP shards experts like any other weight)");
+  }
+  if (t.pipeline_parallel > model.layers) {
+    src.fail(at("pipeline_parallel"), key("pipeline_parallel"), section + ".pipeline_parallel exceeds the model's layers");
   }
 }
 
 // A critic's or reward model's `placement` and `devices`: a separate group needs disaggregated
-// placement (the actor's training devices are then a group of their own) and holds whole copies
-// of the training layout (TP x CP x PP, EP x ETP dividing its expert world).
-void check_aux_placement(const Source& src, Map& am, const std::string& path, const Scenario& s, AuxModelConfig& c) {
+// placement (the actor's training devices are then a group of their own).
+void parse_aux_placement(const Source& src, Map& am, const std::string& path, const Scenario& s, AuxModelConfig& c) {
   if (c.placement != AuxPlacement::kSeparate) {
     if (am.has("devices")) {
       src.fail(am.get("devices"), path + ".devices", "'" + path + ".devices' is only valid with placement: separate");
@@ -753,21 +766,23 @@ void check_aux_placement(const Source& src, Map& am, const std::string& path, co
                  "rollout engines' and this model's are then distinct groups)");
   }
   c.devices = static_cast<int>(am.integer("devices", 0, 1, s.cluster.devices(), true));
-  const auto& t = s.training;
-  if (c.devices % t.model_parallel() != 0) {
-    src.fail(am.get("devices"), path + ".devices",
-             fmt::format("training tensor_parallel x context_parallel x pipeline_parallel = {} must divide {}.devices = {} "
-                         "(the model runs in the training layout)",
-                         t.model_parallel(), path, c.devices));
-  }
-  if ((c.devices / t.pipeline_parallel) % (t.expert_parallel * t.expert_tensor_parallel) != 0) {
-    src.fail(am.get("devices"), path + ".devices",
-             fmt::format("training expert_parallel x expert_tensor_parallel = {} must divide {}.devices / pipeline_parallel = {}",
-                         t.expert_parallel * t.expert_tensor_parallel, path, c.devices / t.pipeline_parallel));
-  }
 }
 
-// algorithm: {name, critic: {model, precision, placement, devices}, reward_model: {...}}.
+// A critic's or reward model's own backend and parallel sizes (the training section's unless set).
+void parse_aux_layout(Map& am, ParallelLayout& l) {
+  l.backend = am.choice<TrainingBackend>("backend", l.backend,
+                                         {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
+  l.tensor_parallel = static_cast<int>(am.integer("tensor_parallel", l.tensor_parallel, 1, 4096));
+  l.pipeline_parallel = static_cast<int>(am.integer("pipeline_parallel", l.pipeline_parallel, 1, 4096));
+  l.expert_parallel = static_cast<int>(am.integer("expert_parallel", l.expert_parallel, 1, 4096));
+  l.context_parallel = static_cast<int>(am.integer("context_parallel", l.context_parallel, 1, 4096));
+  l.expert_tensor_parallel = static_cast<int>(am.integer("expert_tensor_parallel", l.expert_tensor_parallel, 1, 4096));
+  // Interleaving belongs to a pipeline: a model that sets its own pipeline_parallel starts from none.
+  l.virtual_pipeline =
+      static_cast<int>(am.integer("virtual_pipeline", am.has("pipeline_parallel") ? 1 : l.virtual_pipeline, 1, 4096));
+}
+
+// algorithm: {name, critic: {model, precision, placement, devices, backend, *_parallel}, reward_model: {...}}.
 void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
   auto& a = s.algorithm;
   if (!top.has("algorithm")) return;
@@ -779,7 +794,10 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
                                 {"rloo", Algorithm::kRloo}});
   int separate_devices = 0;  // of the critic's and reward model's own groups
   auto aux = [&](const char* key) {
-    AuxModelConfig c{s.model, s.training.precision};
+    AuxModelConfig c;
+    c.model = s.model;
+    c.precision = s.training.precision;
+    c.layout = s.training;  // the training section's layout unless the model sets its own
     if (!m.has(key)) return c;
     const std::string path = std::string("algorithm.") + key;
     Map am(src, m.get(key), path);
@@ -789,9 +807,17 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
                                                              {"separate", AuxPlacement::kSeparate}};
     if (std::string_view(key) == "reward_model") places.insert(places.begin() + 1, {"critic", AuxPlacement::kCritic});
     c.placement = am.choice<AuxPlacement>("placement", c.placement, places);
-    check_aux_placement(src, am, path, s, c);
+    parse_aux_placement(src, am, path, s, c);
     separate_devices += c.devices;
-    am.finish({"model", "precision", "placement", "devices"});
+    parse_aux_layout(am, c.layout);
+    am.finish({"model", "precision", "placement", "devices", "backend", "tensor_parallel", "pipeline_parallel", "expert_parallel",
+               "context_parallel", "expert_tensor_parallel", "virtual_pipeline"});
+    // The devices it runs on: its own, the critic's (parsed first), or the actor's.
+    int devices = s.placement.train_devices;
+    if (c.placement == AuxPlacement::kSeparate) devices = c.devices;
+    if (c.placement == AuxPlacement::kCritic && a.critic && a.critic->placement == AuxPlacement::kSeparate)
+      devices = a.critic->devices;
+    check_training_layout(src, am, path, c.layout, devices, c.model);
     return c;
   };
   if (a.name == Algorithm::kPpo) {
@@ -901,17 +927,7 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
               "optimizer",
               "efficiency",
               "step_overhead"});
-    check_training_layout(src, m, s);
-    if (t.expert_parallel > 1 && !s.model.moe) {
-      src.fail(m.get("expert_parallel"), "training.expert_parallel", "training.expert_parallel > 1 needs an MoE model");
-    }
-    if (t.expert_parallel > 1 && t.backend != TrainingBackend::kMegatron) {
-      src.fail(m.get("expert_parallel"), "training.expert_parallel",
-               "training.expert_parallel > 1 needs backend: megatron (FSDP shards experts like any other weight)");
-    }
-    if (t.pipeline_parallel > s.model.layers) {
-      src.fail(m.get("pipeline_parallel"), "training.pipeline_parallel", "training.pipeline_parallel exceeds the model's layers");
-    }
+    check_training_layout(src, m, "training", t, s.placement.train_devices, s.model);
   }
 }
 

@@ -212,6 +212,12 @@ std::string resolved_yaml(const Scenario& s) {
     recipe(e, "precision", (*aux)->precision);
     e << YAML::Key << "placement" << YAML::Value << std::string(aux_placement_name((*aux)->placement));
     if ((*aux)->placement == AuxPlacement::kSeparate) e << YAML::Key << "devices" << YAML::Value << (*aux)->devices;
+    const ParallelLayout& l = (*aux)->layout;
+    e << YAML::Key << "backend" << YAML::Value << (l.backend == TrainingBackend::kFsdp ? "fsdp" : "megatron") << YAML::Key
+      << "tensor_parallel" << YAML::Value << l.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value
+      << l.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << l.expert_parallel << YAML::Key
+      << "context_parallel" << YAML::Value << l.context_parallel << YAML::Key << "expert_tensor_parallel" << YAML::Value
+      << l.expert_tensor_parallel << YAML::Key << "virtual_pipeline" << YAML::Value << l.virtual_pipeline;
     e << YAML::EndMap;
   }
   e << YAML::EndMap;

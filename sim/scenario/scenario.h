@@ -186,9 +186,10 @@ struct OptimizerConfig {
   /// OpenRLHF's --adam_offload uses). Default: torch.
   CpuAdamKernel cpu_adam_kernel = CpuAdamKernel::kTorch;
 };
-struct TrainingConfig {
+/// How a trained model is laid out over its devices: the backend and Megatron's parallel sizes.
+/// The actor's is the training section's; a critic or reward model may have its own.
+struct ParallelLayout {
   TrainingBackend backend = TrainingBackend::kFsdp;  // Default: fsdp
-  models::Recipe precision;                          // Default: bf16
   int tensor_parallel = 1;                           // Default: 1
   int pipeline_parallel = 1;                         // Default: 1
   int expert_parallel = 1;                           // Default: 1
@@ -206,8 +207,12 @@ struct TrainingConfig {
   bool sequence_parallel = true;
   /// Ranks sharing one copy of the parameters' shard: TP x CP x PP (data parallel = devices / it).
   int model_parallel() const { return tensor_parallel * context_parallel * pipeline_parallel; }
-  int ppo_epochs = 1;    // Default: 1
-  int mini_batches = 1;  // optimizer steps per PPO epoch. Default: 1
+};
+
+struct TrainingConfig : ParallelLayout {
+  models::Recipe precision;  // Default: bf16
+  int ppo_epochs = 1;        // Default: 1
+  int mini_batches = 1;      // optimizer steps per PPO epoch. Default: 1
   /// verl use_dynamic_bsz: micro-batches packed up to a token budget per device (true), or a
   /// fixed number of sequences per micro-batch (false, ppo_micro_batch_size_per_gpu). Default: true.
   bool dynamic_batching = true;
@@ -266,8 +271,11 @@ enum class AuxPlacement { kActor, kCritic, kSeparate };
 /// training section's backend and parallel layout (TP, CP, PP, EP) on the devices `placement`
 /// gives it, data parallel over the rest.
 struct AuxModelConfig {
-  models::ModelArch model;                        // Default: the actor's model
-  models::Recipe precision;                       // Default: training.precision
+  models::ModelArch model;   // Default: the actor's model
+  models::Recipe precision;  // Default: training.precision
+  /// Its backend and parallel sizes (verl critic.strategy, critic.megatron.*_parallel_size).
+  /// Default: the training section's.
+  ParallelLayout layout;
   AuxPlacement placement = AuxPlacement::kActor;  // Default: actor
   /// Devices of its own group (placement separate, which needs placement.mode disaggregated);
   /// 0 otherwise.

@@ -208,6 +208,14 @@ TEST(Pipeline, SeparateCriticRunsBesideTheActor) {
       }
     }
   }
+  // Its own layout prices it: the critic as Megatron TP2 on its 2 devices (no parameter gathers),
+  // the actor's passes untouched.
+  const SimResult tp = simulate(with("algorithm={name: ppo, critic: {placement: separate, devices: 2, backend: megatron, "
+                                     "tensor_parallel: 2}, reward_model: {placement: critic}}"),
+                                sink);
+  ASSERT_TRUE(tp.fits());
+  EXPECT_NE(tp.steps[0].phase_s[Phase::kCriticUpdate], r.steps[0].phase_s[Phase::kCriticUpdate]);
+  EXPECT_DOUBLE_EQ(tp.steps[0].phase_s[Phase::kActorUpdate], r.steps[0].phase_s[Phase::kActorUpdate]);
   // The same models on the actor's devices: the same rollout, the passes one after another.
   const SimResult c = simulate(with("algorithm={name: ppo, reward_model: {}}"), sink);
   ASSERT_TRUE(c.fits());
@@ -238,8 +246,18 @@ TEST(Pipeline, AlgorithmRulesNameWhatTheyBreak) {
       error({dis, "algorithm={name: ppo, critic: {placement: separate, devices: 4}}"}).find("exceeds the cluster's 8 devices"),
       std::string::npos);
   EXPECT_NE(error({dis, "training.tensor_parallel=2", "algorithm={name: ppo, critic: {placement: separate, devices: 1}}"})
-                .find("must divide algorithm.critic.devices = 1"),
+                .find("algorithm.critic tensor_parallel x pipeline_parallel = 2 must divide the 1 algorithm.critic devices"),
             std::string::npos);
+  // A layout of its own follows the same rules, named under its section.
+  EXPECT_NE(error({"algorithm={name: ppo, critic: {expert_parallel: 2}}"})
+                .find("algorithm.critic.expert_parallel > 1 needs an MoE model"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm={name: ppo, critic: {context_parallel: 2}}"})
+                .find("algorithm.critic.context_parallel > 1 needs backend: megatron"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm={name: ppo, critic: {tensor_parallel: 3}}"}).find("must divide the 8 algorithm.critic devices"),
+            std::string::npos);
+  EXPECT_EQ(error({"algorithm={name: ppo, critic: {backend: megatron, tensor_parallel: 2, pipeline_parallel: 2}}"}), "no error");
   EXPECT_NE(error({dis, "algorithm={name: ppo, critic: {placement: separate}}"}).find("devices"), std::string::npos);
   EXPECT_NE(error({dis, "algorithm={name: ppo, critic: {devices: 2}}"}).find("only valid with placement: separate"),
             std::string::npos);
