@@ -96,7 +96,9 @@ class MpiWorld {
  private:
   int rank_ = 0;
   int size_ = 1;
-  bool active_ = false;
+#ifdef RLSIM_HAVE_MPI
+  bool active_ = false;  // MPI_Init was called: finalize at exit
+#endif
 };
 
 int default_jobs(int ranks) {
