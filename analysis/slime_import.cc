@@ -61,6 +61,8 @@ constexpr SlimeFlag kSlimeFlags[] = {
     {"--rollout-num-gpus-per-engine", Kind::kInt, "1"},
     {"--rollout-num-gpus-per-node", Kind::kInt, "8"},
     {"--colocate", Kind::kSwitch, ""},
+    {"--critic-num-nodes", Kind::kInt, ""},          // PPO: default --actor-num-nodes
+    {"--critic-num-gpus-per-node", Kind::kInt, ""},  // PPO: default --actor-num-gpus-per-node
     {"--hf-checkpoint", Kind::kText, ""},
     {"--rollout-batch-size", Kind::kInt, ""},
     {"--n-samples-per-prompt", Kind::kInt, "1"},
@@ -306,6 +308,17 @@ double sglang_default_mem_fraction(std::int64_t tp) {
 }
 
 // The model, cluster, placement and schedule lines.
+// PPO's critic GPUs (--advantage-estimator ppo): --critic-num-nodes x --critic-num-gpus-per-node,
+// each defaulting to the actor's; 0 for the critic-free estimators.
+std::int64_t critic_devices(const Reader& r) {
+  const std::string adv = ascii_lower(r.text("--advantage-estimator"));
+  if (adv != "ppo" && adv != "gae") return 0;
+  const std::int64_t nodes = r.given("--critic-num-nodes") ? r.integer("--critic-num-nodes") : r.integer("--actor-num-nodes");
+  const std::int64_t per_node =
+      r.given("--critic-num-gpus-per-node") ? r.integer("--critic-num-gpus-per-node") : r.integer("--actor-num-gpus-per-node");
+  return nodes * per_node;
+}
+
 void write_cluster(const Reader& r, const SlimeLaunch& l, const std::string& device, const std::string& model_config,
                    ScenarioText& y, ImportedScenario& out) {
   const std::string ckpt = r.text("--hf-checkpoint");
@@ -323,12 +336,20 @@ void write_cluster(const Reader& r, const SlimeLaunch& l, const std::string& dev
   const bool colocate = r.on("--colocate");
   const bool async = l.entry.find("train_async") != std::string::npos;
   const std::int64_t nodes = r.integer("--actor-num-nodes"), per_node = r.integer("--actor-num-gpus-per-node");
+  const std::int64_t critic = critic_devices(r);
   y.line("cluster:");
   y.line("  device: " + device);
   if (colocate) {
     if (async) r.fail("--colocate", "train_async.py with --colocate: slime's asynchronous trainer needs its own rollout GPUs");
-    y.line(fmt::format("  nodes: {}", nodes), r.note("--actor-num-nodes"));
+    // The engines span the actor's and the critic's GPUs (slime: rollout GPUs = actor + critic).
+    y.line(fmt::format("  nodes: {}", nodes + (critic > 0 ? (critic + per_node - 1) / per_node : 0)),
+           critic > 0 ? "# slime --actor-num-nodes, plus the critic's GPUs" : r.note("--actor-num-nodes"));
     y.line(fmt::format("  devices_per_node: {}", per_node), r.note("--actor-num-gpus-per-node"));
+    if (critic > 0)
+      out.warnings.push_back(
+          fmt::format("--advantage-estimator ppo with --colocate: slime trains the critic on its own {} GPUs beside the actor's; "
+                      "rlsim's colocated placement trains both on every GPU, one after the other",
+                      critic));
     y.line("placement: {mode: colocated}", r.note("--colocate"));
     if (r.given("--rollout-num-gpus"))
       out.warnings.push_back("--rollout-num-gpus is ignored by slime with --colocate (the engines use the actor's GPUs)");
@@ -340,9 +361,10 @@ void write_cluster(const Reader& r, const SlimeLaunch& l, const std::string& dev
     r.fail("--colocate", "--rollout-num-gpus is required without --colocate (slime's own rule: the engines need GPUs)");
   const std::int64_t train = nodes * per_node, rollout = r.integer("--rollout-num-gpus");
   const std::int64_t node_size = std::max(per_node, r.integer("--rollout-num-gpus-per-node"));
-  const std::int64_t total_nodes = (train + rollout + node_size - 1) / node_size;
+  const std::int64_t total_nodes = (train + critic + rollout + node_size - 1) / node_size;
   y.line(fmt::format("  nodes: {}", total_nodes),
-         fmt::format("# actor {} + rollout {} GPUs on nodes of {}", train, rollout, node_size));
+         critic > 0 ? fmt::format("# actor {} + critic {} + rollout {} GPUs on nodes of {}", train, critic, rollout, node_size)
+                    : fmt::format("# actor {} + rollout {} GPUs on nodes of {}", train, rollout, node_size));
   y.line(fmt::format("  devices_per_node: {}", node_size), r.note("--actor-num-gpus-per-node"));
   y.line("placement:");
   y.line("  mode: disaggregated", r.note("--colocate"));
@@ -513,9 +535,18 @@ void write_training(const Reader& r, ScenarioText& y, ImportedScenario& out) {
   y.line(fmt::format("  reference_model: {}", reference), r.note("--use-kl-loss"));
   y.line(fmt::format("  optimizer: {{offload: false, cpu_adam: {}}}", r.on("--optimizer-cpu-offload")),
          r.note("--optimizer-cpu-offload"));
+  // The algorithm: PPO's critic on its own GPUs (slime requests them beside the actor's, in the
+  // actor's Megatron layout) unless colocated; REINFORCE++ by name; GRPO and GSPO are the default.
   const std::string adv = ascii_lower(r.text("--advantage-estimator"));
-  if (adv == "ppo" || adv == "gae")
-    out.warnings.push_back("--advantage-estimator " + adv + ": a critic is trained each step; rlsim models actor-only steps");
+  if (critic_devices(r) > 0) {
+    y.line("algorithm:");
+    y.line("  name: ppo", r.note("--advantage-estimator"));
+    if (!r.on("--colocate"))
+      y.line(fmt::format("  critic: {{placement: separate, devices: {}}}", critic_devices(r)),
+             "# slime --critic-num-nodes x --critic-num-gpus-per-node (default: the actor's)");
+  } else if (adv.starts_with("reinforce_plus_plus")) {
+    y.line("algorithm: {name: reinforce++}", r.note("--advantage-estimator"));
+  }
 }
 
 // Every flag given: mapped, not modelled (a warning), without effect (listed) or unknown (a warning).

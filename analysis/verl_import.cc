@@ -124,6 +124,15 @@ constexpr VerlDefault kVerlDefaults[] = {
     {"actor_rollout_ref.model.enable_gradient_checkpointing", "true", "false"},
     {"actor_rollout_ref.actor.use_kl_loss", "false", "false"},
     {"algorithm.use_kl_in_reward", "false", "false"},
+    // PPO: the advantage estimator (gae trains a critic), the critic's strategy and Megatron
+    // layout, and a model-based reward.
+    {"algorithm.adv_estimator", "gae", "gae"},
+    {"critic.strategy", "fsdp", "megatron"},
+    {"critic.megatron.tensor_model_parallel_size", "1", "1"},
+    {"critic.megatron.pipeline_model_parallel_size", "1", "1"},
+    {"critic.megatron.expert_model_parallel_size", "1", "1"},
+    {"critic.megatron.context_parallel_size", "1", "1"},
+    {"reward_model.enable", "false", "false"},
     {"trainer.nnodes", "1", "1"},
     {"trainer.n_gpus_per_node", "8", "8"},
     // The one-step-off and fully-async recipes' rollout devices and async keys:
@@ -385,6 +394,50 @@ VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) 
   return out;
 }
 
+namespace {
+
+// The algorithm section: verl's advantage estimator by name (gae trains a critic: PPO), the
+// critic's strategy and Megatron layout (verl's critic worker colocated with the actor's), and a
+// model-based reward when reward_model.enable is set. A critic or reward model checkpoint other
+// than the actor's is priced as the actor's model (a warning says so).
+void write_verl_algorithm(const Reader& r, const std::string& actor_path, ScenarioText& y, ImportedScenario& out) {
+  auto line = [&](const std::string& text, const std::string& key) { y.line(text, key.empty() ? "" : r.note(key)); };
+  const std::string adv = ascii_lower(r.value("algorithm.adv_estimator").text);
+  std::string name = "grpo";
+  if (adv == "gae") {
+    name = "ppo";
+  } else if (adv.starts_with("reinforce_plus_plus")) {
+    name = "reinforce++";
+  } else if (adv.starts_with("rloo")) {
+    name = "rloo";
+  } else if (adv != "grpo") {
+    out.warnings.push_back("algorithm.adv_estimator=" + adv +
+                           ": a critic-free estimator, priced as GRPO (advantages cost nothing rlsim models)");
+  }
+  const bool reward = r.boolean("reward_model.enable");
+  if (name == "grpo" && !reward) return;  // rlsim's default
+  line("algorithm:", "");
+  line("  name: " + name, "algorithm.adv_estimator");
+  for (const char* model_key : {"critic.model.path", "reward_model.model.path"}) {
+    const std::string p = r.value(model_key).text;
+    if (!p.empty() && p != actor_path && (name == "ppo" || std::string_view(model_key) != "critic.model.path"))
+      out.warnings.push_back(fmt::format("{}={}: not the actor's checkpoint; priced as the actor's model", model_key, p));
+  }
+  if (name == "ppo") {
+    const bool meg = r.value("critic.strategy").text == "megatron";
+    line(std::string("  critic:"), "");
+    line(std::string("    backend: ") + (meg ? "megatron" : "fsdp"), "critic.strategy");
+    const char* keys[][2] = {{"tensor_parallel", "critic.megatron.tensor_model_parallel_size"},
+                             {"pipeline_parallel", "critic.megatron.pipeline_model_parallel_size"},
+                             {"expert_parallel", "critic.megatron.expert_model_parallel_size"},
+                             {"context_parallel", "critic.megatron.context_parallel_size"}};
+    for (const auto& [ours, theirs] : keys) line(fmt::format("    {}: {}", ours, meg ? r.integer(theirs) : 1), meg ? theirs : "");
+  }
+  if (reward) line("  reward_model: {}", "reward_model.enable");
+}
+
+}  // namespace
+
 ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
                              const std::string& source, const VerlLogLengths* lengths) {
   const Reader r(launch, source);
@@ -572,15 +625,7 @@ ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device
   const std::string pre = meg ? "actor_rollout_ref.actor.megatron." : "actor_rollout_ref.actor.fsdp_config.";
   line(fmt::format("  param_offload: {}", r.boolean(pre + "param_offload")), pre + "param_offload");
   line(fmt::format("  optimizer: {{offload: {}}}", r.boolean(pre + "optimizer_offload")), pre + "optimizer_offload");
-  // verl trains a critic when the advantage estimator is GAE (its default): not modelled.
-  {
-    std::string adv = ascii_lower(launch.get("algorithm.adv_estimator"));
-    if (adv.empty()) adv = "gae";  // verl's default
-    if (adv == "gae")
-      out.warnings.push_back("algorithm.adv_estimator=gae" +
-                             std::string(launch.get("algorithm.adv_estimator").empty() ? " (verl default)" : "") +
-                             ": verl trains a critic model each step; rlsim models actor-only GRPO-style steps");
-  }
+  write_verl_algorithm(r, path, y, out);
   if (meg && r.boolean("actor_rollout_ref.actor.megatron.grad_offload"))
     out.warnings.push_back("actor_rollout_ref.actor.megatron.grad_offload=true: gradient offload is not modelled");
   for (const ShellWord& w : launch.unread)

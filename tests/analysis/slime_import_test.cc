@@ -90,6 +90,15 @@ TEST(SlimeImport, ColocatedLaunchWithArraysMapsEveryFlag) {
   EXPECT_TRUE(has_warning(imp, "${MODEL_ARGS[@]} is not assigned"));
   EXPECT_NE(std::find(imp.ignored.begin(), imp.ignored.end(), "--lr"), imp.ignored.end());
   EXPECT_NE(std::find(imp.ignored.begin(), imp.ignored.end(), "--rollout-temperature"), imp.ignored.end());
+  // PPO colocated: the engines span the actor's and the critic's GPUs; rlsim trains both on all
+  // of them, one after the other, and says so.
+  SlimeLaunch ppo = l;
+  append_slime_args(ppo, {"--advantage-estimator", "ppo"});
+  const ImportedScenario pi = import_slime(ppo, "h100-sxm", "", "run.sh");
+  const sim::Scenario sp = load(pi.yaml);
+  EXPECT_EQ(sp.cluster.devices(), 2 * s.cluster.devices());
+  EXPECT_EQ(sp.algorithm.critic->placement, sim::AuxPlacement::kActor);
+  EXPECT_TRUE(has_warning(pi, "slime trains the critic on its own"));
 }
 
 TEST(SlimeImport, DisaggregatedAsyncLaunch) {
@@ -132,6 +141,29 @@ TEST(SlimeImport, DisaggregatedAsyncLaunch) {
   SlimeLaunch cp = l;
   append_slime_args(cp, {"--context-parallel-size", "2"});
   EXPECT_EQ(load(import_slime(cp, "h100-sxm", "", "run.sh").yaml).training.context_parallel, 2);
+  // PPO: slime requests the critic's GPUs beside the actor's (--critic-num-*, default the
+  // actor's): a separate critic group, the cluster grown by it; REINFORCE++ by name.
+  SlimeLaunch ppo = l;
+  append_slime_args(ppo, {"--advantage-estimator", "ppo"});
+  const sim::Scenario sp = load(import_slime(ppo, "h100-sxm", "", "run.sh").yaml);
+  EXPECT_EQ(sp.algorithm.name, sim::Algorithm::kPpo);
+  ASSERT_TRUE(sp.algorithm.critic.has_value());
+  EXPECT_EQ(sp.algorithm.critic->placement, sim::AuxPlacement::kSeparate);
+  EXPECT_EQ(sp.algorithm.critic->devices, 8);
+  EXPECT_EQ(sp.cluster.devices(), 24);  // actor 8 + critic 8 + rollout 8
+  // A critic group the actor's EP8 layout cannot divide is refused, naming the rule.
+  SlimeLaunch small = ppo;
+  append_slime_args(small, {"--critic-num-gpus-per-node", "4"});
+  std::string refused = "loaded";
+  try {
+    (void)load(import_slime(small, "h100-sxm", "", "run.sh").yaml);
+  } catch (const sim::ScenarioError& e) {
+    refused = e.what();
+  }
+  EXPECT_NE(refused.find("algorithm.critic.expert_parallel must divide"), std::string::npos) << refused;
+  SlimeLaunch rpp = l;
+  append_slime_args(rpp, {"--advantage-estimator", "reinforce_plus_plus"});
+  EXPECT_EQ(load(import_slime(rpp, "h100-sxm", "", "run.sh").yaml).algorithm.name, sim::Algorithm::kReinforcePlusPlus);
   SlimeLaunch bad = l;
   append_slime_args(bad, {"--sglang-enable-dp-attention", "--sglang-dp-size", "3"});
   EXPECT_NE(error_of(bad).find("--sglang-dp-size 3 must divide --rollout-num-gpus-per-engine 8"), std::string::npos)

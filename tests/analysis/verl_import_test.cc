@@ -126,11 +126,35 @@ TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
   EXPECT_EQ(s.rollout.data_parallel, 1);  // verl's default: no data_parallel line
   EXPECT_EQ(import_verl(m, "h20", "", "cli").yaml.find("data_parallel:"), std::string::npos);
   EXPECT_EQ(s.workload.prompts_per_step, 1024);  // verl's data.train_batch_size default
-  // verl's default advantage estimator is GAE, which trains a critic: said, not hidden.
-  bool critic = false;
-  for (const auto& w : import_verl(m, "h20", "", "cli").warnings)
-    critic = critic || w.find("algorithm.adv_estimator=gae (verl default)") == 0;
-  EXPECT_TRUE(critic);
+  // verl's default advantage estimator is GAE, which trains a critic: PPO, the critic in verl's
+  // Megatron critic defaults (TP1 PP1) on the actor's devices.
+  EXPECT_EQ(s.algorithm.name, sim::Algorithm::kPpo);
+  ASSERT_TRUE(s.algorithm.critic.has_value());
+  EXPECT_EQ(s.algorithm.critic->layout.backend, sim::TrainingBackend::kMegatron);
+  EXPECT_EQ(s.algorithm.critic->layout.tensor_parallel, 1);
+  EXPECT_EQ(s.algorithm.critic->placement, sim::AuxPlacement::kActor);
+  EXPECT_FALSE(s.algorithm.reward_model.has_value());
+  EXPECT_NE(import_verl(m, "h20", "", "cli").yaml.find("# verl algorithm.adv_estimator=gae (verl default)"), std::string::npos);
+  // GRPO needs no section; a reward model, a critic's own layout and the other estimators map by name.
+  const VerlLaunch g = parse_verl_overrides({"actor_rollout_ref.model.path=/ckpt/Qwen3-8B", "algorithm.adv_estimator=grpo"});
+  EXPECT_EQ(import_verl(g, "h20", "", "cli").yaml.find("algorithm:"), std::string::npos);
+  const VerlLaunch p = parse_verl_overrides(
+      {"actor_rollout_ref.model.path=/ckpt/Qwen3-8B", "actor_rollout_ref.actor.strategy=megatron",
+       "critic.megatron.tensor_model_parallel_size=2", "reward_model.enable=True", "reward_model.model.path=/ckpt/RM-8B"});
+  const ImportedScenario pi = import_verl(p, "h20", "", "cli");
+  const sim::Scenario ps = load(pi.yaml);
+  EXPECT_EQ(ps.algorithm.critic->layout.tensor_parallel, 2);
+  EXPECT_TRUE(ps.algorithm.reward_model.has_value());
+  bool rm_warned = false;
+  for (const auto& w : pi.warnings) rm_warned = rm_warned || w.find("reward_model.model.path=/ckpt/RM-8B") == 0;
+  EXPECT_TRUE(rm_warned) << "a reward checkpoint other than the actor's is priced as the actor's model, and said so";
+  for (const auto& [adv, want] :
+       {std::pair{"rloo", sim::Algorithm::kRloo}, std::pair{"reinforce_plus_plus_baseline", sim::Algorithm::kReinforcePlusPlus},
+        std::pair{"remax", sim::Algorithm::kGrpo}}) {
+    const VerlLaunch a = parse_verl_overrides({"actor_rollout_ref.model.path=/ckpt/Qwen3-8B",
+                                               std::string("algorithm.adv_estimator=") + adv, "actor_rollout_ref.rollout.n=4"});
+    EXPECT_EQ(load(import_verl(a, "h20", "", "cli").yaml).algorithm.name, want) << adv;
+  }
   auto error = [](const VerlLaunch& l) {
     try {
       (void)import_verl(l, "h100-sxm", "", "run.sh");
