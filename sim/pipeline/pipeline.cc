@@ -404,20 +404,22 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   }
   if (critic_) chain(critic_group_).push_back(values_stage(b));
   if (reward_ && reward_group_ == Group::kCritic) critic.push_back(reward_stage(b));
-  auto join = [&out](std::vector<Stage>& first, std::vector<Stage>& second, std::vector<Stage>& third) {
+  // Ends a block: with separate groups, one stage of concurrent lanes (its phase is not recorded);
+  // otherwise the actor's chain, which then holds every pass, in order.
+  auto flush = [&] {
+    if (!separate_groups()) {
+      for (auto& st : actor) out.push_back(std::move(st));
+      actor.clear();
+      return;
+    }
     Stage block{Phase::kStepOverhead, Role::kTraining, 0.0, nullptr, nullptr};
-    for (auto* c : {&first, &second, &third}) {
+    for (auto* c : {&actor, &critic, &reward}) {
       if (!c->empty()) block.lanes.push_back(std::move(*c));
       c->clear();
     }
     out.push_back(std::move(block));
   };
-  if (separate_groups()) {
-    join(actor, critic, reward);
-  } else {
-    for (auto& st : actor) out.push_back(std::move(st));
-    actor.clear();
-  }
+  flush();
   if (critic_) chain(critic_group_).push_back(critic_update_stage(b));
   const bool cpu_opt = trainer_.cpu_optimizer();
   const bool offload = s_.training.optimizer.offload;
@@ -433,11 +435,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
         Stage{Phase::kOffload, Role::kTraining, offload_s, nullptr, [this, &led] { led.free(queue_.now(), optimizer_); }});
   }
   if (cpu_opt) actor.push_back(Stage{Phase::kOffload, Role::kTraining, trainer_.cpu_optimizer_s(), nullptr, nullptr});
-  if (separate_groups()) {
-    join(actor, critic, reward);
-  } else {
-    for (auto& st : actor) out.push_back(std::move(st));
-  }
+  flush();
   return out;
 }
 
