@@ -95,11 +95,22 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
     *why = "no phases were simulated";
     return false;
   }
+  // One row per phase_role, top to bottom: rollout, training, a critic's and a reward model's own
+  // devices when the run has them (their phases overlap the actor's), weight sync.
+  std::vector<std::string_view> rows{"rollout", sim::role_name(sim::Role::kTraining)};
+  for (const auto g : {sim::TrainerGroup::kCritic, sim::TrainerGroup::kRewardModel}) {
+    if (std::any_of(r.phases.begin(), r.phases.end(), [&](const sim::PhaseSpan& p) { return p.group == g; }))
+      rows.push_back(sim::trainer_group_name(g));
+  }
+  rows.push_back(sim::role_name(sim::Role::kSync));
+  const auto row_y = [&](std::string_view name) {
+    return static_cast<double>(rows.size() - static_cast<std::size_t>(std::find(rows.begin(), rows.end(), name) - rows.begin()));
+  };
   // x, y, xlow, xhigh, ylow, yhigh, colour
   std::vector<std::tuple<double, double, double, double, double, double, int>> boxes;
   const std::vector<sim::Phase> phases = sim::phases_of(s);
   for (const auto& p : r.phases) {
-    const double y = p.role == sim::Role::kRollout ? 3 : p.role == sim::Role::kTraining ? 2 : 1;
+    const double y = row_y(sim::phase_role(p));
     const double a = p.start * 1e-9, b = p.end * 1e-9;
     boxes.emplace_back((a + b) / 2, y, a, b, y - 0.35, y + 0.35, phase_colour(phases, p.phase));
   }
@@ -108,8 +119,13 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
     gp << "set terminal pngcairo size 1400,420 font 'sans,10'\n";
     gp << "set output " << gnuplot_quoted(png.string()) << "\n";
     gp << "set title " << gnuplot_quoted("Timeline: " + s.name) << " noenhanced\n";
-    gp << "set xlabel 'simulated time (s)'\nset yrange [0.3:3.7]\n";
-    gp << "set ytics ('weight sync' 1, 'training' 2, 'rollout' 3)\nset grid xtics\n";
+    gp << "set xlabel 'simulated time (s)'\nset yrange [0.3:" << rows.size() + 0.7 << "]\n";
+    gp << "set ytics (";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::string_view name = rows[i] == sim::role_name(sim::Role::kSync) ? "weight sync" : rows[i];
+      gp << (i ? ", " : "") << gnuplot_quoted(std::string(name)) << " " << row_y(rows[i]);
+    }
+    gp << ")\nset grid xtics\n";
     gp << "set style fill solid 0.8 border -1\n";
     // One colour per phase of the run, in kPhases order.
     const std::vector<std::string> colours{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",

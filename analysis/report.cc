@@ -429,7 +429,7 @@ RunSummary write_aggregates(const fs::path& tmp, const sim::Scenario& s, sim::Si
   {
     std::string t = "step,phase,role,start_s,end_s,duration_s\n";
     for (const auto& p : r.phases) {
-      t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, sim::phase_name(p.phase), sim::role_name(p.role),
+      t += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.step, sim::phase_name(p.phase), sim::phase_role(p),
                        sim::to_seconds(p.start), sim::to_seconds(p.end), p.seconds());
     }
     write_text(tmp / "phases.csv", t);

@@ -42,10 +42,10 @@ Scenario aux_scenario(const Scenario& s, const AuxModelConfig& aux, int devices,
 }
 
 // The device group a training-side model runs on.
-enum class Group { kActor, kCritic, kReward };
+using Group = TrainerGroup;
 
-// Its trace track and ledger name.
-const char* group_name(Group g) { return g == Group::kCritic ? "critic" : g == Group::kReward ? "reward model" : "trainer"; }
+// Its trace track and ledger name ("trainer" for the actor's, as ever).
+std::string group_name(Group g) { return g == Group::kActor ? "trainer" : std::string(trainer_group_name(g)); }
 
 class Simulation {
  public:
@@ -59,7 +59,7 @@ class Simulation {
     }
     if (s.algorithm.reward_model) {
       const auto& rm = *s.algorithm.reward_model;
-      reward_group_ = rm.placement == AuxPlacement::kSeparate ? Group::kReward
+      reward_group_ = rm.placement == AuxPlacement::kSeparate ? Group::kRewardModel
                       : rm.placement == AuxPlacement::kCritic ? critic_group_
                                                               : Group::kActor;
       reward_s_.emplace(aux_scenario(s, rm, group_devices(reward_group_), true));
@@ -77,12 +77,12 @@ class Simulation {
   MemoryLedger& ledger(Group g) {
     if (g == Group::kActor) return train_ledger();
     const std::size_t critic = (colocated() ? 0 : 1) + 1;
-    const bool after_critic = g == Group::kReward && critic_group_ == Group::kCritic;
+    const bool after_critic = g == Group::kRewardModel && critic_group_ == Group::kCritic;
     return ledgers_[after_critic ? critic + 1 : critic];
   }
   int group_devices(Group g) const {
     if (g == Group::kCritic) return s_.algorithm.critic->devices;
-    if (g == Group::kReward) return s_.algorithm.reward_model->devices;
+    if (g == Group::kRewardModel) return s_.algorithm.reward_model->devices;
     return s_.placement.train_devices;
   }
   // Whether any training-side model runs on devices of its own (its passes then run beside the actor's).
@@ -263,7 +263,7 @@ void Simulation::release_steps(int last) {
 }
 
 void Simulation::record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end, Group group) {
-  r_.phases.push_back(PhaseSpan{step, phase, role, start, end});
+  r_.phases.push_back(PhaseSpan{step, phase, role, start, end, group});
   auto& rec = r_.steps[static_cast<std::size_t>(step)];
   rec.phase_s[phase] += to_seconds(end - start);
   sink_.span(Span{role == Role::kRollout ? "rollout"
@@ -388,7 +388,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   // on the actor's devices they run one after another in the order below.
   std::vector<Stage> actor, critic, reward;
   auto chain = [&](Group g) -> std::vector<Stage>& {
-    return g == Group::kCritic ? critic : g == Group::kReward ? reward : actor;
+    return g == Group::kCritic ? critic : g == Group::kRewardModel ? reward : actor;
   };
   if (reward_ && reward_group_ != Group::kCritic) chain(reward_group_).push_back(reward_stage(b));
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
@@ -914,7 +914,7 @@ SimResult Simulation::run() {
     ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
     ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
     // A critic's and a reward model's own groups, in the order ledger() expects.
-    for (const Group g : {Group::kCritic, Group::kReward}) {
+    for (const Group g : {Group::kCritic, Group::kRewardModel}) {
       if (critic_group_ != g && reward_group_ != g) continue;
       ledgers_.emplace_back(fmt::format("{} ({} devices)", group_name(g), group_devices(g)), capacity);
       ledgers_.back().set_phase(Role::kTraining);

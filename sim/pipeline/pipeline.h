@@ -24,8 +24,16 @@ struct PhaseSpan {
   Role role = Role::kRollout;
   TimeNs start = 0;
   TimeNs end = 0;
+  TrainerGroup group = TrainerGroup::kActor;  // training phases: whose devices
   double seconds() const { return to_seconds(end - start); }
 };
+
+/// What ran a phase, as phases.csv's role column and the timeline's rows name it: its role
+/// ("rollout", "training", "sync"), or "critic" / "reward_model" for a training phase on such a
+/// model's own devices (which overlaps the actor's).
+constexpr std::string_view phase_role(const PhaseSpan& p) {
+  return p.role == Role::kTraining && p.group != TrainerGroup::kActor ? trainer_group_name(p.group) : role_name(p.role);
+}
 
 /// One RL step.
 struct StepRecord {

@@ -199,6 +199,15 @@ TEST(Pipeline, SeparateCriticRunsBesideTheActor) {
   };
   EXPECT_EQ(start(Phase::kValues), start(Phase::kOldLogprob));
   EXPECT_EQ(start(Phase::kCriticUpdate), start(Phase::kActorUpdate));
+  // phases.csv and the timeline name the devices: the critic's passes (and the reward model's on
+  // its devices) as "critic", the actor's as "training".
+  for (const auto& span : r.phases) {
+    if (span.phase == Phase::kValues || span.phase == Phase::kReward || span.phase == Phase::kCriticUpdate) {
+      EXPECT_EQ(phase_role(span), "critic") << phase_name(span.phase);
+    } else if (span.role == Role::kTraining) {
+      EXPECT_EQ(phase_role(span), "training") << phase_name(span.phase);
+    }
+  }
   // The critic's and reward model's bytes are on the critic's ledger, none on the actor's.
   for (std::size_t i = 0; i < r.ledgers.size(); ++i) {
     for (const auto& e : r.ledgers[i].events()) {
