@@ -147,6 +147,8 @@ RunSummary summarize(const sim::Scenario& s, const sim::SimResult& r, PrecisionF
   u.generated_tokens_per_s = wall > 0 ? static_cast<double>(tokens) / wall : 0.0;
   u.peak_rollout_bytes = r.peak_rollout_bytes;
   u.peak_training_bytes = r.peak_training_bytes;
+  u.peak_critic_bytes = r.peak_critic_bytes;
+  u.peak_reward_model_bytes = r.peak_reward_model_bytes;
   u.device_memory_bytes = s.cluster.device.memory_bytes;
   u.verify = std::move(flow);
   u.warnings = r.warnings;
@@ -205,6 +207,8 @@ nlohmann::json summary_json(const RunSummary& u) {
   j["rollout_share"] = u.rollout_share;
   j["generated_tokens_per_s"] = u.generated_tokens_per_s;
   j["peak_memory_bytes"] = {{"rollout", u.peak_rollout_bytes}, {"training", u.peak_training_bytes}};
+  if (u.peak_critic_bytes > 0) j["peak_memory_bytes"]["critic"] = u.peak_critic_bytes;
+  if (u.peak_reward_model_bytes > 0) j["peak_memory_bytes"]["reward_model"] = u.peak_reward_model_bytes;
   j["device_memory_bytes"] = u.device_memory_bytes;
   json by_kind = json::object();
   for (const auto& [key, count] : u.verify.groups) by_kind[key] = count;
@@ -282,10 +286,14 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& 
         "  idle ratio: rollout devices {:.1f} %, trainer {:.1f} %; staleness of consumed samples: mean {:.2f}, max {}\n",
         100 * u.rollout_idle_ratio, 100 * u.trainer_idle_ratio, u.staleness_mean, u.staleness_max);
     const double cap = u.device_memory_bytes;
-    out << fmt::format("  peak memory per device: rollout {} / {} ({:.0f} %), training {} / {} ({:.0f} %)\n",
-                       format_quantity(u.peak_rollout_bytes, Dimension::kBytes), format_quantity(cap, Dimension::kBytes),
-                       100 * u.peak_rollout_bytes / cap, format_quantity(u.peak_training_bytes, Dimension::kBytes),
-                       format_quantity(cap, Dimension::kBytes), 100 * u.peak_training_bytes / cap);
+    auto peak = [&](const char* name, double bytes) {
+      return fmt::format("{} {} / {} ({:.0f} %)", name, format_quantity(bytes, Dimension::kBytes),
+                         format_quantity(cap, Dimension::kBytes), 100 * bytes / cap);
+    };
+    std::string groups = peak("rollout", u.peak_rollout_bytes) + ", " + peak("training", u.peak_training_bytes);
+    if (u.peak_critic_bytes > 0) groups += ", " + peak("critic", u.peak_critic_bytes);
+    if (u.peak_reward_model_bytes > 0) groups += ", " + peak("reward model", u.peak_reward_model_bytes);
+    out << "  peak memory per device: " << groups << "\n";
   }
   out << "  bottleneck: " << u.bottleneck << "\n";
   const auto& pf = u.verify;

@@ -900,6 +900,8 @@ void Simulation::report_memory() {
   } else {
     r_.peak_rollout_bytes = ledgers_.front().peak();
     r_.peak_training_bytes = train_ledger().peak();
+    if (critic_group_ == Group::kCritic) r_.peak_critic_bytes = ledger(Group::kCritic).peak();
+    if (reward_group_ == Group::kRewardModel) r_.peak_reward_model_bytes = ledger(Group::kRewardModel).peak();
   }
 }
 

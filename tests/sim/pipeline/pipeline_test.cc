@@ -208,6 +208,10 @@ TEST(Pipeline, SeparateCriticRunsBesideTheActor) {
       EXPECT_EQ(phase_role(span), "training") << phase_name(span.phase);
     }
   }
+  // Its peak is reported per device of its group (summary.json's peak_memory_bytes.critic).
+  EXPECT_DOUBLE_EQ(r.peak_critic_bytes, r.ledgers[2].peak());
+  EXPECT_GT(r.peak_critic_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(r.peak_reward_model_bytes, 0.0);  // on the critic's devices, no group of its own
   // The critic's and reward model's bytes are on the critic's ledger, none on the actor's.
   for (std::size_t i = 0; i < r.ledgers.size(); ++i) {
     for (const auto& e : r.ledgers[i].events()) {
