@@ -100,10 +100,10 @@ void add_warnings(const sim::Scenario& s, sim::SimResult& r) {
     r.warnings.push_back(
         fmt::format("KV capacity ({:.0f} tokens per engine) limits the batch to {} sequences "
                     "(max_num_seqs {}, {} sequences per engine)",
-                    r.kv_capacity_tokens, r.max_running, s.rollout.max_num_seqs, per_engine));
-  } else if (per_engine > s.rollout.max_num_seqs) {
+                    r.kv_capacity_tokens, r.max_running, s.rollout.engine_max_seqs(), per_engine));
+  } else if (per_engine > s.rollout.engine_max_seqs()) {
     r.warnings.push_back(fmt::format("max_num_seqs ({}) limits the batch: {} sequences per engine wait their turn",
-                                     s.rollout.max_num_seqs, per_engine));
+                                     s.rollout.engine_max_seqs(), per_engine));
   }
   std::int64_t pre = 0;
   for (const auto& st : r.steps) pre += st.preemptions;

@@ -689,7 +689,7 @@ void Simulation::run_one_step_off() {
 // verl fully_async_policy (docs/advance/fully_async.md), with trigger_parameter_sync_step = 1
 // and require_batches x ppo_mini_batch_size = one step's prompts:
 //  - the Rollouter streams prompt groups (n samples each) into the engines, at most
-//    max_num_seqs sequences outstanding per engine;
+//    engine_max_seqs() sequences outstanding per engine;
 //  - between two weight updates it starts at most (1 + staleness) x B groups minus those
 //    already generated or in flight (num_stale_samples), B = prompts per step;
 //  - the Trainer takes the first B finished groups (FIFO), trains, then triggers the sync;
@@ -758,7 +758,7 @@ class Simulation::AsyncSchedule {
       int best = -1;
       for (int e = 0; e < sim_.r_.engines; ++e) {
         const int o = engines[static_cast<std::size_t>(e)]->outstanding();
-        if (o + n_ > sim_.s_.rollout.max_num_seqs && o > 0) continue;
+        if (o + n_ > sim_.s_.rollout.engine_max_seqs() && o > 0) continue;
         if (best < 0 || o < engines[static_cast<std::size_t>(best)]->outstanding()) best = e;
       }
       if (best < 0) return;
@@ -959,7 +959,7 @@ SimResult Simulation::run() {
   }
   for (int e = 0; e < r_.engines; ++e) {
     engines_.push_back(std::make_unique<RolloutEngine>(r_.rollout_cost, queue_, sink_, e, r_.kv_capacity_tokens,
-                                                       s_.rollout.max_num_seqs, s_.output.trace && e < kMaxTracedEngines,
+                                                       s_.rollout.engine_max_seqs(), s_.output.trace && e < kMaxTracedEngines,
                                                        s_.rollout.generate_batch));
   }
   r_.engine_busy_s.assign(static_cast<std::size_t>(r_.engines), 0.0);

@@ -136,9 +136,17 @@ struct RolloutConfig {
   int expert_parallel = 1;  // Default: 1; divides tensor_parallel x data_parallel
   /// Devices of one engine: tensor_parallel x data_parallel.
   int engine_devices() const { return tensor_parallel * data_parallel; }
+  /// Sequences one engine runs at most: max_num_seqs on each vLLM DP rank (vLLM's data-parallel
+  /// deployment runs an engine core, with its own scheduler, per rank), max_num_seqs in all for
+  /// SGLang (its scheduler gives each DP-attention rank max_running_requests / dp_size: launch
+  /// scripts pass dp x the per-rank count, e.g. sglang issue #6017's nodes x 2048 for 256 a rank).
+  int engine_max_seqs() const { return engine == RolloutEngineKind::kVllm ? max_num_seqs * data_parallel : max_num_seqs; }
   /// Default: bf16. Its kv_cache is the engine's KV format (rollout.kv_cache sets it).
   models::Recipe precision;
-  int max_num_seqs = 256;  // Default: 256 (vLLM's max_num_seqs)
+  /// vLLM's max_num_seqs, per attention DP rank (each DP rank of a vLLM engine is an engine core
+  /// with its own scheduler); SGLang's --max-running-requests, for the whole engine (SGLang
+  /// divides it over the DP-attention ranks). engine_max_seqs() is the engine-wide limit.
+  int max_num_seqs = 256;  // Default: 256
   /// Sequences handed to an engine per generate() call, the next call made only when every
   /// sequence of the last one has finished (OpenRLHF before 0.5: micro_rollout_batch_size prompts
   /// per call; DeepSpeed-Chat and TRL likewise): each call waits for its longest response.

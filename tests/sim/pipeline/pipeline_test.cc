@@ -91,6 +91,23 @@ TEST(Pipeline, DataParallelAttentionSpreadsExpertsAndKeepsDenseWeightsPerRank) {
   EXPECT_GT(r.tokens_generated, 0);
 }
 
+// max_num_seqs on a DP-attention engine: vLLM schedules each DP rank on its own (an engine core
+// per rank, max_num_seqs each); SGLang divides --max-running-requests over the ranks.
+TEST(Pipeline, DataParallelEnginesCountMaxNumSeqsAsTheirFrameworkDoes) {
+  NullSink sink;
+  auto run = [&](const std::string& engine) {
+    // The rollout on its own devices (the trainer's memory is not what this checks).
+    const Scenario s = load_text(
+        kBase, {"model=qwen3-30b-a3b", "cluster.nodes=2", "placement={mode: disaggregated, rollout_devices: 8, train_devices: 8}",
+                "rollout={engine: " + engine + ", tensor_parallel: 1, data_parallel: 8, expert_parallel: 8, max_num_seqs: 4}"});
+    const SimResult r = simulate(s, sink);
+    EXPECT_TRUE(!r.oom || r.oom->role == Role::kTraining) << engine << ": " << r.oom->reason;
+    return std::pair{s.rollout.engine_max_seqs(), r.max_running};
+  };
+  EXPECT_EQ(run("vllm"), std::make_pair(32, 32));
+  EXPECT_EQ(run("sglang"), std::make_pair(4, 4));
+}
+
 // A wide-EP decode step against the SGLang team's large-scale EP deployment (LMSYS blog
 // 2025-05-05, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96
 // H100 GPUs"; launch commands in sgl-project/sglang issue #6017): the decode side is 9 nodes, one
