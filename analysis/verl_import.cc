@@ -418,9 +418,11 @@ void write_verl_algorithm(const Reader& r, const std::string& actor_path, Scenar
   if (name == "grpo" && !reward) return;  // rlsim's default
   line("algorithm:", "");
   line("  name: " + name, "algorithm.adv_estimator");
-  for (const char* model_key : {"critic.model.path", "reward_model.model.path"}) {
+  // A checkpoint of a model the scenario runs (the critic under PPO, the reward model when enabled).
+  for (const auto& [model_key, used] :
+       {std::pair{"critic.model.path", name == "ppo"}, std::pair{"reward_model.model.path", reward}}) {
     const std::string p = r.value(model_key).text;
-    if (!p.empty() && p != actor_path && (name == "ppo" || std::string_view(model_key) != "critic.model.path"))
+    if (used && !p.empty() && p != actor_path)
       out.warnings.push_back(fmt::format("{}={}: not the actor's checkpoint; priced as the actor's model", model_key, p));
   }
   if (name == "ppo") {

@@ -148,6 +148,11 @@ TEST(VerlImport, MegatronDefaultsModelMatchingAndErrors) {
   bool rm_warned = false;
   for (const auto& w : pi.warnings) rm_warned = rm_warned || w.find("reward_model.model.path=/ckpt/RM-8B") == 0;
   EXPECT_TRUE(rm_warned) << "a reward checkpoint other than the actor's is priced as the actor's model, and said so";
+  // A reward checkpoint of a disabled reward model prices nothing: no such warning.
+  const VerlLaunch off =
+      parse_verl_overrides({"actor_rollout_ref.model.path=/ckpt/Qwen3-8B", "reward_model.model.path=/ckpt/RM-8B"});
+  for (const auto& w : import_verl(off, "h20", "", "cli").warnings)
+    EXPECT_EQ(w.find("priced as the actor's model"), std::string::npos) << w;
   for (const auto& [adv, want] :
        {std::pair{"rloo", sim::Algorithm::kRloo}, std::pair{"reinforce_plus_plus_baseline", sim::Algorithm::kReinforcePlusPlus},
         std::pair{"remax", sim::Algorithm::kGrpo}}) {
