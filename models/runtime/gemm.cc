@@ -238,18 +238,51 @@ inline void bf16_sums(__m512 (&acc)[R][V], const std::uint16_t* w, std::int64_t 
   }
 }
 
+// Running totals of R rows x V token vectors, in `out` (row i, token j at out[i * 64 + j]).
+template <int R, int V>
+inline void load_totals(__m512 (&tot)[R][V], const float* out) {
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) tot[i][v] = _mm512_loadu_ps(out + i * 64 + 16 * v);
+  }
+}
+template <int R, int V>
+inline void store_totals(const __m512 (&tot)[R][V], float* out) {
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(out + i * 64 + 16 * v, tot[i][v]);
+  }
+}
+
+// Each scale block of [k0, k1): its pair sums in registers, then add(i, v, sums, scale) with the
+// block's scale for row i and token vector v (the row's weight scale, times the token's unless one
+// activation block spans the row).
+template <int R, int V, class Add>
+inline void scaled_blocks(const std::uint16_t* w, std::int64_t ldw, const float* ws, const BlockPlan& p, const std::uint32_t* xt,
+                          const float* xs, std::int64_t k0, std::int64_t k1, Add&& add) {
+  for (std::int64_t b0 = k0; b0 < k1; b0 += p.kb) {
+    __m512 acc[R][V];
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
+    }
+    bf16_sums<R, V>(acc, w, ldw, xt, b0, std::min(k1, b0 + p.kb));
+    const std::int64_t wbi = b0 / p.wb, xbi = b0 / p.xb;
+    for (int v = 0; v < V; ++v) {
+      const __m512 sx = _mm512_loadu_ps(xs + xbi * 64 + 16 * v);
+      for (int i = 0; i < R; ++i) {
+        const __m512 sw = _mm512_set1_ps(ws[i * p.nwb + wbi]);
+        add(i, v, acc[i][v], p.x_at_end ? sw : _mm512_mul_ps(sx, sw));
+      }
+    }
+  }
+}
+
 template <int R, int V, bool kScaled>
 void bf16_kernel(const std::uint16_t* w, std::int64_t ldw, const float* ws, const BlockPlan& p, const std::uint32_t* xt,
                  const float* xs, std::int64_t k0, std::int64_t k1, float* out) {
   if constexpr (!kScaled) {
     __m512 tot[R][V];
-    for (int i = 0; i < R; ++i) {
-      for (int v = 0; v < V; ++v) tot[i][v] = _mm512_loadu_ps(out + i * 64 + 16 * v);
-    }
+    load_totals<R, V>(tot, out);
     bf16_sums<R, V>(tot, w, ldw, xt, k0, k1);
-    for (int i = 0; i < R; ++i) {
-      for (int v = 0; v < V; ++v) _mm512_storeu_ps(out + i * 64 + 16 * v, tot[i][v]);
-    }
+    store_totals<R, V>(tot, out);
   } else if constexpr (2 * R * V <= 24) {
     // Each block's sums and the running totals both in registers (at most 24 of the 32): a
     // block's sums scaled into the totals with one FMA, the totals read from and written to `out`
@@ -257,46 +290,17 @@ void bf16_kernel(const std::uint16_t* w, std::int64_t ldw, const float* ws, cons
     // costs a store per block and lane (store-bound on Zen 4: int4 g32 512 x 576 x 1536 at 145
     // against 158 GMAC/s on one core).
     __m512 tot[R][V];
-    for (int i = 0; i < R; ++i) {
-      for (int v = 0; v < V; ++v) tot[i][v] = _mm512_loadu_ps(out + i * 64 + 16 * v);
-    }
-    for (std::int64_t b0 = k0; b0 < k1; b0 += p.kb) {
-      __m512 acc[R][V];
-      for (int i = 0; i < R; ++i) {
-        for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
-      }
-      bf16_sums<R, V>(acc, w, ldw, xt, b0, std::min(k1, b0 + p.kb));
-      const std::int64_t wbi = b0 / p.wb, xbi = b0 / p.xb;
-      for (int v = 0; v < V; ++v) {
-        const __m512 sx = _mm512_loadu_ps(xs + xbi * 64 + 16 * v);
-        for (int i = 0; i < R; ++i) {
-          const __m512 sw = _mm512_set1_ps(ws[i * p.nwb + wbi]);
-          tot[i][v] = _mm512_fmadd_ps(acc[i][v], p.x_at_end ? sw : _mm512_mul_ps(sx, sw), tot[i][v]);
-        }
-      }
-    }
-    for (int i = 0; i < R; ++i) {
-      for (int v = 0; v < V; ++v) _mm512_storeu_ps(out + i * 64 + 16 * v, tot[i][v]);
-    }
+    load_totals<R, V>(tot, out);
+    scaled_blocks<R, V>(w, ldw, ws, p, xt, xs, k0, k1,
+                        [&tot](int i, int v, __m512 sums, __m512 scale) { tot[i][v] = _mm512_fmadd_ps(sums, scale, tot[i][v]); });
+    store_totals<R, V>(tot, out);
   } else {
-    // Each block's sums in registers; the running totals in `out` (L1), scaled and added per
-    // block: the same FMA per lane as above, so either form gives the same bits.
-    for (std::int64_t b0 = k0; b0 < k1; b0 += p.kb) {
-      __m512 acc[R][V];
-      for (int i = 0; i < R; ++i) {
-        for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
-      }
-      bf16_sums<R, V>(acc, w, ldw, xt, b0, std::min(k1, b0 + p.kb));
-      const std::int64_t wbi = b0 / p.wb, xbi = b0 / p.xb;
-      for (int v = 0; v < V; ++v) {
-        const __m512 sx = _mm512_loadu_ps(xs + xbi * 64 + 16 * v);
-        for (int i = 0; i < R; ++i) {
-          float* o = out + i * 64 + 16 * v;
-          const __m512 sw = _mm512_set1_ps(ws[i * p.nwb + wbi]);
-          _mm512_storeu_ps(o, _mm512_fmadd_ps(acc[i][v], p.x_at_end ? sw : _mm512_mul_ps(sx, sw), _mm512_loadu_ps(o)));
-        }
-      }
-    }
+    // The running totals in `out` (L1), scaled and added per block: the same FMA per lane as
+    // above, so either form gives the same bits.
+    scaled_blocks<R, V>(w, ldw, ws, p, xt, xs, k0, k1, [out](int i, int v, __m512 sums, __m512 scale) {
+      float* o = out + i * 64 + 16 * v;
+      _mm512_storeu_ps(o, _mm512_fmadd_ps(sums, scale, _mm512_loadu_ps(o)));
+    });
   }
 }
 
