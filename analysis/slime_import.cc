@@ -538,11 +538,11 @@ void write_training(const Reader& r, ScenarioText& y, ImportedScenario& out) {
   // The algorithm: PPO's critic on its own GPUs (slime requests them beside the actor's, in the
   // actor's Megatron layout) unless colocated; REINFORCE++ by name; GRPO and GSPO are the default.
   const std::string adv = ascii_lower(r.text("--advantage-estimator"));
-  if (critic_devices(r) > 0) {
+  if (const std::int64_t critic = critic_devices(r); critic > 0) {
     y.line("algorithm:");
     y.line("  name: ppo", r.note("--advantage-estimator"));
     if (!r.on("--colocate"))
-      y.line(fmt::format("  critic: {{placement: separate, devices: {}}}", critic_devices(r)),
+      y.line(fmt::format("  critic: {{placement: separate, devices: {}}}", critic),
              "# slime --critic-num-nodes x --critic-num-gpus-per-node (default: the actor's)");
   } else if (adv.starts_with("reinforce_plus_plus")) {
     y.line("algorithm: {name: reinforce++}", r.note("--advantage-estimator"));

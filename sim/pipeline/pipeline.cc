@@ -75,10 +75,7 @@ class Simulation {
   // The ledger of a training-side group: the actor's, or a separate critic's or reward model's
   // (created after the rollout's and the actor's, critic first).
   MemoryLedger& ledger(Group g) {
-    if (g == Group::kActor) return train_ledger();
-    const std::size_t critic = (colocated() ? 0 : 1) + 1;
-    const bool after_critic = g == Group::kRewardModel && critic_group_ == Group::kCritic;
-    return ledgers_[after_critic ? critic + 1 : critic];
+    return g == Group::kActor ? train_ledger() : ledgers_[group_ledger_[static_cast<std::size_t>(g)]];
   }
   int group_devices(Group g) const {
     if (g == Group::kCritic) return s_.algorithm.critic->devices;
@@ -172,6 +169,7 @@ class Simulation {
   std::optional<TrainerCostModel> critic_, reward_;
   TrainMemory critic_memory_, reward_memory_;
   Group critic_group_ = Group::kActor, reward_group_ = Group::kActor;
+  std::array<std::size_t, 3> group_ledger_{};  // index in ledgers_ of a separate critic's / reward model's group
   SimResult r_;
   std::vector<MemoryLedger> ledgers_;
   std::vector<std::vector<Request>> step_requests_;
@@ -915,9 +913,10 @@ SimResult Simulation::run() {
   } else {
     ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
     ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
-    // A critic's and a reward model's own groups, in the order ledger() expects.
+    // A critic's and a reward model's own groups.
     for (const Group g : {Group::kCritic, Group::kRewardModel}) {
       if (critic_group_ != g && reward_group_ != g) continue;
+      group_ledger_[static_cast<std::size_t>(g)] = ledgers_.size();
       ledgers_.emplace_back(fmt::format("{} ({} devices)", group_name(g), group_devices(g)), capacity);
       ledgers_.back().set_phase(Role::kTraining);
     }
