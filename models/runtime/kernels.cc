@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "models/precision/avx512.h"
@@ -150,6 +151,34 @@ PackedWeight PackedWeight::reloadable(const Format& f, std::int64_t rows, std::i
   return p;
 }
 
+namespace {
+// The 16 code values of a 4-bit element times each of the 256 E4M3 scale codes, 64-byte rows:
+// row s is what the NVFP4 kernel would get multiplying the table by e4m3_value(s), read with one
+// load instead (every product is exact: a 4-bit value has <= 3 significant bits and an E4M3
+// scale <= 4). Null for an element that is not 4-bit. 16 KB per element, built on first use.
+const float* e4m3_scaled_lut(Element e) {
+  struct Table {
+    alignas(64) std::array<float, 256 * 16> v;
+  };
+  auto build = [](Element el) {
+    auto t = std::make_unique<Table>();
+    for (std::uint32_t sc = 0; sc < 256; ++sc) {
+      for (std::uint32_t c = 0; c < 16; ++c) t->v[sc * 16 + c] = static_cast<float>(decode(el, c)) * e4m3_value(sc);
+    }
+    return t;
+  };
+  static const std::unique_ptr<Table> fp4 = build(Element::kFp4E2M1), int4 = build(Element::kInt4);
+  switch (e) {
+    case Element::kFp4E2M1:
+      return fp4->v.data();
+    case Element::kInt4:
+      return int4->v.data();
+    default:
+      return nullptr;
+  }
+}
+}  // namespace
+
 void PackedWeight::configure(const Format& f, std::int64_t rows, std::int64_t cols, std::int64_t block_rows,
                              std::int64_t block_cols, WeightLayout layout) {
   format_ = f;
@@ -167,8 +196,10 @@ void PackedWeight::configure(const Format& f, std::int64_t rows, std::int64_t co
   chunk_cols_ = layout_ == WeightLayout::kNibble ? 32 : 16;
   chunk_bytes_ = chunk_bytes(layout_);
   chunks_ = (cols_ + chunk_cols_ - 1) / chunk_cols_;
+  e4m3_luts_ = nullptr;
   if (layout_ == WeightLayout::kNibble) {
     for (std::uint32_t c = 0; c < 16; ++c) lut_[c] = static_cast<float>(decode(element_, c));
+    if (scale_element_ == Element::kFp8E4M3) e4m3_luts_ = e4m3_scaled_lut(element_);
   }
   switch (layout_) {
     case WeightLayout::kE4M3:
@@ -709,15 +740,30 @@ inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
   return _mm512_set1_ps(scale_value<S>(scales, idx));
 }
 
-// The 4-bit GEMV of one tile: 4 rows, 32 columns a chunk. S: scale storage (kFp32 with
-// `scaled` false: unscaled); per_half: 16-column blocks (NVFP4), a scale per half-chunk; cpb:
-// chunks per scale block otherwise (the whole row when the grid has one column); TS: multiply each
-// row's sum by the FP32 tensor scale (NVFP4's second level; once per row instead of once per
+// The block scales of one 4-bit tile: `data` (null: unscaled), block b of row i at sbase[i] + b *
+// stride; cpb chunks per scale block (the whole row when the grid has one column); the FP32
+// tensor scale; and, for E4M3 scales, the code table times every E4M3 scale (e4m3_scaled_lut) or
+// null.
+struct NibbleScales {
+  const std::uint8_t* data = nullptr;
+  const std::size_t* sbase = nullptr;
+  std::size_t stride = 1;
+  std::int64_t cpb = 1;
+  float tensor = 1.0f;
+  const float* e4m3_luts = nullptr;
+};
+
+// The 4-bit GEMV of one tile: 4 rows, 32 columns a chunk. S: scale storage (kFp32 with no
+// scale data: unscaled); per_half: 16-column blocks (NVFP4), a scale per half-chunk; TS: multiply
+// each row's sum by the FP32 tensor scale (NVFP4's second level; once per row instead of once per
 // table: a code times its E4M3 scale is exact, so only this last product rounds).
 template <Element S, bool kPerHalf, bool kTensorScale, int NT>
-void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, bool scaled,
-                 const std::uint8_t* scales, const std::size_t* sbase, std::size_t sstride, std::int64_t cpb, float tensor_scale,
+void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, const NibbleScales& sc,
                  const float* x, std::int64_t ldx, float* y) {
+  const bool scaled = sc.data != nullptr;
+  const std::uint8_t* scales = sc.data;
+  const std::size_t* sbase = sc.sbase;
+  const std::size_t sstride = sc.stride;
   constexpr int R = 4;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
   __m512 acc[R][NT];
@@ -735,38 +781,30 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
     prefetch(p + kPrefetchBytes);
     if (scaled) {
       if constexpr (kPerHalf) {
-        if (S == Element::kFp8E4M3 && sstride == R && 32 * j + 16 < cols) {
-          // Tile-ordered E4M3 scales (NVFP4): the 4 rows' scales of block columns 2j and 2j + 1
-          // are 8 consecutive bytes, decoded in one vector (exact: the E4M3 bit trick) and
-          // broadcast lane by lane into the tables.
-          std::uint64_t bytes;
-          std::memcpy(&bytes, scales + sbase[0] + 2 * static_cast<std::size_t>(j) * R, sizeof bytes);
-          const __m256i d = _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))), 20);
-          alignas(32) float sc[2 * R];
-          _mm256_store_ps(
-              sc, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0x87F00000u)))),
-                                _mm256_set1_ps(kE4M3Fix)));
-          for (int i = 0; i < R; ++i) {
-            lut_lo[i] = _mm512_mul_ps(lut, _mm512_set1_ps(sc[i]));
-            lut_hi[i] = _mm512_mul_ps(lut, _mm512_set1_ps(sc[R + i]));
-          }
-        } else {
-          for (int i = 0; i < R; ++i) {
-            // Exact products: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 /
-            // E8M0 scale <= 8 (an FP32 block scale may round here as the dequantised value does).
-            lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + 2 * static_cast<std::size_t>(j) * sstride));
-            lut_hi[i] =
-                32 * j + 16 < cols
-                    ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + (2 * static_cast<std::size_t>(j) + 1) * sstride))
-                    : lut_lo[i];
+        // Block columns 2j and 2j + 1 (the second absent past the end of a ragged row). E4M3
+        // scales: each row's scaled table read from the table of every E4M3 scale, one load
+        // (e4m3_scaled_lut); other scales: the table times the broadcast scale. Either way the
+        // products are exact: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 /
+        // E8M0 scale <= 8 (an FP32 block scale may round here as the dequantised value does).
+        const std::size_t lo = 2 * static_cast<std::size_t>(j) * sstride, hi = lo + sstride;
+        const bool has_hi = 32 * j + 16 < cols;
+        for (int i = 0; i < R; ++i) {
+          if (S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr) {
+            lut_lo[i] = _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + lo]);
+            lut_hi[i] = has_hi ? _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + hi]) : lut_lo[i];
+          } else {
+            lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + lo));
+            lut_hi[i] = has_hi ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + hi)) : lut_lo[i];
           }
         }
       } else if (left-- == 0) {
         for (int i = 0; i < R; ++i) {
-          lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
+          lut_lo[i] = lut_hi[i] = S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr
+                                      ? _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + blk * sstride])
+                                      : _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
         }
         ++blk;
-        left = cpb - 1;
+        left = sc.cpb - 1;
       }
     }
     __m512 x_lo[NT], x_hi[NT];
@@ -794,7 +832,7 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
   for (int n = 0; n < NT; ++n) {
     for (int i = 0; i < R; ++i) {
       const float sum = _mm512_reduce_add_ps(acc[i][n]);
-      y[n * R + i] = kTensorScale ? sum * tensor_scale : sum;
+      y[n * R + i] = kTensorScale ? sum * sc.tensor : sum;
     }
   }
 }
@@ -808,20 +846,20 @@ void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::
   std::size_t sbase[R];  // scale slot of each row's first block; block b at sbase + b * sstride
   for (int i = 0; i < R; ++i)
     sbase[i] = tile_scales_ ? block_index(t * R + i, 0) : block_index(std::min(t * R + i, rows_ - 1), 0);
-  const std::size_t sstride = tile_scales_ ? kTileRows : 1;
+  NibbleScales sc;
+  sc.data = scaled_ ? scale_data_.data() : nullptr;
+  sc.sbase = sbase;
+  sc.stride = tile_scales_ ? kTileRows : 1;
+  sc.cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
+  sc.tensor = tensor_scale_;
+  sc.e4m3_luts = e4m3_luts_;
   const bool halves = scaled_ && grid_cols_ > 1 && block_cols_ == 16;
-  const std::int64_t cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
-  const std::uint8_t* sc = scale_data_.data();
   const bool ts = tensor_scale_ != 1.0f;
-#define RLSIM_NIBBLE(S)                                                                                                         \
-  (halves ? (ts ? nibble_tile<S, true, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x,   \
-                                                 ldx, y)                                                                        \
-                : nibble_tile<S, true, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x,  \
-                                                  ldx, y))                                                                      \
-          : (ts ? nibble_tile<S, false, true, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x,  \
-                                                  ldx, y)                                                                       \
-                : nibble_tile<S, false, false, NT>(p, chunks_, cols_, lut_, scaled_, sc, sbase, sstride, cpb, tensor_scale_, x, \
-                                                   ldx, y)))
+#define RLSIM_NIBBLE(S)                                                                    \
+  (halves ? (ts ? nibble_tile<S, true, true, NT>(p, chunks_, cols_, lut_, sc, x, ldx, y)   \
+                : nibble_tile<S, true, false, NT>(p, chunks_, cols_, lut_, sc, x, ldx, y)) \
+          : (ts ? nibble_tile<S, false, true, NT>(p, chunks_, cols_, lut_, sc, x, ldx, y)  \
+                : nibble_tile<S, false, false, NT>(p, chunks_, cols_, lut_, sc, x, ldx, y)))
   switch (scale_element_) {
     case Element::kBf16:
       RLSIM_NIBBLE(Element::kBf16);

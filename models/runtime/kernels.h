@@ -232,7 +232,8 @@ class PackedWeight {
   bool tile_scales_ = false;  // kNibble with 1 x N blocks: scales in tile order
   bool simd_ok_ = false;      // block shape fits the SIMD loops
   float tensor_scale_ = 1.0f;
-  float lut_[16] = {};  // kNibble: value of each 4-bit code
+  float lut_[16] = {};                // kNibble: value of each 4-bit code
+  const float* e4m3_luts_ = nullptr;  // kNibble with E4M3 scales: lut_ times every E4M3 scale (shared)
   std::vector<std::uint8_t> data_;
   std::vector<std::uint8_t> scale_data_;
 };
