@@ -944,11 +944,7 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
     for (std::int64_t c = c0; c < c1; c += kKMajorColumns) {
       const int nc = static_cast<int>(std::min<std::int64_t>(kKMajorColumns, c1 - c));
       const std::uint8_t* ck = data_.data() + c * rows_ + r0;
-      if (c + kKMajorPrefetchColumns < cols_) {
-        for (int j = 0; j < nc; ++j) {
-          for (std::int64_t b = 0; b < n; b += 64) prefetch(ck + (kKMajorPrefetchColumns + j) * rows_ + b);
-        }
-      }
+      const bool ahead = c + kKMajorPrefetchColumns < cols_;
       __m512 xb[kKMajorColumns][NT];
       for (int j = 0; j < nc; ++j) {
         for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(x[t * cols_ + c + j] * kKMajorLift);
@@ -958,6 +954,11 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
         const __mmask16 m = masked ? last : tail_mask(16);
         __m512 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm512_loadu_ps(sums.data() + (t * nv + v) * 16);
+        // The same rows kKMajorPrefetchColumns columns ahead, a cache line per column every
+        // fourth vector: the requests spread over the pass instead of arriving in one burst.
+        if (ahead && v % 4 == 0) {
+          for (int j = 0; j < nc; ++j) prefetch(ck + (kKMajorPrefetchColumns + j) * rows_ + 16 * v);
+        }
         for (int j = 0; j < nc; ++j) {
           const std::uint8_t* q = ck + j * rows_ + 16 * v;
           const __m128i bytes = masked ? _mm_maskz_loadu_epi8(m, q) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
