@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 
@@ -1040,6 +1041,59 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
   }
 #endif
   for (std::int64_t n = 0; n < tokens; ++n) gemv_rows_scalar(x + n * cols_, y + n * ldy, r0, r1);
+}
+
+#ifdef RLSIM_AVX512
+namespace {
+// e^x in 16 FP32 lanes, for the x <= 0 of a softmax: x = k ln 2 + r with |r| <= ln 2 / 2
+// (Cody-Waite, ln 2 in two parts), e^r = 1 + r + r^2 P(r) with Cephes' minimax P for expf
+// (S. Moshier, Cephes Math Library, expf.c; about 1 ulp), and 2^k applied by vscalefps, which
+// underflows to 0 below FP32's range. x is clamped at -104 (e^-104 is below FP32's smallest
+// subnormal), so -inf gives 0 too. Each lane is computed alone: the result of an element does not
+// depend on its neighbours or on the row's length.
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 k =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, k);
+}
+}  // namespace
+#endif
+
+void softmax_row(float* s, std::int64_t n) {
+#ifdef RLSIM_AVX512
+  auto mask = [n](std::int64_t j) { return n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u); };
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (std::int64_t j = 0; j < n; j += 16) vmax = _mm512_mask_max_ps(vmax, mask(j), vmax, _mm512_maskz_loadu_ps(mask(j), s + j));
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (std::int64_t j = 0; j < n; j += 16) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask(j), s + j), mx));
+    _mm512_mask_storeu_ps(s + j, mask(j), e);
+    vsum = _mm512_mask_add_ps(vsum, mask(j), vsum, e);
+  }
+  const __m512 sum = _mm512_set1_ps(_mm512_reduce_add_ps(vsum));
+  for (std::int64_t j = 0; j < n; j += 16)
+    _mm512_mask_storeu_ps(s + j, mask(j), _mm512_div_ps(_mm512_maskz_loadu_ps(mask(j), s + j), sum));
+#else
+  float mx = s[0];
+  for (std::int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
+  float sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  for (std::int64_t j = 0; j < n; ++j) s[j] /= sum;
+#endif
 }
 
 void gemv(std::span<const GemvJob> jobs) {

@@ -266,6 +266,13 @@ void split_work(std::int64_t total, bool parallel, F&& run) {
   run(std::int64_t{0}, total);
 }
 
+/// Softmax of one row in place: s[j] = e^(s[j] - max) / sum, for n >= 1 finite scores
+/// (attention rows, router logits). With AVX-512, e^x is computed 16 lanes at a time (Cody-Waite
+/// reduction and Cephes' expf polynomial, within 2 ulp of std::exp) and summed as 16 partial
+/// sums; the portable path calls std::exp and sums left to right. Either way an element's result
+/// depends only on its row, never on the batch or position the row came from.
+void softmax_row(float* s, std::int64_t n);
+
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
 /// rows split among the threads in contiguous ranges of equal work (rows x cols x tokens). Each
 /// row's sum is the same whatever the thread count and the number of tokens, so results are

@@ -38,17 +38,6 @@ constexpr Eigen::Index kAttentionRows = 64;
 
 bool is_fp32(const Format& f) { return f.element == Element::kFp32 && f.scaling.kind == ScaleKind::kNone; }
 
-void softmax_row(float* s, Eigen::Index n) {
-  float mx = s[0];
-  for (Eigen::Index j = 1; j < n; ++j) mx = std::max(mx, s[j]);
-  float sum = 0;
-  for (Eigen::Index j = 0; j < n; ++j) {
-    s[j] = std::exp(s[j] - mx);
-    sum += s[j];
-  }
-  for (Eigen::Index j = 0; j < n; ++j) s[j] /= sum;
-}
-
 void round_rows(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
   const std::int64_t n = rows * cols;
   if (f.scaling.kind == ScaleKind::kNone || (static_tensor_scale && f.scaling.kind == ScaleKind::kTensor)) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -210,6 +211,47 @@ TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
       }
     }
   }
+}
+
+// softmax_row against a double-precision softmax: every element within the rounding of s - max
+// plus a few ulp (the vector e^x is within 2 ulp), for row lengths around
+// the 16-lane width and scores spread far enough that some terms underflow; each row sums to 1;
+// a row's result does not depend on where it sits in a longer buffer; -inf scores give 0.
+TEST(Softmax, MatchesDoublePrecisionAndDependsOnlyOnTheRow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> score(0.0f, 8.0f);
+  for (std::int64_t n : {1, 2, 15, 16, 17, 31, 33, 100, 577}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    std::vector<float> s(static_cast<std::size_t>(n));
+    for (float& v : s) v = score(rng);
+    if (n > 3) s[2] = -120.0f;  // e^(s - max) below FP32's range: 0
+    double mx = -INFINITY, sum = 0;
+    for (float v : s) mx = std::max(mx, static_cast<double>(v));
+    for (float v : s) sum += std::exp(static_cast<double>(v) - mx);
+    std::vector<float> out = s;
+    softmax_row(out.data(), n);
+    double total = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double x = static_cast<double>(s[static_cast<std::size_t>(j)]) - mx;
+      const double want = std::exp(x) / sum;
+      // The FP32 difference s - max rounds by up to |x| 2^-24, which e^x turns into a relative
+      // error of the same size; the exponential, sum and division add a few ulp.
+      EXPECT_NEAR(out[static_cast<std::size_t>(j)], want, (std::fabs(x) + 8.0) * 0x1p-24 * want + 1e-38) << "j = " << j;
+      total += out[static_cast<std::size_t>(j)];
+    }
+    EXPECT_NEAR(total, 1.0, 1e-6);
+    // The same row at an offset inside a longer buffer, neighbours untouched.
+    std::vector<float> padded(static_cast<std::size_t>(n + 5), 42.0f);
+    std::copy(s.begin(), s.end(), padded.begin() + 3);
+    softmax_row(padded.data() + 3, n);
+    for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(padded[static_cast<std::size_t>(j + 3)], out[static_cast<std::size_t>(j)]);
+    EXPECT_EQ(padded[2], 42.0f);
+    EXPECT_EQ(padded[static_cast<std::size_t>(n + 3)], 42.0f);
+  }
+  std::vector<float> masked{0.0f, -INFINITY, 0.0f};
+  softmax_row(masked.data(), 3);
+  EXPECT_EQ(masked[1], 0.0f);
+  EXPECT_FLOAT_EQ(masked[0], 0.5f);
 }
 
 }  // namespace
