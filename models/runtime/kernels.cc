@@ -985,12 +985,42 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
 }
 #endif
 
+#ifdef RLSIM_AVX512_BF16
+template <int NT>
+void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, std::int64_t t) const {
+  constexpr int R = kTileRows;
+  constexpr std::int64_t CB = chunk_bytes(WeightLayout::kBf16);  // 16 BF16 weights of a row
+  __m512 acc[R][NT];
+  for (int i = 0; i < R; ++i) {
+    for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
+  }
+  const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
+  // Two 16-column chunks per step: a row's 32 weights, one dot-product instruction per token
+  // (lane l sums the products of columns 2l and 2l + 1 of the 32).
+  for (std::int64_t c = 0; c < chunks_; c += 2, p += 2 * R * CB) {
+    for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
+    const bool pair = c + 1 < chunks_;
+    __m512bh xv[NT];
+    for (int n = 0; n < NT; ++n) xv[n] = (__m512bh)_mm512_loadu_si512(xb + n * ldxb + 16 * c);
+    for (int i = 0; i < R; ++i) {
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * CB));
+      const __m256i hi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (R + i) * CB)) : _mm256_setzero_si256();
+      const __m512bh w = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_dpbf16_ps(acc[i][n], w, xv[n]);
+    }
+  }
+  for (int n = 0; n < NT; ++n) {
+    for (int i = 0; i < R; ++i) y[n * R + i] = _mm512_reduce_add_ps(acc[i][n]);
+  }
+}
+#endif
+
 void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
   gemm_rows(x, 1, y, r1 - r0, r0, r1);
 }
 
-void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
-                             std::int64_t r1) const {
+void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1,
+                             [[maybe_unused]] bool x_bf16) const {
   if (layout_ == WeightLayout::kE4M3KMajor) {
 #ifdef RLSIM_AVX512
     if (simd_ok_) {
@@ -1009,6 +1039,41 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
     for (std::int64_t n = 0; n < tokens; ++n) kmajor_scalar(x + n * cols_, y + n * ldy, r0, r1);
     return;
   }
+#ifdef RLSIM_AVX512_BF16
+  if (simd_ok_ && x_bf16 && layout_ == WeightLayout::kBf16) {
+    // The activations as BF16 (exact: they are BF16 values), each row padded with zeros to a
+    // whole number of 32-column steps; then tile by tile, 4 tokens at a time and the rest one by
+    // one, each (token, row) summed in the same order whatever the batch.
+    const std::int64_t ldxb = (chunks_ + 1) / 2 * 32;
+    thread_local std::vector<std::uint16_t> xb;
+    xb.assign(static_cast<std::size_t>(tokens * ldxb), 0);
+    for (std::int64_t n = 0; n < tokens; ++n) {
+      for (std::int64_t c = 0; c < cols_; c += 16) {
+        const __m256bh v = _mm512_cvtneps_pbh(load_x(x + n * cols_, c, cols_));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb.data() + n * ldxb + c), (__m256i)v);
+      }
+    }
+    for (std::int64_t t = r0 / kTileRows; t * kTileRows < r1; ++t) {
+      for (std::int64_t n = 0; n < tokens;) {
+        float out[4 * kTileRows];
+        const std::int64_t nt = tokens - n >= 4 ? 4 : 1;
+        if (nt == 4) {
+          simd_bf16_dot<4>(xb.data() + n * ldxb, ldxb, out, t);
+        } else {
+          simd_bf16_dot<1>(xb.data() + n * ldxb, ldxb, out, t);
+        }
+        for (std::int64_t m = 0; m < nt; ++m) {
+          for (std::int64_t i = 0; i < kTileRows; ++i) {
+            const std::int64_t r = t * kTileRows + i;
+            if (r >= r0 && r < r1) y[(n + m) * ldy + r - r0] = out[m * kTileRows + i];
+          }
+        }
+        n += nt;
+      }
+    }
+    return;
+  }
+#endif
 #ifdef RLSIM_AVX512
   if (simd_ok_) {
     // Token blocks of kTokenBlock keep their activations in L2 while every tile of [r0, r1)
@@ -1109,7 +1174,7 @@ void gemv(std::span<const GemvJob> jobs) {
         return std::min(rows, (r + 3) / 4 * 4);
       };
       const std::int64_t a = w0 <= off ? 0 : boundary(w0), b = w1 >= off + rows * cols ? rows : boundary(w1);
-      if (a < b) j.w->gemm_rows(j.x, j.tokens, j.y + a, rows, a, b);
+      if (a < b) j.w->gemm_rows(j.x, j.tokens, j.y + a, rows, a, b, j.x_bf16);
       off += rows * cols;
     }
   };

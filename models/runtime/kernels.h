@@ -143,7 +143,12 @@ class PackedWeight {
   /// gemv_rows (same accumulator lanes, same chunk order, same final reduction), so the result
   /// of a token does not depend on how many tokens share the call: the batch-invariant linear
   /// (He et al., "Defeating Nondeterminism in LLM Inference", Thinking Machines 2025).
-  void gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
+  /// `x_bf16`: every x value is a BF16 value (the activation format is BF16), so a BF16 weight
+  /// may take the AVX512-BF16 dot-product kernel (products exact, pairs summed into FP32 lanes in
+  /// another order than gemv_rows, DAZ on the BF16 inputs: within the same FP32 summation bound);
+  /// with it too, a token's result does not depend on the batch.
+  void gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1,
+                 bool x_bf16 = false) const;
 
   /// The scalar kernel: the same products, summed in column order.
   void gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
@@ -218,6 +223,12 @@ class PackedWeight {
   template <int NT>
   void simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
 #endif
+#if defined(__AVX512BF16__)
+  // kBf16 with BF16 activations: one tile for NT rows of BF16 pairs (row n at xb + n * ldxb, 32
+  // columns per dot-product instruction), y[n * 4 + i] for tile row i.
+  template <int NT>
+  void simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, std::int64_t tile) const;
+#endif
   void kmajor_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
   WeightLayout layout_ = WeightLayout::kF32;
@@ -245,6 +256,7 @@ struct GemvJob {
   const float* x = nullptr;
   float* y = nullptr;
   std::int64_t tokens = 1;
+  bool x_bf16 = false;  // x holds BF16 values (PackedWeight::gemm_rows)
 };
 
 /// Calls run(w0, w1) once per OpenMP thread with the thread's contiguous share [w0, w1) of

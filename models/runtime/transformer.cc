@@ -364,7 +364,14 @@ void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixR
     for (const auto& [l, y] : outs) {
       const PackedWeight& w = l->weight.packed();
       y->resize(x.rows(), w.rows());
-      jobs.push_back({&w, input_for(l->activation).data(), y->data(), x.rows()});
+      // The lm_head with BF16 activations takes the BF16 dot-product kernel (gemm_rows): its
+      // outputs are the logits, never rounded again, so its other pair order stays an FP32
+      // rounding difference. Inside the layers the FP32 kernel's order is kept: a different order
+      // flips BF16 activation roundings that then compound through the KV cache (the bf16
+      // recipe's prefill-decode gap on stories260K grew from under to over half its format error).
+      const bool x_bf16 =
+          l == &head_ && l->activation.element == Element::kBf16 && l->activation.scaling.kind == ScaleKind::kNone;
+      jobs.push_back({&w, input_for(l->activation).data(), y->data(), x.rows(), x_bf16});
     }
     gemv(jobs);
   }

@@ -213,6 +213,38 @@ TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
   }
 }
 
+// The BF16 dot-product GEMV (gemm_rows with x_bf16, used for the lm_head): with BF16 x it stays
+// within the FP32 summation bound of the exact sum, and a token's result is the same alone or in a
+// batch of any size; odd chunk counts (cols 172: 11 chunks of 16) and ragged rows included.
+TEST(PackedWeight, Bf16DotProductGemvIsWithinBoundAndBatchInvariant) {
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 172}, {64, 576}, {9, 32}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 6, 0.02f);
+    const QuantizedTensor q = quantize(parse_format("bf16"), rows, cols, std::span<const float>(w));
+    const PackedWeight p(q);
+    const std::int64_t tokens = 9;
+    std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 7, 1.0f);
+    for (float& v : x) v = static_cast<float>(round_to(Element::kBf16, v));
+    const std::vector<double> deq = dequantize(q);
+    std::vector<float> alone(static_cast<std::size_t>(tokens * rows));
+    for (std::int64_t n = 0; n < tokens; ++n) {
+      std::vector<double> ref, bound;
+      const std::vector<float> xn(x.begin() + n * cols, x.begin() + (n + 1) * cols);
+      reference(deq, xn, rows, cols, ref, bound);
+      p.gemm_rows(xn.data(), 1, alone.data() + n * rows, rows, 0, rows, true);
+      for (std::int64_t r = 0; r < rows; ++r)
+        EXPECT_NEAR(alone[static_cast<std::size_t>(n * rows + r)], ref[static_cast<std::size_t>(r)],
+                    bound[static_cast<std::size_t>(r)]);
+    }
+    for (std::int64_t batch : {2, 4, 5, 9}) {
+      std::vector<float> y(static_cast<std::size_t>(batch * rows), NAN);
+      GemvJob job{&p, x.data(), y.data(), batch, true};
+      gemv(std::span<const GemvJob>(&job, 1));
+      for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], alone[i]) << "batch " << batch << " element " << i;
+    }
+  }
+}
+
 // softmax_row against a double-precision softmax: every element within the rounding of s - max
 // plus a few ulp (the vector e^x is within 2 ulp), for row lengths around
 // the 16-lane width and scores spread far enough that some terms underflow; each row sums to 1;
