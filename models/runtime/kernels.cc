@@ -985,6 +985,37 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
 }
 #endif
 
+#ifdef RLSIM_AVX512
+namespace {
+// Drives a tile kernel over rows [r0, r1) of `tokens` tokens: blocks of `token_block` (>= 1)
+// tokens, and in each every tile of TileRows rows with its tokens 4 at a time (the rest one by
+// one): tile(n, four, out, t) writes the sums of tile t for tokens n.. (4 of them when `four`)
+// to out[m * TileRows + i]; the tile's rows inside [r0, r1) go to y[(n + m) * ldy + r - r0].
+template <std::int64_t TileRows, typename Tile>
+void for_each_tile(std::int64_t tokens, std::int64_t token_block, std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy,
+                   Tile&& tile) {
+  constexpr std::int64_t tile_rows = TileRows;
+  for (std::int64_t n0 = 0; n0 < tokens; n0 += token_block) {
+    const std::int64_t n1 = std::min(tokens, n0 + token_block);
+    for (std::int64_t t = r0 / tile_rows; t * tile_rows < r1; ++t) {
+      for (std::int64_t n = n0; n < n1;) {
+        float out[4 * TileRows];
+        const std::int64_t nt = n1 - n >= 4 ? 4 : 1;
+        tile(n, nt == 4, out, t);
+        for (std::int64_t m = 0; m < nt; ++m) {
+          for (std::int64_t i = 0; i < tile_rows; ++i) {
+            const std::int64_t r = t * tile_rows + i;
+            if (r >= r0 && r < r1) y[(n + m) * ldy + r - r0] = out[m * tile_rows + i];
+          }
+        }
+        n += nt;
+      }
+    }
+  }
+}
+}  // namespace
+#endif
+
 #ifdef RLSIM_AVX512_BF16
 template <int NT>
 void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, std::int64_t t) const {
@@ -1053,55 +1084,28 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb.data() + n * ldxb + c), (__m256i)v);
       }
     }
-    for (std::int64_t t = r0 / kTileRows; t * kTileRows < r1; ++t) {
-      for (std::int64_t n = 0; n < tokens;) {
-        float out[4 * kTileRows];
-        const std::int64_t nt = tokens - n >= 4 ? 4 : 1;
-        if (nt == 4) {
-          simd_bf16_dot<4>(xb.data() + n * ldxb, ldxb, out, t);
-        } else {
-          simd_bf16_dot<1>(xb.data() + n * ldxb, ldxb, out, t);
-        }
-        for (std::int64_t m = 0; m < nt; ++m) {
-          for (std::int64_t i = 0; i < kTileRows; ++i) {
-            const std::int64_t r = t * kTileRows + i;
-            if (r >= r0 && r < r1) y[(n + m) * ldy + r - r0] = out[m * kTileRows + i];
-          }
-        }
-        n += nt;
-      }
-    }
+    for_each_tile<kTileRows>(tokens, std::max<std::int64_t>(tokens, 1), r0, r1, y, ldy,
+                             [&](std::int64_t n, bool four, float* out, std::int64_t t) {
+                               if (four) {
+                                 simd_bf16_dot<4>(xb.data() + n * ldxb, ldxb, out, t);
+                               } else {
+                                 simd_bf16_dot<1>(xb.data() + n * ldxb, ldxb, out, t);
+                               }
+                             });
     return;
   }
 #endif
 #ifdef RLSIM_AVX512
   if (simd_ok_) {
-    // Token blocks of kTokenBlock keep their activations in L2 while every tile of [r0, r1)
-    // passes over them; a tile's tokens go 4 at a time (16 accumulators), the rest one by one.
-    // Each (token, row) is summed exactly as a single-token call sums it.
-    constexpr std::int64_t kTokenBlock = 64;
-    constexpr std::int64_t NT = 4;
-    for (std::int64_t n0 = 0; n0 < tokens; n0 += kTokenBlock) {
-      const std::int64_t n1 = std::min(tokens, n0 + kTokenBlock);
-      for (std::int64_t t = r0 / kTileRows; t * kTileRows < r1; ++t) {
-        for (std::int64_t n = n0; n < n1;) {
-          float out[NT * kTileRows];
-          const std::int64_t nt = n1 - n >= NT ? NT : 1;
-          if (nt == NT) {
-            simd_tile<NT>(x + n * cols_, out, t);
-          } else {
-            simd_tile<1>(x + n * cols_, out, t);
-          }
-          for (std::int64_t m = 0; m < nt; ++m) {
-            for (std::int64_t i = 0; i < kTileRows; ++i) {
-              const std::int64_t r = t * kTileRows + i;
-              if (r >= r0 && r < r1) y[(n + m) * ldy + r - r0] = out[m * kTileRows + i];
-            }
-          }
-          n += nt;
-        }
+    // Token blocks of 64 keep their activations in L2 while every tile of [r0, r1) passes over
+    // them. Each (token, row) is summed exactly as a single-token call sums it.
+    for_each_tile<kTileRows>(tokens, 64, r0, r1, y, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
+      if (four) {
+        simd_tile<4>(x + n * cols_, out, t);
+      } else {
+        simd_tile<1>(x + n * cols_, out, t);
       }
-    }
+    });
     return;
   }
 #endif
