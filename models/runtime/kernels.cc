@@ -1118,10 +1118,10 @@ namespace {
 // (Cody-Waite, ln 2 in two parts), e^r = 1 + r + r^2 P(r) with Cephes' minimax P for expf
 // (S. Moshier, Cephes Math Library, expf.c; about 1 ulp), and 2^k applied by vscalefps, which
 // underflows to 0 below FP32's range. x is clamped at -104 (e^-104 is below FP32's smallest
-// subnormal), so -inf gives 0 too. Each lane is computed alone: the result of an element does not
-// depend on its neighbours or on the row's length.
+// subnormal), so -inf gives 0 too, while NaN stays NaN as std::exp leaves it. Each lane is computed alone: the result of an
+// element does not depend on its neighbours or on the row's length.
 inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // a NaN x stays NaN (vmaxps returns its second operand)
   const __m512 k =
       _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
@@ -1140,7 +1140,7 @@ inline __m512 exp_nonpositive(__m512 x) {
 
 void softmax_row(float* s, std::int64_t n) {
 #ifdef RLSIM_AVX512
-  auto mask = [n](std::int64_t j) { return n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u); };
+  auto mask = [n](std::int64_t j) { return tail_mask(n - j); };
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (std::int64_t j = 0; j < n; j += 16) vmax = _mm512_mask_max_ps(vmax, mask(j), vmax, _mm512_maskz_loadu_ps(mask(j), s + j));
   const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));

@@ -248,7 +248,8 @@ TEST(PackedWeight, Bf16DotProductGemvIsWithinBoundAndBatchInvariant) {
 // softmax_row against a double-precision softmax: every element within the rounding of s - max
 // plus a few ulp (the vector e^x is within 2 ulp), for row lengths around
 // the 16-lane width and scores spread far enough that some terms underflow; each row sums to 1;
-// a row's result does not depend on where it sits in a longer buffer; -inf scores give 0.
+// a row's result does not depend on where it sits in a longer buffer; -inf scores give 0 and a
+// NaN score a NaN row.
 TEST(Softmax, MatchesDoublePrecisionAndDependsOnlyOnTheRow) {
   std::mt19937 rng(3);
   std::normal_distribution<float> score(0.0f, 8.0f);
@@ -284,6 +285,10 @@ TEST(Softmax, MatchesDoublePrecisionAndDependsOnlyOnTheRow) {
   softmax_row(masked.data(), 3);
   EXPECT_EQ(masked[1], 0.0f);
   EXPECT_FLOAT_EQ(masked[0], 0.5f);
+  // A NaN score is not hidden: the whole row becomes NaN, as with std::exp.
+  std::vector<float> bad{0.0f, NAN, 1.0f};
+  softmax_row(bad.data(), 3);
+  for (float v : bad) EXPECT_TRUE(std::isnan(v));
 }
 
 }  // namespace
