@@ -4,7 +4,7 @@
 Not part of the build and never needed by it: run by hand on a machine with an NVIDIA GPU and
 PyTorch (>= 2.5), and keep what it writes as a dated calibration record beside this file
 (models/calibration/measured/<device>-<date>/). `rlsim`'s tests compare the cost model with
-those records (tests/models/measured_gpu_test.cc).
+those records (tests/sim/pipeline/measured_gpu_test.cc).
 
 What it measures (every timing: CUDA events, warm-up first, best of the repeats):
   hbm.csv      read bandwidth (torch.sum of a BF16 tensor, a Triton load-only kernel when
