@@ -39,7 +39,8 @@ std::vector<std::map<std::string, std::string>> read_record(const std::string& f
 }
 
 // The record's decode stack (Llama-3.1-8B, one engine of TP1 on one H100) as a scenario, with the
-// linears in `precision` (bf16, or fp8-tensor: E4M3 weights and activations, per-tensor scales).
+// linears in `precision`: bf16, or fp8-tensor (E4M3 weights with a per-tensor scale, E4M3
+// activations; the measured stack scaled them per tensor statically, vLLM's fp8 per token).
 Scenario llama_on_h100(const std::string& precision) {
   const fs::path p = fs::temp_directory_path() / ("rlsim_measured_" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(p) << R"(name: measured H100 decode stack
