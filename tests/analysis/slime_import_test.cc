@@ -3,13 +3,13 @@
 #include "analysis/slime_import.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "sim/scenario/scenario.h"
+#include "tests/sim/scenario_text.h"
 
 namespace rlsim::analysis {
 namespace {
@@ -23,13 +23,7 @@ std::string read(const std::string& name) {
   return ss.str();
 }
 
-sim::Scenario load(const std::string& yaml) {
-  const fs::path p = fs::temp_directory_path() / ("rlsim_slime_import_" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(p) << yaml;
-  sim::Scenario s = sim::load_scenario(p.string());
-  fs::remove(p);
-  return s;
-}
+sim::Scenario load(const std::string& yaml) { return sim::testing::load_scenario_text(yaml); }
 
 bool has_warning(const ImportedScenario& imp, const std::string& text) {
   for (const auto& w : imp.warnings) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "sim/scenario/scenario.h"
+#include "tests/sim/scenario_text.h"
 
 namespace rlsim::analysis {
 namespace {
@@ -32,13 +33,7 @@ std::string error_of(const std::string& script) {
 }
 
 // The scenario text loads as a scenario.
-sim::Scenario load(const std::string& yaml) {
-  const fs::path p = fs::temp_directory_path() / ("rlsim_verl_import_" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(p) << yaml;
-  sim::Scenario s = sim::load_scenario(p.string());
-  fs::remove(p);
-  return s;
-}
+sim::Scenario load(const std::string& yaml) { return sim::testing::load_scenario_text(yaml); }
 
 TEST(VerlImport, ParsesContinuationsQuotesVariablesAndRepeatedKeys) {
   const VerlLaunch l = parse_verl_script(example_script(), "run.sh");

@@ -4,11 +4,8 @@
 // says what each file holds). Nothing in the built-in calibration was fitted to it: these are
 // held-out checks of the catalog H100 and the calibration fitted to published RL runs.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,11 +14,10 @@
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/csv_table.h"
 #include "sim/scenario/scenario.h"
+#include "tests/sim/scenario_text.h"
 
 namespace rlsim::sim {
 namespace {
-
-namespace fs = std::filesystem;
 
 const std::string kRecord = std::string(RLSIM_SOURCE_DIR) + "/models/calibration/measured/h100-sxm-2026-11-25/";
 
@@ -42,8 +38,7 @@ std::vector<std::map<std::string, std::string>> read_record(const std::string& f
 // linears in `precision`: bf16, or fp8-tensor (E4M3 weights with a per-tensor scale, E4M3
 // activations; the measured stack scaled them per tensor statically, vLLM's fp8 per token).
 Scenario llama_on_h100(const std::string& precision) {
-  const fs::path p = fs::temp_directory_path() / ("rlsim_measured_" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(p) << R"(name: measured H100 decode stack
+  return testing::load_scenario_text(R"(name: measured H100 decode stack
 model: llama3.1-8b
 cluster: {device: h100-sxm, nodes: 1, devices_per_node: 8}
 workload:
@@ -51,11 +46,8 @@ workload:
   samples_per_prompt: 1
   prompt_tokens: {dist: fixed, value: 512}
   response_tokens: {dist: fixed, value: 512}
-rollout: {engine: vllm, tensor_parallel: 1, precision: )"
-                   << precision << "}\n";
-  Scenario s = load_scenario(p.string(), {});
-  fs::remove(p);
-  return s;
+rollout: {engine: vllm, tensor_parallel: 1, precision: )" +
+                                     precision + "}\n");
 }
 
 // HBM: the largest read the record timed (a 4 GiB BF16 torch.sum) against the catalog bandwidth

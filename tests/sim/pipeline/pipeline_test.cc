@@ -3,24 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "sim/pipeline/collectives.h"
 #include "tests/sim/recorded_run.h"
+#include "tests/sim/scenario_text.h"
 
 namespace rlsim::sim {
 namespace {
 
-namespace fs = std::filesystem;
-
 Scenario load_text(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  const fs::path p = fs::temp_directory_path() / ("rlsim_pipeline_" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(p) << text;
-  Scenario s = load_scenario(p.string(), overrides);
-  fs::remove(p);
-  return s;
+  return testing::load_scenario_text(text, overrides);
 }
 
 // The message a scenario's loading fails with, or "no error".
