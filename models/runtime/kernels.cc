@@ -156,7 +156,8 @@ namespace {
 // The 16 code values of a 4-bit element times each of the 256 E4M3 scale codes, 64-byte rows:
 // row s is what the NVFP4 kernel would get multiplying the table by e4m3_value(s), read with one
 // load instead (every product is exact: a 4-bit value has <= 3 significant bits and an E4M3
-// scale <= 4). Null for an element that is not 4-bit. 16 KB per element, built on first use.
+// scale <= 4). Null for any element other than INT4 and E2M1 (the nibble layout's). 16 KB per
+// element, built on first use.
 const float* e4m3_scaled_lut(Element e) {
   struct Table {
     alignas(64) std::array<float, 256 * 16> v;
