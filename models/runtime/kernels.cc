@@ -517,25 +517,30 @@ float PackedWeight::at(std::int64_t r, std::int64_t c) const {
 
 void PackedWeight::kmajor_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const {
   // The SIMD kernel's order, lane by lane: per 32-column block, the codes' values times x in
-  // column order (one FMA chain), then that sum times the block scale added to the row's total.
+  // column order (one FMA chain), then that sum times the block scale added to its segment's
+  // partial; the partials added in segment order.
   for (std::int64_t r = r0; r < r1; ++r) {
     float total = 0.0f;
-    for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
-      float acc = 0.0f;
-      for (std::int64_t c = c0; c < std::min(cols_, c0 + 32); ++c) {
-        const float w = e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
+    for (int g = 0; g < kKMajorSegments; ++g) {
+      float partial = 0.0f;
+      for (std::int64_t b = kmajor_segment_begin(g); b < kmajor_segment_begin(g + 1); ++b) {
+        float acc = 0.0f;
+        for (std::int64_t c = 32 * b; c < std::min(cols_, 32 * b + 32); ++c) {
+          const float w = e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
 #ifdef FP_FAST_FMAF
-        acc = std::fma(w, x[c], acc);
+          acc = std::fma(w, x[c], acc);
 #else
-        acc += w * x[c];  // no FMA instruction in the target: libm's fma would be emulated
+          acc += w * x[c];  // no FMA instruction in the target: libm's fma would be emulated
+#endif
+        }
+        const float s = scaled_ ? scale(r, 32 * b) : 1.0f;
+#ifdef FP_FAST_FMAF
+        partial = std::fma(acc, s, partial);
+#else
+        partial += acc * s;
 #endif
       }
-      const float s = scaled_ ? scale(r, c0) : 1.0f;
-#ifdef FP_FAST_FMAF
-      total = std::fma(acc, s, total);
-#else
-      total += acc * s;
-#endif
+      total += partial;
     }
     y[r - r0] = total;
   }
@@ -900,89 +905,175 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
       simd_nibble<NT>(x, cols_, out, t);
       break;
     case WeightLayout::kE4M3KMajor:
-      break;  // not tiled: simd_kmajor
+      break;  // not tiled: simd_kmajor, gemv_kmajor
   }
 }
 
 namespace {
-// Columns per pass of the k-major kernel over its rows, and the columns ahead it prefetches.
-constexpr int kKMajorColumns = 16;
-constexpr std::int64_t kKMajorPrefetchColumns = 16;
 // The codes' values enter the sums as 2^-120 times themselves (the E4M3 bit trick); x is lifted by
 // 2^60 and the block scale carries the other 2^60, so the products stay far from FP32's
 // subnormals and the result equals the unscaled computation (powers of two scale exactly).
-constexpr float kKMajorLift = 1.152921504606846976e18f;  // 2^60
+constexpr float kKMajorLift = 0x1p60f;
+constexpr int kKMajorLiftLog2 = 60;
+// Columns of a k-major block summed per pass over the rows (each running sum loaded and stored
+// once per pass), and how far ahead of its reads a pass prefetches.
+constexpr int kKMajorColumns = 2;
+constexpr std::int64_t kKMajorPrefetchBytes = 8192;
+
 // E8M0 scales of 16 rows r..r+15 of 32-column block b in the Ascend layout ([kb/2, rows, 2]:
 // 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 / 2^60
-// (the E4M3 bit trick less the lift of x), as FP32.
+// (the E4M3 bit trick less the lift of x), as FP32: code e is 2^(e - 127) (OCP MX v1.0, sec.
+// 5.4.1; code 0 is 2^-127, 255 NaN never reaches this kernel), so the FP32 bits are (e + 60) << 23
+// for every code below 195 (PackedWeight keeps scales under 2^8, codes under 135).
 inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, __mmask16 m) {
-  const __m256i pairs = _mm256_maskz_loadu_epi16(m, scales + ((b / 2) * rows + r) * 2);
-  __m512i c = _mm512_cvtepu16_epi32(pairs);
+  __m512i c = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, scales + ((b / 2) * rows + r) * 2));
   if (b % 2) c = _mm512_srli_epi32(c, 8);
-  c = _mm512_and_si512(c, _mm512_set1_epi32(0xFF));
-  const __mmask16 zero = _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512());
-  const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(c, 23), zero, _mm512_set1_epi32(0x00400000));  // code 0: 2^-127
-  return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(kE4M3Fix / kKMajorLift));
+  c = _mm512_add_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(kKMajorLiftLog2));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(c, 23));
+}
+
+// One pass of a k-major segment: K columns (codes at q + j * rows, x at x[n * ldx + j]) of the
+// block sums sb[n] of nv vectors of 16 rows from row r (the last vector masked by `last`). Each
+// block sum is loaded once (kFirst: starts from 0), its K FMAs in column order, and stored once;
+// on the block's last pass (kLast) it is instead multiplied by the block scale of its rows
+// (scales null: unscaled) and added to the segment total tot[n]: a power-of-two scale multiplies
+// exactly (while the product is a normal FP32 number), so the total is what an FMA of the sum
+// and the scale gives.
+struct KMajorPass {
+  const std::uint8_t* q = nullptr;
+  std::int64_t rows = 0;
+  const float* x = nullptr;
+  std::int64_t ldx = 0;
+  float* const* sb = nullptr;
+  float* const* tot = nullptr;
+  std::int64_t nv = 0, r = 0, block = 0;
+  __mmask16 last = 0;
+  bool ahead = false;
+  const std::uint8_t* scales = nullptr;
+};
+
+template <int NT, int K, bool kFirst, bool kLast>
+void kmajor_pass(const KMajorPass& a) {
+  const __m512i emask = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
+  __m512 xb[K][NT];
+  for (int j = 0; j < K; ++j) {
+    for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(a.x[t * a.ldx + j] * kKMajorLift);
+  }
+  auto step = [&](std::int64_t v, auto masked) {
+    const __mmask16 m = masked ? a.last : tail_mask(16);
+    const std::uint8_t* q = a.q + 16 * v;
+    __m512 w[K];
+    for (int j = 0; j < K; ++j) {
+      const __m128i bytes =
+          masked ? _mm_maskz_loadu_epi8(m, q + j * a.rows) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j * a.rows));
+      w[j] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20), emask));
+    }
+    __m512 s = _mm512_setzero_ps();
+    if constexpr (kLast) {
+      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, m)
+                              : _mm512_set1_ps(kE4M3Fix / kKMajorLift);
+    }
+    for (int t = 0; t < NT; ++t) {
+      float* st = a.sb[t] + 16 * v;
+      __m512 acc = kFirst ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, st);
+      for (int j = 0; j < K; ++j) acc = _mm512_fmadd_ps(w[j], xb[j][t], acc);
+      if constexpr (kLast) {
+        float* tt = a.tot[t] + 16 * v;
+        _mm512_mask_storeu_ps(tt, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, tt), _mm512_mul_ps(acc, s)));
+      } else {
+        _mm512_mask_storeu_ps(st, m, acc);
+      }
+    }
+  };
+  // Four vectors (a cache line of each column) a step, prefetching those lines of the columns
+  // kKMajorPrefetchBytes on; then the rest, the last vector masked when the rows are ragged.
+  const std::int64_t full = a.last == tail_mask(16) ? a.nv : a.nv - 1;
+  std::int64_t v = 0;
+  for (; v + 4 <= full; v += 4) {
+    if (a.ahead) {
+      for (int j = 0; j < K; ++j) prefetch(a.q + j * a.rows + 16 * v + kKMajorPrefetchBytes);
+    }
+    for (int u = 0; u < 4; ++u) step(v + u, std::false_type{});
+  }
+  for (; v < full; ++v) step(v, std::false_type{});
+  if (full < a.nv) step(full, std::true_type{});
+}
+
+template <int NT, int K>
+void kmajor_pass(const KMajorPass& a, bool first, bool last) {
+  if (first) {
+    last ? kmajor_pass<NT, K, true, true>(a) : kmajor_pass<NT, K, true, false>(a);
+  } else {
+    last ? kmajor_pass<NT, K, false, true>(a) : kmajor_pass<NT, K, false, false>(a);
+  }
 }
 }  // namespace
 
 template <int NT>
-void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
-  // Rows [r0, r1) of NT tokens, one 32-column scale block at a time. Within a block, column by
-  // column: column c's codes for these rows are one contiguous run (the layout is k-major), read
-  // once in address order, kKMajorColumns columns per pass over the rows. Each (token, row) sums
-  // the block's code values times x in column order (one FMA chain, its running sum in `sums`,
-  // in L1); the block's sum times its scale is then added to y. The scale is applied once per
-  // block, not per weight; kmajor_scalar sums in the same order.
-  const std::int64_t n = r1 - r0, nv = (n + 15) / 16;
-  const __mmask16 last = tail_mask(n - 16 * (nv - 1));
-  const __m512i mask = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
-  thread_local std::vector<float> sums;
-  sums.resize(static_cast<std::size_t>(NT * 16 * nv));
-  for (int t = 0; t < NT; ++t) std::fill(y + t * ldy, y + t * ldy + n, 0.0f);
-  for (std::int64_t c0 = 0; c0 < cols_; c0 += 32) {
-    std::fill(sums.begin(), sums.end(), 0.0f);
-    const std::int64_t c1 = std::min(cols_, c0 + 32);
-    for (std::int64_t c = c0; c < c1; c += kKMajorColumns) {
-      const int nc = static_cast<int>(std::min<std::int64_t>(kKMajorColumns, c1 - c));
-      const std::uint8_t* ck = data_.data() + c * rows_ + r0;
-      const bool ahead = c + kKMajorPrefetchColumns < cols_;
-      __m512 xb[kKMajorColumns][NT];
-      for (int j = 0; j < nc; ++j) {
-        for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(x[t * cols_ + c + j] * kKMajorLift);
+void PackedWeight::kmajor_segment(const float* x, std::int64_t r0, std::int64_t r1, int g, float* partial,
+                                  std::int64_t ldt) const {
+  // Column by column (kKMajorColumns a pass), each column's codes for rows [r0, r1) read once in
+  // address order: with all rows, a segment is one sequential stream. A block's running sums (a
+  // row of floats a token, in L1) go into the segment totals at the block's end.
+  constexpr int K = kKMajorColumns;
+  const std::int64_t n = r1 - r0, ldb = (n + 15) / 16 * 16;
+  thread_local std::vector<float> block_sums;
+  block_sums.resize(static_cast<std::size_t>(NT * ldb));
+  float* sb[NT];
+  float* tot[NT];
+  for (int t = 0; t < NT; ++t) {
+    sb[t] = block_sums.data() + t * ldb;
+    tot[t] = partial + t * ldt;
+    std::fill(tot[t], tot[t] + n, 0.0f);
+  }
+  KMajorPass a;
+  a.rows = rows_;
+  a.ldx = cols_;
+  a.sb = sb;
+  a.tot = tot;
+  a.nv = (n + 15) / 16;
+  a.r = r0;
+  a.last = tail_mask(n - 16 * (a.nv - 1));
+  a.scales = scaled_ ? scale_data_.data() : nullptr;
+  for (std::int64_t b = kmajor_segment_begin(g); b < kmajor_segment_begin(g + 1); ++b) {
+    a.block = b;
+    const std::int64_t c1 = std::min(cols_, 32 * b + 32);
+    for (std::int64_t c = 32 * b; c < c1;) {
+      const int k = c + K <= c1 ? K : 1;  // a ragged last block: its columns one by one
+      a.q = data_.data() + c * rows_ + r0;
+      a.x = x + c;
+      a.ahead = (c + k) * rows_ + kKMajorPrefetchBytes <= cols_ * rows_;
+      if (k == K) {
+        kmajor_pass<NT, K>(a, c == 32 * b, c + k == c1);
+      } else {
+        kmajor_pass<NT, 1>(a, c == 32 * b, c + k == c1);
       }
-      // Full vectors unmasked (the loads fold into the conversions), the last one masked.
-      auto pass = [&](std::int64_t v, auto masked) {
-        const __mmask16 m = masked ? last : tail_mask(16);
-        __m512 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm512_loadu_ps(sums.data() + (t * nv + v) * 16);
-        // The same rows kKMajorPrefetchColumns columns ahead, a cache line per column every
-        // fourth vector: the requests spread over the pass instead of arriving in one burst.
-        if (ahead && v % 4 == 0) {
-          for (int j = 0; j < nc; ++j) prefetch(ck + (kKMajorPrefetchColumns + j) * rows_ + 16 * v);
-        }
-        for (int j = 0; j < nc; ++j) {
-          const std::uint8_t* q = ck + j * rows_ + 16 * v;
-          const __m128i bytes = masked ? _mm_maskz_loadu_epi8(m, q) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-          const __m512 w = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20), mask));
-          for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(w, xb[j][t], acc[t]);
-        }
-        for (int t = 0; t < NT; ++t) _mm512_storeu_ps(sums.data() + (t * nv + v) * 16, acc[t]);
-      };
-      for (std::int64_t v = 0; v + 1 < nv; ++v) pass(v, std::false_type{});
-      pass(nv - 1, std::true_type{});
-    }
-    for (std::int64_t v = 0; v < nv; ++v) {
-      const __mmask16 m = v + 1 < nv ? tail_mask(16) : last;
-      const __m512 s =
-          scaled_ ? kmajor_scales(scale_data_.data(), rows_, c0 / 32, r0 + 16 * v, m) : _mm512_set1_ps(kE4M3Fix / kKMajorLift);
-      for (int t = 0; t < NT; ++t) {
-        float* yt = y + t * ldy + 16 * v;
-        _mm512_mask_storeu_ps(yt, m,
-                              _mm512_fmadd_ps(_mm512_loadu_ps(sums.data() + (t * nv + v) * 16), s, _mm512_maskz_loadu_ps(m, yt)));
-      }
+      c += k;
     }
   }
+}
+
+void PackedWeight::kmajor_combine(const float* partials, std::int64_t ld, std::int64_t tokens, float* y, std::int64_t ldy,
+                                  std::int64_t r0, std::int64_t r1) const {
+  const std::int64_t n = r1 - r0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t v = 0; 16 * v < n; ++v) {
+      const __mmask16 m = tail_mask(n - 16 * v);
+      __m512 tot = _mm512_setzero_ps();
+      for (int g = 0; g < kKMajorSegments; ++g)
+        tot = _mm512_add_ps(tot, _mm512_maskz_loadu_ps(m, partials + (t * kKMajorSegments + g) * ld + 16 * v));
+      _mm512_mask_storeu_ps(y + t * ldy + 16 * v, m, tot);
+    }
+  }
+}
+
+template <int NT>
+void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
+  thread_local std::vector<float> partials;
+  const std::int64_t ld = (r1 - r0 + 15) / 16 * 16;
+  partials.resize(static_cast<std::size_t>(NT * kKMajorSegments * ld));
+  for (int g = 0; g < kKMajorSegments; ++g) kmajor_segment<NT>(x, r0, r1, g, partials.data() + g * ld, kKMajorSegments * ld);
+  kmajor_combine(partials.data(), ld, NT, y, ldy, r0, r1);
 }
 #endif
 
@@ -1166,9 +1257,94 @@ void softmax_row(float* s, std::int64_t n) {
 #endif
 }
 
+#ifdef RLSIM_AVX512
+// The GEMVs of jobs on kE4M3KMajor weights with at most 4 tokens, in two phases in one parallel
+// region. First the threads split (segment, row) pairs: a thread with all rows of a segment reads
+// its columns as one sequential stream and writes the segment's partial sums
+// (PackedWeight::kmajor_segment). Then, after a barrier, they split the rows and add each row's
+// partials in segment order (kmajor_combine). A row's result does not depend on the thread count:
+// the segments are fixed by the weight's shape. A row split alone reads every column in pieces,
+// one per thread, which the hardware prefetchers follow poorly; partial sums per 32-column block
+// instead of per segment would move 4 bytes across cores for every 32 bytes of weights.
+void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
+  constexpr int G = kKMajorSegments;
+  auto ld_of = [](const GemvJob& j) { return (j.w->rows() + 15) / 16 * 16; };
+  std::size_t floats = 0;
+  std::int64_t work = 0;  // multiply-adds: each (segment, row) pair cols / G x tokens of them
+  for (const GemvJob& j : jobs) {
+    floats += static_cast<std::size_t>(j.tokens * G * ld_of(j));
+    work += j.w->rows() * j.w->cols() * j.tokens;
+  }
+  thread_local std::vector<float> buffer;  // the calling thread's, shared with the team through `partials`
+  buffer.resize(floats);
+  float* const partials = buffer.data();
+  // Units of [w0, w1) job by job: (segment, row) pairs in segment-major order (combine: rows),
+  // boundaries at the nearest whole vector of 16 rows of a segment.
+  auto phase = [&](std::int64_t w0, std::int64_t w1, bool combine) {
+    std::int64_t off = 0;
+    float* p = partials;
+    for (const GemvJob& j : jobs) {
+      const PackedWeight& w = *j.w;
+      const std::int64_t rows = w.rows(), ld = ld_of(j), segs = combine ? 1 : G;
+      const std::int64_t per = w.cols() * j.tokens / segs;  // work of one unit
+      auto unit = [&](std::int64_t at) {
+        const std::int64_t u = std::clamp<std::int64_t>((at - off + per / 2) / std::max<std::int64_t>(per, 1), 0, segs * rows);
+        const std::int64_t g = u / rows, r = u % rows;
+        return g * rows + std::min(rows, (r + 8) / 16 * 16);
+      };
+      const std::int64_t a = unit(w0), b = unit(w1);
+      for (std::int64_t g = 0; g < segs; ++g) {
+        const std::int64_t r0 = std::clamp(a - g * rows, std::int64_t{0}, rows),
+                           r1 = std::clamp(b - g * rows, std::int64_t{0}, rows);
+        if (r0 >= r1) continue;
+        if (combine) {
+          w.kmajor_combine(p + r0, ld, j.tokens, j.y + r0, rows, r0, r1);
+        } else {
+          for (std::int64_t n = 0; n < j.tokens;) {
+            float* pn = p + (n * G + g) * ld + r0;
+            if (j.tokens - n >= 4) {
+              w.kmajor_segment<4>(j.x + n * w.cols(), r0, r1, static_cast<int>(g), pn, G * ld);
+              n += 4;
+            } else {
+              w.kmajor_segment<1>(j.x + n * w.cols(), r0, r1, static_cast<int>(g), pn, G * ld);
+              n += 1;
+            }
+          }
+        }
+      }
+      off += rows * w.cols() * j.tokens;
+      p += j.tokens * G * ld;
+    }
+  };
+#ifdef _OPENMP
+  if (omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      phase(work * t / nt, work * (t + 1) / nt, false);
+#pragma omp barrier
+      phase(work * t / nt, work * (t + 1) / nt, true);
+    }
+    return;
+  }
+#endif
+  phase(0, work, false);
+  phase(0, work, true);
+}
+#endif
+
 void gemv(std::span<const GemvJob> jobs) {
   std::int64_t total = 0;
   for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;
+#ifdef RLSIM_AVX512
+  const bool kmajor = std::all_of(jobs.begin(), jobs.end(), [](const GemvJob& j) {
+    return j.w->layout_ == WeightLayout::kE4M3KMajor && j.w->simd_ok_ && j.tokens <= 4;
+  });
+  if (kmajor && total >= (1 << 16)) {
+    PackedWeight::gemv_kmajor(jobs);
+    return;
+  }
+#endif
   auto run = [&](std::int64_t w0, std::int64_t w1) {
     // Rows whose first multiply-add falls in [w0, w1), boundaries on multiples of 4 rows.
     std::int64_t off = 0;

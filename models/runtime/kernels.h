@@ -63,8 +63,9 @@ bool simd_kernels_available();
 ///    permuted with the tiles ([tile][block column][4 rows], Marlin's scale permutation).
 ///  - kE4M3KMajor (MXFP8, the Ascend 950 layout): codes [cols, rows] (k-major, element (r, c) at
 ///    c * rows + r), E8M0 scales [ceil(kb / 2), rows, 2] for kb = ceil(cols / 32) 32-column blocks
-///    (block b of row r at ((b / 2) * rows + r) * 2 + b % 2). Its kernel keeps 16 rows per vector
-///    and sums each row in column order with one FMA chain.
+///    (block b of row r at ((b / 2) * rows + r) * 2 + b % 2). Its kernel reads column after column
+///    (two a pass), 16 rows a vector: each block's sum in column order, times the block scale, into
+///    one of two fixed segment partials, so that two threads each stream one half of the matrix.
 ///
 /// Loader layout (the checkpoint's tensors, what a weight loader writes; see the reload lifecycle
 /// of weight_lifecycle.h): codes [rows, cols] row-major, one byte per 8-bit code, two bytes per
@@ -73,6 +74,8 @@ bool simd_kernels_available();
 /// [grid rows, grid cols] row-major in their storage element; NVFP4's tensor scale is a field.
 /// The storage is allocated once for the larger of the two layouts; loader_to_kernel() and
 /// kernel_to_loader() convert in place (through a scratch copy), so the buffers never move.
+struct GemvJob;
+
 class PackedWeight {
  public:
   PackedWeight() = default;
@@ -219,9 +222,22 @@ class PackedWeight {
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
   template <int NT>
   void simd_tile(const float* x, float* y, std::int64_t tile) const;  // dispatch on the layout
-  // kE4M3KMajor: rows [r0, r1) of NT tokens, y[n * ldy + r - r0].
+  // kE4M3KMajor: rows [r0, r1) of NT tokens, y[n * ldy + r - r0] (kmajor_segment of each
+  // segment, then kmajor_combine).
   template <int NT>
   void simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
+  // The partial sums of segment g for NT tokens (x [NT, cols()]) and rows [r0, r1):
+  // partial[n * ldt + r - r0].
+  template <int NT>
+  void kmajor_segment(const float* x, std::int64_t r0, std::int64_t r1, int g, float* partial, std::int64_t ldt) const;
+  // y[n * ldy + r - r0] = the partials of rows [r0, r1) (token n's of segment g at partials + (n *
+  // kKMajorSegments + g) * ld, row r0 first) added in segment order, for n < tokens.
+  void kmajor_combine(const float* partials, std::int64_t ld, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
+                      std::int64_t r1) const;
+  // gemv() of jobs that are all kE4M3KMajor with <= 4 tokens: (segment, row) pairs split among
+  // the threads, then, after a barrier, the rows.
+  static void gemv_kmajor(std::span<const GemvJob> jobs);
+  friend void gemv(std::span<const GemvJob> jobs);
 #endif
 #if defined(__AVX512BF16__)
   // kBf16 with BF16 activations: one tile for NT rows of BF16 pairs (row n at xb + n * ldxb, 32
@@ -230,6 +246,13 @@ class PackedWeight {
   void simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, std::int64_t tile) const;
 #endif
   void kmajor_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
+  // kE4M3KMajor sums a row in kKMajorSegments fixed segments of its 32-column blocks (blocks
+  // [kmajor_segment_begin(g), kmajor_segment_begin(g + 1)) for segment g), each block's sum in
+  // column order (one FMA chain from 0) times its scale added to the segment's partial in block
+  // order; the row's result is its partials added in segment order. Two segments let two threads
+  // each read one as a sequential stream; the split depends only on the weight's shape.
+  static constexpr int kKMajorSegments = 2;
+  std::int64_t kmajor_segment_begin(int g) const { return scale_blocks() * g / kKMajorSegments; }
 
   WeightLayout layout_ = WeightLayout::kF32;
   Format format_{Element::kFp32, {}};
@@ -286,10 +309,12 @@ void split_work(std::int64_t total, bool parallel, F&& run) {
 void softmax_row(float* s, std::int64_t n);
 
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
-/// rows split among the threads in contiguous ranges of equal work (rows x cols x tokens). Each
+/// rows split among the threads in contiguous ranges of equal work (rows x cols x tokens); jobs
+/// that are all kE4M3KMajor with at most 4 tokens split the halves of their columns first, then
+/// the rows (each thread then reads one sequential stream, as the tiled layouts give it). Each
 /// row's sum is the same whatever the thread count and the number of tokens, so results are
-/// deterministic and batch-invariant. Small totals (under 2^16
-/// multiply-adds) run on the calling thread.
+/// deterministic and batch-invariant. Small totals (under 2^16 multiply-adds) run on the calling
+/// thread.
 void gemv(std::span<const GemvJob> jobs);
 
 }  // namespace rlsim::models

@@ -72,8 +72,6 @@ bool rows_round_independently(const Format& f, bool static_tensor_scale) {
   }
 }
 
-namespace {}  // namespace
-
 void round_to_format(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
   if (is_fp32(f)) return;
   constexpr std::int64_t kRowsPerTask = 16;

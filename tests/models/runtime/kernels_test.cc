@@ -151,32 +151,54 @@ TEST(PackedWeight, NanOrOutOfRangeScalesFallBackToDecodedValues) {
 
 TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
   // q/k/v-like jobs sharing an input, split among threads by work: every row's sum is the same
-  // whatever the thread count.
-  const std::int64_t cols = 576;
-  const std::vector<float> x = normal(static_cast<std::size_t>(cols), 2, 1.0f);
-  std::vector<PackedWeight> ws;
-  for (std::int64_t rows : {576, 192, 190}) {
-    const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), static_cast<unsigned>(rows), 0.02f);
-    ws.emplace_back(quantize(parse_format("int4/group32"), rows, cols, std::span<const float>(w)));
+  // whatever the thread count. MXFP8 (the k-major layout) takes the two-phase split (segments,
+  // then rows) and must equal its scalar kernel exactly; 200 columns give 7 blocks, the last
+  // ragged, in segments of 3 and 4; 190 rows end in a partial vector.
+  for (const char* name : {"int4/group32", "mxfp8"}) {
+    for (std::int64_t cols : {576, 200}) {
+      SCOPED_TRACE(std::string(name) + " cols " + std::to_string(cols));
+      const std::vector<float> x = normal(static_cast<std::size_t>(3 * cols), 2, 1.0f);
+      std::vector<PackedWeight> ws;
+      for (std::int64_t rows : {576, 192, 190}) {
+        const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), static_cast<unsigned>(rows), 0.02f);
+        ws.emplace_back(quantize(parse_format(name), rows, cols, std::span<const float>(w)));
+      }
+      auto run = [&](int threads, std::int64_t tokens) {
+        omp_set_num_threads(threads);
+        std::vector<std::vector<float>> ys;
+        std::vector<GemvJob> jobs;
+        for (const PackedWeight& w : ws) ys.emplace_back(static_cast<std::size_t>(tokens * w.rows()), NAN);
+        for (std::size_t i = 0; i < ws.size(); ++i) jobs.push_back({&ws[i], x.data(), ys[i].data(), tokens});
+        gemv(jobs);
+        return ys;
+      };
+      const int saved = omp_get_max_threads();
+      const auto one = run(1, 1), two = run(2, 1), three = run(3, 1), batch = run(2, 3);
+      omp_set_num_threads(saved);
+      EXPECT_EQ(one, two);
+      EXPECT_EQ(one, three);
+      std::vector<float> direct(190);
+      ws[2].gemv_rows(x.data(), direct.data(), 0, 190);
+      EXPECT_EQ(one[2], direct);
+      for (std::size_t i = 0; i < ws.size(); ++i) {
+        const auto rows = static_cast<std::size_t>(ws[i].rows());
+        for (std::int64_t n = 0; n < 3; ++n) {
+          std::vector<float> alone(rows);
+          ws[i].gemv_rows(x.data() + n * cols, alone.data(), 0, ws[i].rows());
+          EXPECT_EQ(std::vector<float>(batch[i].begin() + n * static_cast<std::ptrdiff_t>(rows),
+                                       batch[i].begin() + (n + 1) * static_cast<std::ptrdiff_t>(rows)),
+                    alone)
+              << "job " << i << " token " << n;
+        }
+        if (ws[i].layout() == WeightLayout::kE4M3KMajor) {
+          std::vector<float> scalar(rows);
+          ws[i].gemv_rows_scalar(x.data(), scalar.data(), 0, ws[i].rows());
+          EXPECT_EQ(one[i], scalar) << "job " << i;
+        }
+      }
+      for (float v : one[0]) EXPECT_TRUE(std::isfinite(v));
+    }
   }
-  auto run = [&](int threads) {
-    omp_set_num_threads(threads);
-    std::vector<std::vector<float>> ys;
-    std::vector<GemvJob> jobs;
-    for (const PackedWeight& w : ws) ys.emplace_back(static_cast<std::size_t>(w.rows()), NAN);
-    for (std::size_t i = 0; i < ws.size(); ++i) jobs.push_back({&ws[i], x.data(), ys[i].data()});
-    gemv(jobs);
-    return ys;
-  };
-  const int saved = omp_get_max_threads();
-  const auto one = run(1), two = run(2), three = run(3);
-  omp_set_num_threads(saved);
-  EXPECT_EQ(one, two);
-  EXPECT_EQ(one, three);
-  std::vector<float> direct(190);
-  ws[2].gemv_rows(x.data(), direct.data(), 0, 190);
-  EXPECT_EQ(one[2], direct);
-  for (float v : one[0]) EXPECT_TRUE(std::isfinite(v));
 }
 
 TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
