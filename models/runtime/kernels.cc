@@ -760,6 +760,65 @@ struct NibbleScales {
   const float* e4m3_luts = nullptr;
 };
 
+// The scaled code tables of 4-bit chunk j's 4 rows: lut_lo for its first 16 columns, lut_hi for
+// the other 16. kPerHalf (16-column blocks): both from block columns 2j and 2j + 1; otherwise
+// from the block holding the chunk, reloaded when `left` (chunks before the next block) runs
+// out, `blk` counting the blocks. Tile-permuted scales (stride 4) put the 4 rows' scales of a
+// block next to each other and are read 8 bytes at once.
+template <Element S, bool kPerHalf>
+[[gnu::always_inline]] inline void nibble_chunk_tables(const NibbleScales& sc, __m512 lut, std::int64_t j, std::int64_t cols,
+                                                       std::int64_t& left, std::size_t& blk, __m512* lut_lo, __m512* lut_hi) {
+  constexpr int R = 4;
+  const std::uint8_t* scales = sc.data;
+  const std::size_t* sbase = sc.sbase;
+  const std::size_t sstride = sc.stride;
+  if constexpr (kPerHalf) {
+    // Block columns 2j and 2j + 1 (the second absent past the end of a ragged row). E4M3
+    // scales: each row's scaled table read from the table of every E4M3 scale, one load
+    // (e4m3_scaled_lut); other scales: the table times the broadcast scale. Either way the
+    // products are exact: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 /
+    // E8M0 scale <= 8 (an FP32 block scale may round here as the dequantised value does).
+    const std::size_t lo = 2 * static_cast<std::size_t>(j) * sstride, hi = lo + sstride;
+    const bool has_hi = 32 * j + 16 < cols;
+    if (S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr && sstride == R && has_hi) {
+      // Tile-permuted scales: the 4 rows' scales of block column 2j, then of 2j + 1, are 8
+      // consecutive bytes, read with one load.
+      std::uint64_t b8;
+      std::memcpy(&b8, scales + sbase[0] + lo, sizeof b8);
+      for (int i = 0; i < R; ++i) {
+        lut_lo[i] = _mm512_load_ps(sc.e4m3_luts + 16 * ((b8 >> (8 * i)) & 0xFF));
+        lut_hi[i] = _mm512_load_ps(sc.e4m3_luts + 16 * ((b8 >> (8 * (R + i))) & 0xFF));
+      }
+    } else {
+      for (int i = 0; i < R; ++i) {
+        if (S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr) {
+          lut_lo[i] = _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + lo]);
+          lut_hi[i] = has_hi ? _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + hi]) : lut_lo[i];
+        } else {
+          lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + lo));
+          lut_hi[i] = has_hi ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + hi)) : lut_lo[i];
+        }
+      }
+    }
+  } else if (left-- == 0) {
+    if (S == Element::kBf16 && sstride == R) {
+      // Tile-permuted BF16 scales: the 4 rows' scales of the block, 8 consecutive bytes.
+      std::uint64_t b8;
+      std::memcpy(&b8, scales + 2 * (sbase[0] + blk * sstride), sizeof b8);
+      for (int i = 0; i < R; ++i)
+        lut_lo[i] = lut_hi[i] = _mm512_mul_ps(lut, _mm512_set1_ps(bf16_value(static_cast<std::uint16_t>(b8 >> (16 * i)))));
+    } else {
+      for (int i = 0; i < R; ++i) {
+        lut_lo[i] = lut_hi[i] = S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr
+                                    ? _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + blk * sstride])
+                                    : _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
+      }
+    }
+    ++blk;
+    left = sc.cpb - 1;
+  }
+}
+
 // The 4-bit GEMV of one tile: 4 rows, 32 columns a chunk. S: scale storage (kFp32 with no
 // scale data: unscaled); per_half: 16-column blocks (NVFP4), a scale per half-chunk; TS: multiply
 // each row's sum by the FP32 tensor scale (NVFP4's second level; once per row instead of once per
@@ -768,9 +827,6 @@ template <Element S, bool kPerHalf, bool kTensorScale, int NT>
 void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, const NibbleScales& sc,
                  const float* x, std::int64_t ldx, float* y) {
   const bool scaled = sc.data != nullptr;
-  const std::uint8_t* scales = sc.data;
-  const std::size_t* sbase = sc.sbase;
-  const std::size_t sstride = sc.stride;
   constexpr int R = 4;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
   __m512 acc[R][NT];
@@ -786,34 +842,7 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
   const std::int64_t full = cols / 32;
   for (std::int64_t j = 0; j < chunks; ++j, p += R * CB) {
     prefetch(p + kPrefetchBytes);
-    if (scaled) {
-      if constexpr (kPerHalf) {
-        // Block columns 2j and 2j + 1 (the second absent past the end of a ragged row). E4M3
-        // scales: each row's scaled table read from the table of every E4M3 scale, one load
-        // (e4m3_scaled_lut); other scales: the table times the broadcast scale. Either way the
-        // products are exact: a 4-bit code's value has <= 3 significant bits, an E4M3 / BF16 /
-        // E8M0 scale <= 8 (an FP32 block scale may round here as the dequantised value does).
-        const std::size_t lo = 2 * static_cast<std::size_t>(j) * sstride, hi = lo + sstride;
-        const bool has_hi = 32 * j + 16 < cols;
-        for (int i = 0; i < R; ++i) {
-          if (S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr) {
-            lut_lo[i] = _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + lo]);
-            lut_hi[i] = has_hi ? _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + hi]) : lut_lo[i];
-          } else {
-            lut_lo[i] = _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + lo));
-            lut_hi[i] = has_hi ? _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + hi)) : lut_lo[i];
-          }
-        }
-      } else if (left-- == 0) {
-        for (int i = 0; i < R; ++i) {
-          lut_lo[i] = lut_hi[i] = S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr
-                                      ? _mm512_load_ps(sc.e4m3_luts + 16 * scales[sbase[i] + blk * sstride])
-                                      : _mm512_mul_ps(lut, broadcast_scale<S>(scales, sbase[i] + blk * sstride));
-        }
-        ++blk;
-        left = sc.cpb - 1;
-      }
-    }
+    if (scaled) nibble_chunk_tables<S, kPerHalf>(sc, lut, j, cols, left, blk, lut_lo, lut_hi);
     __m512 x_lo[NT], x_hi[NT];
     for (int n = 0; n < NT; ++n) {
       const float* xn = x + n * ldx;
