@@ -942,8 +942,11 @@ namespace {
 // The codes' values enter the sums as 2^-120 times themselves (the E4M3 bit trick); x is lifted by
 // 2^60 and the block scale carries the other 2^60, so the products stay far from FP32's
 // subnormals and the result equals the unscaled computation (powers of two scale exactly).
-constexpr float kKMajorLift = 0x1p60f;
 constexpr int kKMajorLiftLog2 = 60;
+constexpr auto kKMajorLift = static_cast<float>(std::uint64_t{1} << kKMajorLiftLog2);
+// log2 of what a block scale is multiplied by: kE4M3Fix (2^120) / kKMajorLift.
+constexpr int kKMajorScaleLog2 = 120 - kKMajorLiftLog2;
+static_assert(static_cast<double>(kE4M3Fix) / kKMajorLift == static_cast<double>(std::uint64_t{1} << kKMajorScaleLog2));
 // Columns of a k-major block summed per pass over the rows (each running sum loaded and stored
 // once per pass), and how far ahead of its reads a pass prefetches.
 constexpr int kKMajorColumns = 2;
@@ -951,13 +954,14 @@ constexpr std::int64_t kKMajorPrefetchBytes = 8192;
 
 // E8M0 scales of 16 rows r..r+15 of 32-column block b in the Ascend layout ([kb/2, rows, 2]:
 // 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 / 2^60
-// (the E4M3 bit trick less the lift of x), as FP32: code e is 2^(e - 127) (OCP MX v1.0, sec.
-// 5.4.1; code 0 is 2^-127, 255 NaN never reaches this kernel), so the FP32 bits are (e + 60) << 23
-// for every code below 195 (PackedWeight keeps scales under 2^8, codes under 135).
+// (the E4M3 bit trick less the lift of x), as FP32. Code e is 2^(e - 127) (OCP MX v1.0, sec.
+// 5.4.1; code 0 is 2^-127, 255 NaN never reaches this kernel), so the FP32 bits are
+// (e + kKMajorScaleLog2) << 23 for every code below 195 (PackedWeight keeps scales under 2^8,
+// codes under 135): no multiply, and code 0 needs no case of its own.
 inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, __mmask16 m) {
   __m512i c = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, scales + ((b / 2) * rows + r) * 2));
   if (b % 2) c = _mm512_srli_epi32(c, 8);
-  c = _mm512_add_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(kKMajorLiftLog2));
+  c = _mm512_add_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(kKMajorScaleLog2));
   return _mm512_castsi512_ps(_mm512_slli_epi32(c, 23));
 }
 

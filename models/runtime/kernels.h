@@ -49,6 +49,8 @@ std::string_view layout_name(WeightLayout l);
 /// True when the AVX-512 kernels were compiled in.
 bool simd_kernels_available();
 
+struct GemvJob;  // below: one GEMV of gemv()
+
 /// A weight matrix [rows = out_features, cols = in_features] in its storage format.
 ///
 /// Kernel layout (what the GEMV kernels read):
@@ -74,8 +76,6 @@ bool simd_kernels_available();
 /// [grid rows, grid cols] row-major in their storage element; NVFP4's tensor scale is a field.
 /// The storage is allocated once for the larger of the two layouts; loader_to_kernel() and
 /// kernel_to_loader() convert in place (through a scratch copy), so the buffers never move.
-struct GemvJob;
-
 class PackedWeight {
  public:
   PackedWeight() = default;
