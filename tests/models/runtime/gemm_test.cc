@@ -5,8 +5,10 @@
 #include "models/runtime/gemm.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -149,6 +151,25 @@ TEST(PrefillGemm, DecodedOperandsAreExact) {
       }
     }
   }
+}
+
+TEST(PrefillGemm, Nvfp4TensorScaleIgnoresInfAndNaN) {
+  // NVFP4's tensor scale is amax / (448 x 6) over the call's finite values: an infinity or a NaN,
+  // in the vector body or the scalar tail of a thread's share (33 x 40 values), is not counted.
+  const std::int64_t tokens = 33, cols = 40;
+  std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 9, 1.0f);
+  x[100] = -60.0f;
+  x[5] = std::numeric_limits<float>::infinity();
+  x[700] = -std::numeric_limits<float>::infinity();
+  x[x.size() - 1] = std::numeric_limits<float>::quiet_NaN();
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    const GemmActivations a(x.data(), tokens, cols, parse_format("nvfp4"), true);
+    for (std::int64_t t : {0, 17, 32})
+      EXPECT_EQ(a.scales[a.scale_index(t, 0)], static_cast<float>(60.0 / (448.0 * 6.0))) << threads;
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(PrefillGemm, RejectsActivationsWithoutBf16Codes) {
