@@ -1349,20 +1349,13 @@ void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
       p += j.tokens * G * ld;
     }
   };
-#ifdef _OPENMP
-  if (omp_get_max_threads() > 1) {
-#pragma omp parallel
-    {
-      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-      phase(work * t / nt, work * (t + 1) / nt, false);
+  // Both phases in split_work's one region; the barrier binds to it (or to the calling thread
+  // alone when split_work runs serially).
+  split_work(work, true, [&](std::int64_t w0, std::int64_t w1) {
+    phase(w0, w1, false);
 #pragma omp barrier
-      phase(work * t / nt, work * (t + 1) / nt, true);
-    }
-    return;
-  }
-#endif
-  phase(0, work, false);
-  phase(0, work, true);
+    phase(w0, w1, true);
+  });
 }
 #endif
 
