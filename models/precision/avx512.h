@@ -1,7 +1,8 @@
 // AVX-512 intrinsics for the kernels that have an AVX-512 path (quantize.cc, runtime/kernels.cc,
 // runtime/gemm.cc): include this header instead of <immintrin.h>. It defines RLSIM_AVX512 when the
 // compiler targets AVX-512 F + BW + VL + DQ (-march=native on Skylake-X, Ice Lake, Zen 4 and later),
-// and RLSIM_AVX512_BF16 when it also targets AVX512-BF16; without them the callers compile their
+// RLSIM_AVX512_BF16 when it also targets AVX512-BF16, and RLSIM_AVX512_VNNI when it also targets
+// AVX512-VNNI and AVX512-VBMI (Ice Lake, Zen 4 and later); without them the callers compile their
 // portable scalar loops.
 #pragma once
 
@@ -17,5 +18,8 @@
 #define RLSIM_AVX512 1
 #if defined(__AVX512BF16__)
 #define RLSIM_AVX512_BF16 1
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define RLSIM_AVX512_VNNI 1
 #endif
 #endif

@@ -377,9 +377,21 @@ std::size_t element_bytes(WeightLayout l) {
 constexpr std::int64_t kTransposeBlock = 64;
 }  // namespace
 
-std::size_t PackedWeight::loader_to_kernel() { return relayout(true); }
+std::size_t PackedWeight::loader_to_kernel() {
+  const std::size_t moved = relayout(true);
+  // The integer W4A4 kernel reads E4M3 scale bits as FP32 bits without a sign (NVFP4's block
+  // scales are amax / 6 / tensor scale, never negative; a checkpoint's negative code falls back).
+  e2m1_dot_ok_ = layout_ == WeightLayout::kNibble && element_ == Element::kFp4E2M1 && tile_scales_ &&
+                 scale_element_ == Element::kFp8E4M3 && block_cols_ == 16 && cols_ % 32 == 0 &&
+                 std::none_of(scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(kernel_scale_bytes()),
+                              [](std::uint8_t b) { return b >= 0x80; });
+  return moved;
+}
 
-std::size_t PackedWeight::kernel_to_loader() { return relayout(false); }
+std::size_t PackedWeight::kernel_to_loader() {
+  e2m1_dot_ok_ = false;
+  return relayout(false);
+}
 
 std::size_t PackedWeight::relayout(bool to_kernel) {
   // The source layout goes to the scratch buffer, the storage is zeroed (padding: code 0 = +0),
@@ -1359,6 +1371,165 @@ void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
 }
 #endif
 
+E2M1Activations::E2M1Activations(const float* x, std::int64_t t, std::int64_t c, const Format& f)
+    : tokens(t), cols(c), ld((c + 31) / 32 * 32) {
+  if (f.element != Element::kFp4E2M1 || f.scaling.kind != ScaleKind::kNv16) {
+    throw std::invalid_argument(fmt::format("E2M1Activations: {} is not fp4-e2m1 with nv16 scaling", f.str()));
+  }
+  if (t <= 0 || c <= 0) throw std::invalid_argument(fmt::format("E2M1Activations: shape [{}, {}] must be positive", t, c));
+  const auto n = static_cast<std::size_t>(t * ld);
+  codes.assign(n, 0);
+  bias.assign(n / 4, 0);
+  scales.assign(n / 16, 0.0f);
+  tensor.assign(static_cast<std::size_t>(t), 1.0f);
+  std::int8_t doubled[16];
+  for (std::uint32_t k = 0; k < 16; ++k) doubled[k] = static_cast<std::int8_t>(2.0 * decode(Element::kFp4E2M1, k));
+  const float lift = kE4M3Fix * 0.25f;  // 2^118: the scale's 2^120 and the doubled codes' 1/4
+  for (std::int64_t r = 0; r < t; ++r) {
+    const QuantizedTensor q = quantize(f, 1, c, std::span<const float>(x + r * c, static_cast<std::size_t>(c)));
+    std::int8_t* row = codes.data() + r * ld;
+    for (std::int64_t k = 0; k < c; ++k) row[k] = doubled[q.codes[static_cast<std::size_t>(k)] & 0xFu];
+    for (std::size_t b = 0; b < q.scales.size(); ++b)
+      scales[static_cast<std::size_t>(r * ld / 16) + b] = static_cast<float>(q.scales[b]) * lift;
+    tensor[static_cast<std::size_t>(r)] = static_cast<float>(q.tensor_scale);
+    for (std::int64_t g = 0; g < ld / 4; ++g)
+      bias[static_cast<std::size_t>(r * ld / 4 + g)] = -kOffset * (row[4 * g] + row[4 * g + 1] + row[4 * g + 2] + row[4 * g + 3]);
+  }
+}
+
+bool PackedWeight::e2m1_dot_applies(const Format& f) const {
+#ifdef RLSIM_AVX512_VNNI
+  return e2m1_dot_ok_ && f.element == Element::kFp4E2M1 && f.scaling.kind == ScaleKind::kNv16;
+#else
+  (void)f;
+  return false;
+#endif
+}
+
+namespace {
+// A 4-bit E2M1 code's doubled value plus E2M1Activations::kOffset, in [0, 24]: the unsigned
+// weight byte of VPDPBUSD, for each of the 16 codes of `lut` (the codes' values).
+std::array<std::uint8_t, 16> e2m1_unsigned_codes(const float* lut) {
+  std::array<std::uint8_t, 16> u{};
+  for (int k = 0; k < 16; ++k)
+    u[static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(2.0f * lut[k] + E2M1Activations::kOffset);
+  return u;
+}
+
+#ifdef RLSIM_AVX512_VNNI
+// 16 bytes at p in each of the four 128-bit lanes.
+inline __m512i broadcast_16_bytes(const void* p) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+
+// The W4A4 integer kernel of one tile for NT tokens (n0..): `p` the tile's chunks (64 bytes each:
+// row i's 16 bytes at 16 i, byte k holding column k in its low nibble and k + 16 in its high
+// one), `scales` its tile-permuted E4M3 scales (8 bytes a chunk: the 4 rows' of the chunk's
+// first 16-column block, then of its second). Lane 4 i + m of every vector belongs to row i and
+// columns 4m..4m+3 of a block, so one VPDPBUSD sums a block's 16 products into the 4 lanes of each
+// row. out[m * 4 + i]: row i of token n0 + m.
+template <int NT>
+void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t chunks, __m512i table, const E2M1Activations& x,
+               std::int64_t n0, float weight_tensor_scale, float* out) {
+  __m512 acc[NT];
+  for (int m = 0; m < NT; ++m) acc[m] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  // Byte 4d of lane d takes scale byte d / 4 (first block) or 4 + d / 4 (second); the mask zeroes
+  // the lane's other three bytes.
+  alignas(64) std::uint8_t idx[2][64] = {};
+  for (int d = 0; d < 16; ++d)
+    idx[0][4 * d] = static_cast<std::uint8_t>(d / 4), idx[1][4 * d] = static_cast<std::uint8_t>(4 + d / 4);
+  const __m512i idx_lo = _mm512_load_si512(idx[0]), idx_hi = _mm512_load_si512(idx[1]);
+  constexpr __mmask64 kLowByte = 0x1111111111111111ULL;
+  const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
+  for (std::int64_t j = 0; j < chunks; ++j, p += 64) {
+    prefetch(p + kPrefetchBytes);
+    const __m512i v = _mm512_loadu_si512(p);
+    const __m512i wl = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low4));
+    const __m512i wh = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+    std::uint64_t b8;
+    std::memcpy(&b8, scales + 8 * j, sizeof b8);
+    const __m512i sb = _mm512_set1_epi64(static_cast<long long>(b8));
+    // Each lane's E4M3 scale bits at FP32 bits 26..20: 2^-120 times the scale (kE4M3Fix).
+    const __m512 sl = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_lo, sb), 20));
+    const __m512 sh = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_hi, sb), 20));
+    for (int m = 0; m < NT; ++m) {
+      const std::int64_t n = n0 + m;
+      const std::int8_t* xc = x.codes.data() + n * x.ld + 32 * j;
+      const std::int32_t* xb = x.bias.data() + n * ldb + 8 * j;
+      const float* xs = x.scales.data() + n * lds + 2 * j;
+      const __m512i il = _mm512_dpbusd_epi32(broadcast_16_bytes(xb), wl, broadcast_16_bytes(xc));
+      const __m512i ih = _mm512_dpbusd_epi32(broadcast_16_bytes(xb + 4), wh, broadcast_16_bytes(xc + 16));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(sl, _mm512_set1_ps(xs[0])), acc[m]);
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ih), _mm512_mul_ps(sh, _mm512_set1_ps(xs[1])), acc[m]);
+    }
+  }
+  for (int m = 0; m < NT; ++m) {
+    alignas(64) float lane[16];
+    _mm512_store_ps(lane, acc[m]);
+    const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
+    for (int i = 0; i < 4; ++i) out[m * 4 + i] = ((lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3])) * ts;
+  }
+}
+#endif
+}  // namespace
+
+void PackedWeight::gemm_rows_e2m1(const E2M1Activations& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
+  if (!e2m1_dot_ok_) throw std::logic_error("gemm_rows_e2m1: the weight is not NVFP4 in the kernel layout");
+  if (x.cols != cols_)
+    throw std::invalid_argument(fmt::format("gemm_rows_e2m1: activations of {} columns, weight of {}", x.cols, cols_));
+#ifdef RLSIM_AVX512_VNNI
+  const std::array<std::uint8_t, 16> u = e2m1_unsigned_codes(lut_);
+  const __m512i table = broadcast_16_bytes(u.data());
+  constexpr int R = kTileRows;
+  for_each_tile<kTileRows>(x.tokens, std::max<std::int64_t>(x.tokens, 1), r0, r1, y, ldy,
+                           [&](std::int64_t n, bool four, float* out, std::int64_t t) {
+                             const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
+                             const std::uint8_t* sc = scale_data_.data() + block_index(t * R, 0);
+                             if (four) {
+                               e2m1_tile<4>(p, sc, chunks_, table, x, n, tensor_scale_, out);
+                             } else {
+                               e2m1_tile<1>(p, sc, chunks_, table, x, n, tensor_scale_, out);
+                             }
+                           });
+#else
+  gemm_rows_e2m1_scalar(x, y, ldy, r0, r1);
+#endif
+}
+
+void PackedWeight::gemm_rows_e2m1_scalar(const E2M1Activations& x, float* y, std::int64_t ldy, std::int64_t r0,
+                                         std::int64_t r1) const {
+  if (!e2m1_dot_ok_) throw std::logic_error("gemm_rows_e2m1_scalar: the weight is not NVFP4 in the kernel layout");
+  if (x.cols != cols_)
+    throw std::invalid_argument(fmt::format("gemm_rows_e2m1_scalar: activations of {} columns, weight of {}", x.cols, cols_));
+  const std::array<std::uint8_t, 16> u = e2m1_unsigned_codes(lut_);
+  const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
+  for (std::int64_t n = 0; n < x.tokens; ++n) {
+    const std::int8_t* xc = x.codes.data() + n * x.ld;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float acc[4] = {};
+      for (std::int64_t j = 0; j < chunks_; ++j) {
+        const std::uint8_t* chunk = data_.data() + offset(r, 32 * j);
+        for (int h = 0; h < 2; ++h) {
+          const std::int64_t b = 2 * j + h;
+          const float s = std::bit_cast<float>(static_cast<std::uint32_t>(scale_data_[block_index(r, b)]) << 20) *
+                          x.scales[static_cast<std::size_t>(n * lds + b)];
+          for (int m = 0; m < 4; ++m) {
+            std::int32_t sum = x.bias[static_cast<std::size_t>(n * ldb + 4 * b + m)];
+            for (int e = 0; e < 4; ++e) {
+              const int k = 4 * m + e;
+              const unsigned code = h == 0 ? chunk[k] & 0xFu : chunk[k] >> 4u;
+              sum += u[code] * xc[16 * b + k];
+            }
+            acc[m] = std::fma(static_cast<float>(sum), s, acc[m]);
+          }
+        }
+      }
+      y[n * ldy + r - r0] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * (tensor_scale_ * x.tensor[static_cast<std::size_t>(n)]);
+    }
+  }
+}
+
 void gemv(std::span<const GemvJob> jobs) {
   std::int64_t total = 0;
   for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;
@@ -1381,7 +1552,11 @@ void gemv(std::span<const GemvJob> jobs) {
         return std::min(rows, (r + 3) / 4 * 4);
       };
       const std::int64_t a = w0 <= off ? 0 : boundary(w0), b = w1 >= off + rows * cols ? rows : boundary(w1);
-      if (a < b) j.w->gemm_rows(j.x, j.tokens, j.y + a, rows, a, b, j.x_bf16);
+      if (a < b && j.x_e2m1 != nullptr) {
+        j.w->gemm_rows_e2m1(*j.x_e2m1, j.y + a, rows, a, b);
+      } else if (a < b) {
+        j.w->gemm_rows(j.x, j.tokens, j.y + a, rows, a, b, j.x_bf16);
+      }
       off += rows * cols;
     }
   };

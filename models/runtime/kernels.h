@@ -51,6 +51,33 @@ bool simd_kernels_available();
 
 struct GemvJob;  // below: one GEMV of gemv()
 
+/// Activations in NVFP4 (fp4-e2m1 with nv16 scaling) held as their codes, the operand of the W4A4
+/// integer GEMV (PackedWeight::gemm_rows_e2m1). Each token (row of x) is quantised on its own, as
+/// the runtime rounds a single token and the batch-invariant kernels round every row
+/// (quantize() of one row: its FP32 tensor scale from the row's amax, an E4M3 scale per 16
+/// columns). Per token n, with ld = cols rounded up to 32 (padding: code 0, scale 0):
+///  - codes[n * ld + c]: twice the E2M1 value of element c, an integer in [-12, 12] (OCP MX v1.0
+///    sec. 5.3.3: E2M1 values are multiples of 1/2 up to 6);
+///  - bias[n * ld / 4 + q]: -kOffset times the sum of codes 4q..4q+3, which cancels the offset
+///    the kernel adds to the weight codes to make them unsigned (VPDPBUSD multiplies unsigned by
+///    signed bytes, Intel SDM vol. 2C);
+///  - scales[n * ld / 16 + b]: block b's E4M3 scale / 4 (for the two doubled codes) times 2^120
+///    (so that times an E4M3 weight scale's bits read as 2^-120 times its value, the product is the
+///    two scales' product / 4, exactly);
+///  - tensor[n]: the FP32 tensor scale.
+/// Throws std::invalid_argument unless f is fp4-e2m1 with nv16 scaling and the shape is positive.
+struct E2M1Activations {
+  static constexpr int kOffset = 12;  // twice E2M1's largest value: weight code + kOffset is in [0, 24]
+
+  E2M1Activations(const float* x, std::int64_t tokens, std::int64_t cols, const Format& f);
+
+  std::int64_t tokens = 0, cols = 0, ld = 0;
+  std::vector<std::int8_t> codes;
+  std::vector<std::int32_t> bias;
+  std::vector<float> scales;
+  std::vector<float> tensor;
+};
+
 /// A weight matrix [rows = out_features, cols = in_features] in its storage format.
 ///
 /// Kernel layout (what the GEMV kernels read):
@@ -155,6 +182,24 @@ class PackedWeight {
 
   /// The scalar kernel: the same products, summed in column order.
   void gemv_rows_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
+
+  // --- The W4A4 integer GEMV (NVFP4 weights times NVFP4 activations) ---------------------------
+  /// Whether gemm_rows_e2m1 applies to this weight and activations in format f: fp4-e2m1
+  /// weights with nv16 scaling (16-column E4M3 block scales, tile-permuted, none negative), cols
+  /// a multiple of 32, f fp4-e2m1 with nv16 scaling, and a build with AVX512-VNNI and VBMI.
+  bool e2m1_dot_applies(const Format& f) const;
+  /// y[n * ldy + r - r0] = sum_c at(r, c) * xq(n, c) for the x.tokens tokens of x and r in [r0,
+  /// r1), xq the value x's codes stand for. Each 16-column block's sum of code products is an
+  /// exact integer (VPDPBUSD, 4 columns per lane); times the two block scales (an exact product)
+  /// it is added into 4 FP32 partials per row (partial m: columns 4m..4m+3 of every block, block
+  /// after block), which are added as (p0 + p1) + (p2 + p3) and multiplied by (weight tensor
+  /// scale x token tensor scale). The products and block sums are exact, unlike gemm_rows' on
+  /// rounded activations: the two differ by FP32 rounding. A token's result does not depend on
+  /// the batch or the thread count. Requires e2m1_dot_applies(x's format) and x.cols == cols()
+  /// (std::logic_error / std::invalid_argument otherwise).
+  void gemm_rows_e2m1(const E2M1Activations& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
+  /// The same sums, in the same order, one row and token at a time (the SIMD kernel's reference).
+  void gemm_rows_e2m1_scalar(const E2M1Activations& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
 
   // --- Operands of the multi-token (prefill) GEMM of gemm.h ------------------------------------
   /// Whether every element's value before its scales is exactly a BF16 value: kBf16, kE4M3,
@@ -265,6 +310,7 @@ class PackedWeight {
   bool scaled_ = false;
   bool tile_scales_ = false;  // kNibble with 1 x N blocks: scales in tile order
   bool simd_ok_ = false;      // block shape fits the SIMD loops
+  bool e2m1_dot_ok_ = false;  // the weight side of e2m1_dot_applies (set when the kernel layout is written)
   float tensor_scale_ = 1.0f;
   float lut_[16] = {};                // kNibble: value of each 4-bit code
   const float* e4m3_luts_ = nullptr;  // kNibble with E4M3 scales: lut_ times every E4M3 scale (shared)
@@ -273,13 +319,15 @@ class PackedWeight {
 };
 
 /// One GEMV, or a batch of them on the same weight: y[n, 0..w.rows()) = W x[n] for n < tokens, x
-/// [tokens, w.cols()] and y [tokens, w.rows()] row-major.
+/// [tokens, w.cols()] and y [tokens, w.rows()] row-major. With x_e2m1 set (its tokens equal to
+/// `tokens`, w.e2m1_dot_applies() of its format) the integer kernel gemm_rows_e2m1 reads it instead.
 struct GemvJob {
   const PackedWeight* w = nullptr;
   const float* x = nullptr;
   float* y = nullptr;
   std::int64_t tokens = 1;
-  bool x_bf16 = false;  // x holds BF16 values (PackedWeight::gemm_rows)
+  bool x_bf16 = false;                      // x holds BF16 values (PackedWeight::gemm_rows)
+  const E2M1Activations* x_e2m1 = nullptr;  // set: the integer kernel on these codes (x unused)
 };
 
 /// Calls run(w0, w1) once per OpenMP thread with the thread's contiguous share [w0, w1) of

@@ -357,10 +357,28 @@ void Transformer::linears(std::initializer_list<std::pair<const Linear*, MatrixR
       round_activation(m, f);
       return m;
     };
-    for (const auto& [l, y] : outs) input_for(l->activation);  // all roundings first: `inputs` stops growing
+    // NVFP4 weights with NVFP4 activations (W4A4): the integer kernel on the activations' codes,
+    // each token quantised on its own as round_activation rounds it here (one token, or every row
+    // in the batch-invariant mode).
+    std::vector<std::pair<const Format*, std::unique_ptr<E2M1Activations>>> codes;
+    auto codes_for = [&](const Format& f) -> const E2M1Activations* {
+      for (const auto& [g, c] : codes) {
+        if (*g == f) return c.get();
+      }
+      codes.emplace_back(&f, std::make_unique<E2M1Activations>(x.data(), x.rows(), x.cols(), f));
+      return codes.back().second.get();
+    };
+    for (const auto& [l, y] : outs) {  // all roundings first: `inputs` stops growing
+      if (!l->weight.packed().e2m1_dot_applies(l->activation)) input_for(l->activation);
+    }
     std::vector<GemvJob> jobs;
     for (const auto& [l, y] : outs) {
       const PackedWeight& w = l->weight.packed();
+      if (w.e2m1_dot_applies(l->activation)) {
+        y->resize(x.rows(), w.rows());
+        jobs.push_back({&w, nullptr, y->data(), x.rows(), false, codes_for(l->activation)});
+        continue;
+      }
       y->resize(x.rows(), w.rows());
       // The lm_head with BF16 activations takes the BF16 dot-product kernel (gemm_rows): its
       // outputs are the logits, never rounded again, so its other pair order stays an FP32

@@ -14,6 +14,7 @@
 
 #include "models/precision/format.h"
 #include "models/precision/quantize.h"
+#include "models/runtime/transformer.h"
 #include "tests/models/runtime/test_data.h"
 
 namespace rlsim::models {
@@ -233,6 +234,107 @@ TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
       }
     }
   }
+}
+
+// NVFP4 activations as codes (E2M1Activations): each token's codes times its block and tensor
+// scales are exactly the values round_to_format gives that token alone, and the bias cancels the
+// kernel's weight offset.
+TEST(E2M1Activations, CodesStandForTheRoundedTokens) {
+  const Format f = parse_format("fp4-e2m1/nv16");
+  const std::int64_t tokens = 3, cols = 200;  // 13 blocks of 16, the last ragged; padded to 224
+  std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 21, 1.0f);
+  x[5] = 40.0f, x[300] = -1e-3f;  // an outlier block and a small one
+  const E2M1Activations a(x.data(), tokens, cols, f);
+  ASSERT_EQ(a.ld, 224);
+  for (std::int64_t n = 0; n < tokens; ++n) {
+    std::vector<float> rounded(x.begin() + n * cols, x.begin() + (n + 1) * cols);
+    round_to_format(rounded.data(), 1, cols, f);
+    for (std::int64_t c = 0; c < a.ld; ++c) {
+      const double code = a.codes[static_cast<std::size_t>(n * a.ld + c)];
+      const double block = static_cast<double>(a.scales[static_cast<std::size_t>(n * a.ld / 16 + c / 16)]) * 0x1p-118;
+      const double v = code / 2 * block * a.tensor[static_cast<std::size_t>(n)];
+      if (c < cols) {
+        ASSERT_EQ(static_cast<float>(v), rounded[static_cast<std::size_t>(c)]) << "token " << n << " column " << c;
+      } else {
+        ASSERT_EQ(code, 0.0) << "padding";
+      }
+    }
+    for (std::int64_t g = 0; g < a.ld / 4; ++g) {
+      int sum = 0;
+      for (int e = 0; e < 4; ++e) sum += a.codes[static_cast<std::size_t>(n * a.ld + 4 * g + e)];
+      ASSERT_EQ(a.bias[static_cast<std::size_t>(n * a.ld / 4 + g)], -E2M1Activations::kOffset * sum);
+    }
+  }
+  EXPECT_THROW(E2M1Activations(x.data(), 1, cols, parse_format("mxfp4")), std::invalid_argument);
+}
+
+// The W4A4 integer GEMV (gemm_rows_e2m1): the SIMD kernel equals its scalar reference bit for
+// bit, a token's result does not depend on the batch or the thread count, and both are within the
+// FP32 summation bound of the exact sum of the dequantised weights times the dequantised
+// activations; shapes it cannot take (columns not a multiple of 32, INT4 weights, other
+// activation formats) are refused.
+TEST(E2M1Gemv, IntegerKernelMatchesScalarExactSumAndBatch) {
+  const Format f = parse_format("fp4-e2m1/nv16");
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 96}, {64, 576}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    // Blocks of magnitudes 2^-8..2^7 (weights) and 2^-6..2^5 (activations), so that the FP32
+    // partials round and the order of the sums shows in the result.
+    std::vector<float> wv = normal(static_cast<std::size_t>(rows * cols), 31, 0.02f);
+    for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = std::ldexp(wv[i], static_cast<int>((i / 16 * 7) % 16) - 8);
+    const PackedWeight w(quantize(parse_format("nvfp4"), rows, cols, std::span<const float>(wv)));
+    const std::int64_t tokens = 6;
+    std::vector<float> xv = normal(static_cast<std::size_t>(tokens * cols), 32, 1.0f);
+    for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = std::ldexp(xv[i], static_cast<int>((i / 16 * 5) % 12) - 6);
+    xv[cols + 3] = 3000.0f;  // token 1: an outlier that sets its tensor scale
+    const E2M1Activations x(xv.data(), tokens, cols, f);
+    std::vector<float> scalar(static_cast<std::size_t>(tokens * rows), NAN);
+    w.gemm_rows_e2m1_scalar(x, scalar.data(), rows, 0, rows);
+    // Exact sums of the dequantised operands, and the FP32 bound n 2^-24 sum |w x|.
+    const std::vector<double> wd = dequantize(quantize(parse_format("nvfp4"), rows, cols, std::span<const float>(wv)));
+    for (std::int64_t n = 0; n < tokens; ++n) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double exact = 0, mag = 0;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const double xq = x.codes[static_cast<std::size_t>(n * x.ld + c)] / 2.0 *
+                            (static_cast<double>(x.scales[static_cast<std::size_t>(n * x.ld / 16 + c / 16)]) * 0x1p-118) *
+                            x.tensor[static_cast<std::size_t>(n)];
+          exact += wd[static_cast<std::size_t>(r * cols + c)] * xq;
+          mag += std::fabs(wd[static_cast<std::size_t>(r * cols + c)] * xq);
+        }
+        ASSERT_NEAR(scalar[static_cast<std::size_t>(n * rows + r)], exact, static_cast<double>(cols) * 0x1p-24 * mag + 1e-30)
+            << "token " << n << " row " << r;
+      }
+    }
+    if (!w.e2m1_dot_applies(f)) continue;  // a build without AVX512-VNNI: the scalar kernel only
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      for (std::int64_t batch : {1, 4, 5, 6}) {
+        std::vector<float> y(static_cast<std::size_t>(batch * rows), NAN);
+        const E2M1Activations xb(xv.data(), batch, cols, f);
+        GemvJob job{&w, nullptr, y.data(), batch, false, &xb};
+        gemv(std::span<const GemvJob>(&job, 1));
+        for (std::size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], scalar[i]) << threads << " threads, batch " << batch << " element " << i;
+      }
+    }
+    omp_set_num_threads(saved);
+    // A row range inside a tile.
+    std::vector<float> part(static_cast<std::size_t>(tokens * rows), -7.0f);
+    w.gemm_rows_e2m1(x, part.data() + 2, rows, 2, rows - 1);
+    for (std::int64_t n = 0; n < tokens; ++n) {
+      EXPECT_EQ(part[static_cast<std::size_t>(n * rows + rows - 1)], -7.0f);
+      for (std::int64_t r = 2; r < rows - 1; ++r)
+        ASSERT_EQ(part[static_cast<std::size_t>(n * rows + r)], scalar[static_cast<std::size_t>(n * rows + r)]);
+    }
+  }
+  const std::vector<float> v = normal(64 * 200, 33, 0.02f);
+  EXPECT_FALSE(PackedWeight(quantize(parse_format("nvfp4"), 64, 200, std::span<const float>(v))).e2m1_dot_applies(f));
+  const PackedWeight int4(quantize(parse_format("int4/group32"), 64, 192, std::span<const float>(v.data(), 64 * 192)));
+  EXPECT_FALSE(int4.e2m1_dot_applies(f));
+  EXPECT_THROW(int4.gemm_rows_e2m1_scalar(E2M1Activations(v.data(), 1, 192, f), nullptr, 0, 0, 0), std::logic_error);
+  const PackedWeight nv(quantize(parse_format("nvfp4"), 64, 192, std::span<const float>(v.data(), 64 * 192)));
+  EXPECT_FALSE(nv.e2m1_dot_applies(parse_format("fp8-e4m3/token")));
 }
 
 // The BF16 dot-product GEMV (gemm_rows with x_bf16, used for the lm_head): with BF16 x it stays
