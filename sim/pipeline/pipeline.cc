@@ -204,6 +204,36 @@ TrainBatch Simulation::batch_of(const std::vector<Request*>& reqs) const {
     work.push_back(flops_per_token * len + attn);
   }
   const auto& t = s_.training;
+  if (t.padding == TrainPadding::kMicroBatch) {
+    // Micro-batches of m sequences in step order, as OpenRLHF before --packing_samples laid them
+    // out: a forward-only pass scores a generate call's batch (prompts left-padded to the longest
+    // prompt, responses right-padded to the longest response: `split` rows), the update re-pads
+    // whole sequences from its shuffled replay buffer to the longest one (replay_buffer.py
+    // zero_pad_sequences).
+    auto padded = [&](int m, bool split) {
+      double sum = 0;
+      for (std::size_t i = 0; i < reqs.size(); i += static_cast<std::size_t>(m)) {
+        const std::size_t end = std::min(reqs.size(), i + static_cast<std::size_t>(m));
+        std::int64_t prompt = 0, response = 0, whole = 0;
+        for (std::size_t k = i; k < end; ++k) {
+          prompt = std::max(prompt, reqs[k]->prompt_tokens);
+          response = std::max(response, reqs[k]->response_tokens);
+          whole = std::max(whole, reqs[k]->prompt_tokens + reqs[k]->response_tokens);
+        }
+        const auto row = static_cast<double>(split ? prompt + response : whole);
+        sum += static_cast<double>(end - i) * row;
+        b.padded_row = std::max(b.padded_row, row);
+      }
+      return sum - b.tokens;
+    };
+    b.update_padding = padded(t.micro_batch_sequences, false);
+    b.forward_padding = padded(t.logprob_micro_batch_sequences, true);
+  } else if (t.padding == TrainPadding::kMaxLength) {
+    // Every sequence at the longest prompt plus the longest response the workload allows.
+    const auto row = static_cast<double>(s_.workload.prompt_tokens.upper_bound() + s_.workload.response_tokens.upper_bound());
+    b.forward_padding = b.update_padding = b.sequences * row - b.tokens;
+    b.padded_row = row;
+  }
   const int dp = s_.placement.train_devices / t.model_parallel();
   // verl balances the whole batch over the DP ranks (trainer.balance_batch, seqlen_balancing.py)
   // before it splits mini-batches, and a rank's mini-batches then pace the update together: the
@@ -940,6 +970,7 @@ SimResult Simulation::run() {
       for (auto& q : reqs) ptrs.push_back(&q);
       batches_[static_cast<std::size_t>(k)] = batch_of(ptrs);
       largest.max_sequence = std::max(largest.max_sequence, batches_[static_cast<std::size_t>(k)].max_sequence);
+      largest.padded_row = std::max(largest.padded_row, batches_[static_cast<std::size_t>(k)].padded_row);
     }
   }
   if (async) {

@@ -68,19 +68,22 @@ TrainerCostModel::TrainerCostModel(const Scenario& s, ModelHead head) : s_(s), d
 }
 
 double TrainerCostModel::compute_s(const TrainBatch& b, double flop_factor) const {
-  // Routed-expert GEMMs (grouped, over the tokens each expert received) run at their own rate.
-  const double dense_flops =
-      2.0 * (matmul_params_ - active_expert_params_) * b.tokens + b.attention_flops * attention_cost_factor_;
-  const double expert_flops = 2.0 * active_expert_params_ * b.tokens;
   // The slowest data-parallel rank sets the pace (TrainBatch::imbalance); forward-only passes
-  // (flop_factor 1) run at the forward-pass efficiency.
+  // (flop_factor 1) run at the forward-pass efficiency. The linears run on the padded tokens,
+  // attention on the sequences' own (TrainPadding).
   const bool update = flop_factor > 1.5;
+  const double tokens = b.linear_tokens(update);
+  // Routed-expert GEMMs (grouped, over the tokens each expert received) run at their own rate.
+  const double dense_flops = 2.0 * (matmul_params_ - active_expert_params_) * tokens + b.attention_flops * attention_cost_factor_;
+  const double expert_flops = 2.0 * active_expert_params_ * tokens;
   const double forward = update ? 1.0 : s_.training.efficiency.forward;
   return b.imbalance / forward * flop_factor * (dense_flops / rate_ + (expert_flops > 0 ? expert_flops / moe_rate_ : 0.0)) /
          devices_;
 }
 
-double TrainerCostModel::forward_flops(const TrainBatch& b) const { return 2.0 * matmul_params_ * b.tokens + b.attention_flops; }
+double TrainerCostModel::forward_flops(const TrainBatch& b) const {
+  return 2.0 * matmul_params_ * b.linear_tokens(false) + b.attention_flops;
+}
 
 double TrainerCostModel::micro_batches_per_device(const TrainBatch& b, bool update) const {
   const auto& t = s_.training;
@@ -99,12 +102,12 @@ double TrainerCostModel::micro_batches_per_device(const TrainBatch& b, bool upda
 double TrainerCostModel::micro_batch_tokens(const TrainBatch& b, bool update) const {
   const auto& t = s_.training;
   // Dynamic batching packs sequences up to the budget, but a single sequence longer than that is
-  // a micro-batch on its own; fixed batching holds its sequences whole (padding removed), at
-  // worst all of the longest length.
+  // a micro-batch on its own; fixed batching holds its sequences whole, at worst all of the
+  // longest row (its padding included under training.padding).
   if (t.dynamic_batching) {
     return std::max(static_cast<double>(update ? t.micro_batch_tokens : t.logprob_micro_batch_tokens), b.max_sequence);
   }
-  return (update ? t.micro_batch_sequences : t.logprob_micro_batch_sequences) * b.max_sequence;
+  return (update ? t.micro_batch_sequences : t.logprob_micro_batch_sequences) * b.longest_row();
 }
 
 double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double ag_passes, double rs_passes, double* compute,
@@ -131,8 +134,9 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   // Megatron: TP all-reduces are on the critical path; DP gradient all-reduce once per update.
   const int tp = t.tensor_parallel, pp = t.pipeline_parallel, cp = t.context_parallel;
   const int dp = devices_ / t.model_parallel();
-  // A CP rank holds 1/CP of each micro-batch's tokens.
-  const double mb_tokens_rank = b.tokens / dp / mb / cp;
+  // A CP rank holds 1/CP of each micro-batch's tokens (padding included).
+  const double pass_tokens = b.linear_tokens(rs_passes > 0);
+  const double mb_tokens_rank = pass_tokens / dp / mb / cp;
   const double tp_ar = tp > 1 ? (2.0 * flop_factor) * s_.model.layers / pp *
                                     all_reduce_s(mb_tokens_rank * s_.model.hidden * hidden_bytes_, tp, tp_link_, eff) * mb
                               : 0.0;
@@ -143,7 +147,7 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   double ep_a2a = 0;
   const int ep = t.expert_parallel;
   if (ep > 1 && s_.model.moe) {
-    const double tokens_rank = b.tokens / (dp * cp * tp) / mb;
+    const double tokens_rank = pass_tokens / (dp * cp * tp) / mb;
     const double bytes = tokens_rank * s_.model.moe->active * s_.model.hidden * hidden_bytes_;
     // Expert tensor parallel: the dispatched tokens are all-gathered into each expert's ETP group
     // and its partial outputs reduce-scattered (Megatron's MoE token dispatcher with ETP > 1).

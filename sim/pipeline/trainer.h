@@ -16,6 +16,15 @@ struct TrainBatch {
   double sequences = 0;        // sequences in the batch
   double attention_flops = 0;  // sum over sequences of causal_attention_flops(length), full model
   double max_sequence = 0;     // longest sequence (tokens), sizes the activation peak
+  /// Padding tokens training.padding adds to the linears' work of a forward-only pass and of the
+  /// update (micro-batches of logprob_micro_batch_sequences and of micro_batch_sequences
+  /// sequences, taken in step order); 0 without padding.
+  double forward_padding = 0, update_padding = 0;
+  double padded_row = 0;  // longest micro-batch row with its padding (0: no padding)
+  /// Tokens the linears of a pass run on: the sequences' own plus the pass's padding.
+  double linear_tokens(bool update) const { return tokens + (update ? update_padding : forward_padding); }
+  /// Longest row of a micro-batch, padding included: sizes a fixed micro-batch's activations.
+  double longest_row() const { return padded_row > max_sequence ? padded_row : max_sequence; }
   /// Data-parallel load imbalance (>= 1): the slowest DP rank's work times the DP size over the
   /// total work, whole sequences going to ranks (dp_imbalance); 1 when the batch was not split.
   /// verl balances the whole batch before it splits mini-batches, so every pass sees this one.
@@ -122,6 +131,8 @@ class TrainerCostModel {
   bool cpu_optimizer() const;
 
   int devices() const { return devices_; }
+  /// FLOPs of one forward-only pass over the batch: 2 x matmul parameters x its linear tokens
+  /// (padding included) + causal attention.
   double forward_flops(const TrainBatch& batch) const;
   /// Micro-batches each device runs in the update (`update`, all mini-batches) or in one
   /// forward-only pass: per mini-batch, the device's share of tokens over the token budget

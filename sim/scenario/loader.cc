@@ -868,6 +868,25 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
     t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
     t.logprob_micro_batch_sequences =
         static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
+    t.padding = m.choice<TrainPadding>(
+        "padding", t.padding,
+        {{"none", TrainPadding::kNone}, {"micro_batch", TrainPadding::kMicroBatch}, {"max_length", TrainPadding::kMaxLength}});
+    if (t.padding != TrainPadding::kNone && t.dynamic_batching) {
+      src.fail(m.get("padding"), "training.padding",
+               "training.padding pads fixed micro-batches: it needs training.dynamic_batching: false (verl's use_dynamic_bsz "
+               "needs use_remove_padding)");
+    }
+    if (t.padding == TrainPadding::kMaxLength) {
+      for (const auto& [d, key] :
+           {std::pair{&s.workload.prompt_tokens, "prompt_tokens"}, {&s.workload.response_tokens, "response_tokens"}}) {
+        if (d->kind == LengthDist::Kind::kLognormal && d->max <= 0) {
+          src.fail(m.get("padding"), "training.padding",
+                   fmt::format("training.padding: max_length pads to the longest length the workload allows: give "
+                               "workload.{} a max (the framework's max_prompt_length / response_length)",
+                               key));
+        }
+      }
+    }
     t.recompute_old_logprob = m.boolean("recompute_old_logprob", t.recompute_old_logprob);
     t.reference_model = m.boolean("reference_model", t.reference_model);
     t.activation_checkpointing = m.boolean("activation_checkpointing", t.activation_checkpointing);
@@ -920,6 +939,7 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
               "logprob_micro_batch_tokens",
               "micro_batch_sequences",
               "logprob_micro_batch_sequences",
+              "padding",
               "recompute_old_logprob",
               "reference_model",
               "activation_checkpointing",

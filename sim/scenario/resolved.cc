@@ -184,9 +184,13 @@ std::string resolved_yaml(const Scenario& s) {
     << t.dynamic_batching << YAML::Key << "micro_batch_tokens" << YAML::Value << t.micro_batch_tokens << YAML::Key
     << "logprob_micro_batch_tokens" << YAML::Value << t.logprob_micro_batch_tokens << YAML::Key << "micro_batch_sequences"
     << YAML::Value << t.micro_batch_sequences << YAML::Key << "logprob_micro_batch_sequences" << YAML::Value
-    << t.logprob_micro_batch_sequences << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob
-    << YAML::Key << "reference_model" << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing"
-    << YAML::Value << t.activation_checkpointing << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
+    << t.logprob_micro_batch_sequences << YAML::Key << "padding" << YAML::Value
+    << (t.padding == TrainPadding::kNone         ? "none"
+        : t.padding == TrainPadding::kMicroBatch ? "micro_batch"
+                                                 : "max_length")
+    << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob << YAML::Key << "reference_model"
+    << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing" << YAML::Value << t.activation_checkpointing
+    << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value
     << t.optimizer.name << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key
     << "offload" << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam;

@@ -179,6 +179,15 @@ struct RolloutConfig {
 
 enum class TrainingBackend { kFsdp, kMegatron };
 enum class CpuAdamKernel { kTorch, kDeepSpeed };
+/// How a fixed-size training micro-batch is laid out (training.padding): packed without padding
+/// (verl use_remove_padding, OpenRLHF --packing_samples, PR #449 of 2024-09); padded per
+/// micro-batch as OpenRLHF laid it out before that (a forward-only pass: prompts left-padded to
+/// the longest prompt, responses right-padded to the longest response; the update: whole
+/// sequences left-padded to the longest); or every sequence padded to the longest prompt plus the longest
+/// response the workload allows (verl without use_remove_padding: data.max_prompt_length +
+/// rollout.response_length). The linears run on the padded tokens; flash attention skips the
+/// padding (FlashAttention-2's variable-length kernel behind Hugging Face's attention mask).
+enum class TrainPadding { kNone, kMicroBatch, kMaxLength };
 struct OptimizerConfig {
   std::string name = "adam";                       // adam | adamw | sgd. Default: adam
   models::Element state = models::Element::kFp32;  // fp32 | bf16. Default: fp32
@@ -228,6 +237,7 @@ struct TrainingConfig : ParallelLayout {
   std::int64_t logprob_micro_batch_tokens = 16384;  // log_prob_max_token_len_per_gpu. Default: micro_batch_tokens
   int micro_batch_sequences = 8;                    // ppo_micro_batch_size_per_gpu (fixed batching). Default: 8
   int logprob_micro_batch_sequences = 8;            // log_prob_micro_batch_size_per_gpu. Default: micro_batch_sequences
+  TrainPadding padding = TrainPadding::kNone;       // training.padding (fixed batching only). Default: none
   bool recompute_old_logprob = true;                // old log-probs recomputed by the trainer. Default: true
   bool reference_model = true;                      // a KL reference forward (verl use_kl_loss). Default: true
   bool activation_checkpointing = true;             // verl enable_gradient_checkpointing. Default: true

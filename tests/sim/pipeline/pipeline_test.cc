@@ -829,6 +829,55 @@ TEST(DataParallel, MicroBatchesPerDeviceFollowVerlsBatching) {
   EXPECT_GT(TrainerCostModel(fine).phase_times(short_seqs).actor_update, 1.5 * tf.phase_times(short_seqs).actor_update);
 }
 
+// training.padding: the linears of a pass run on its micro-batches' padded rows, attention on the
+// sequences' own tokens. Padding equal to the sequences' tokens doubles a pass's linear work and
+// the padded row sizes a fixed micro-batch; in a simulation, equal lengths need no padding,
+// max_length pads every row to the longest prompt plus the longest response, micro_batch lies
+// between; the loader refuses padding with dynamic batching and max_length on an unbounded length.
+TEST(Training, PaddingCostsTheLinearsOfThePaddedRows) {
+  const Scenario fixed = load_text(kBase, {"training.dynamic_batching=false", "model=qwen3-8b"});
+  const TrainerCostModel tc(fixed);
+  TrainBatch b;
+  b.tokens = 1.0e6;
+  b.sequences = 512;
+  b.max_sequence = 4000;
+  TrainBatch p = b;
+  p.update_padding = 1.0e6;
+  p.padded_row = 6000;
+  EXPECT_DOUBLE_EQ(tc.compute_s(p, 4.0), 2.0 * tc.compute_s(b, 4.0));
+  EXPECT_DOUBLE_EQ(tc.compute_s(p, 1.0), tc.compute_s(b, 1.0));  // no forward padding
+  EXPECT_DOUBLE_EQ(tc.micro_batch_tokens(p, true), 8 * 6000.0);
+  EXPECT_DOUBLE_EQ(tc.micro_batch_tokens(b, true), 8 * 4000.0);
+
+  NullSink sink;
+  auto update_s = [&](const std::vector<std::string>& o) {
+    const SimResult r = simulate(load_text(kBase, o), sink);
+    return r.steps.front().phase_s[Phase::kActorUpdate];
+  };
+  const std::vector<std::string> same = {"training.dynamic_batching=false", "workload.prompt_tokens={dist: fixed, value: 300}",
+                                         "workload.response_tokens={dist: fixed, value: 900}"};
+  auto with = [](std::vector<std::string> o, const std::string& x) {
+    o.push_back(x);
+    return o;
+  };
+  const double none = update_s(same);
+  EXPECT_DOUBLE_EQ(update_s(with(same, "training.padding=micro_batch")), none);
+  EXPECT_DOUBLE_EQ(update_s(with(same, "training.padding=max_length")), none);
+  const std::vector<std::string> spread = {"training.dynamic_batching=false"};  // uniform prompts, lognormal responses
+  const double packed = update_s(spread), micro = update_s(with(spread, "training.padding=micro_batch")),
+               full = update_s(with(spread, "training.padding=max_length"));
+  EXPECT_GT(micro, 1.2 * packed);
+  EXPECT_GT(full, 1.5 * micro);
+
+  EXPECT_NE(load_error(kBase, {"training.padding=micro_batch"}).find("dynamic_batching: false"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"training.dynamic_batching=false", "training.padding=micro-batch"}).find("micro_batch"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"training.dynamic_batching=false", "training.padding=max_length",
+                               "workload.response_tokens={dist: lognormal, median: 500, sigma: 1}"})
+                .find("workload.response_tokens a max"),
+            std::string::npos);
+}
+
 // Routed-expert GEMMs of the trainer run at the MoE rate, the rest at the dense rate.
 TEST(MoE, TrainingExpertGemmsRunAtTheMoeRate) {
   const Scenario s = load_text(kBase, {"model=qwen3-30b-a3b"});
