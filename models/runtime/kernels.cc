@@ -13,6 +13,9 @@
 
 #include "models/precision/avx512.h"
 
+#ifdef __F16C__
+#include <immintrin.h>  // _cvtsh_ss; hosts with F16C but without AVX-512 (Zen 2/3, Haswell) get it only here
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
