@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "models/precision/avx512.h"
+#include "models/precision/simd.h"
 
 namespace rlsim::models {
 namespace {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "models/precision/avx512.h"
+#include "models/precision/simd.h"
 #include "models/runtime/transformer.h"
 
 namespace rlsim::models {
@@ -362,6 +362,77 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
 }
 #endif
 
+#ifdef RLSIM_AVX2
+// The same kernels on AVX2 + FMA (simd.h's V16: a 16-token vector as two 8-lane registers), with
+// every lane's arithmetic as in the AVX-512 kernels without AVX512-BF16: a pair's two products as
+// two FMAs, a block's sums times its scale added by one FMA, so they give the same bits. With 16
+// registers they take 3 rows and one token vector a call (6 sums, 4 activation halves, 2 weight
+// halves); a lane's result does not depend on how its rows and tokens are grouped.
+namespace avx2 {
+using simd::V16;
+
+// The activation pair codes of 16 tokens at p as FP32: lo = the even column's values, hi = the odd's.
+inline void load_pairs(const std::uint32_t* p, V16& lo, V16& hi) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8));
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  lo = {_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16))};
+  hi = {_mm256_castsi256_ps(_mm256_and_si256(a, hi_mask)), _mm256_castsi256_ps(_mm256_and_si256(b, hi_mask))};
+}
+
+// acc[i] += the pair products of columns [k0, k1) for R rows and one token vector.
+template <int R>
+inline void bf16_sums(V16 (&acc)[R], const std::uint16_t* w, std::int64_t ldw, const std::uint32_t* xt, std::int64_t k0,
+                      std::int64_t k1) {
+  for (std::int64_t kp = k0 / 2; kp < k1 / 2; ++kp) {
+    V16 xl, xh;
+    load_pairs(xt + kp * GemmActivations::kTile, xl, xh);
+    for (int i = 0; i < R; ++i) {
+      std::uint32_t pair;
+      std::memcpy(&pair, w + i * ldw + 2 * kp, sizeof pair);
+      const V16 wl = simd::set1(std::bit_cast<float>(pair << 16)), wh = simd::set1(std::bit_cast<float>(pair & 0xFFFF0000u));
+      acc[i] = simd::fmadd(wh, xh, simd::fmadd(wl, xl, acc[i]));
+    }
+  }
+}
+
+template <int R>
+void bf16_kernel(const std::uint16_t* w, std::int64_t ldw, const float* ws, const BlockPlan& p, const std::uint32_t* xt,
+                 const float* xs, std::int64_t k0, std::int64_t k1, float* out, bool scaled) {
+  if (!scaled) {
+    V16 tot[R];
+    for (int i = 0; i < R; ++i) tot[i] = simd::load16(out + i * 64);
+    bf16_sums<R>(tot, w, ldw, xt, k0, k1);
+    for (int i = 0; i < R; ++i) simd::store16(out + i * 64, tot[i]);
+    return;
+  }
+  for (std::int64_t b0 = k0; b0 < k1; b0 += p.kb) {
+    V16 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = simd::zero16();
+    bf16_sums<R>(acc, w, ldw, xt, b0, std::min(k1, b0 + p.kb));
+    const std::int64_t wbi = b0 / p.wb, xbi = b0 / p.xb;
+    const V16 sx = simd::load16(xs + xbi * 64);
+    for (int i = 0; i < R; ++i) {
+      const V16 sw = simd::set1(ws[i * p.nwb + wbi]);
+      float* o = out + i * 64;
+      simd::store16(o, simd::fmadd(acc[i], p.x_at_end ? sw : simd::mul(sx, sw), simd::load16(o)));
+    }
+  }
+}
+
+template <int R>
+void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t k0, std::int64_t k1, float* out) {
+  V16 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = simd::load16(out + i * 64);
+  for (std::int64_t k = k0; k < k1; ++k) {
+    const V16 xv = simd::load16(xt + k * GemmActivations::kTile);
+    for (int i = 0; i < R; ++i) acc[i] = simd::fmadd(xv, simd::set1(w[i * ldw + k]), acc[i]);
+  }
+  for (int i = 0; i < R; ++i) simd::store16(out + i * 64, acc[i]);
+}
+}  // namespace avx2
+#endif
+
 // Portable kernels (builds without AVX-512: RLSIM_NATIVE off, the sanitizer build): the same
 // products and block order, one lane at a time.
 [[maybe_unused]] void bf16_kernel_scalar(int rows, int vectors, const std::uint16_t* w, std::int64_t ldw, const float* ws,
@@ -436,6 +507,13 @@ void run_bf16(int vectors, const std::uint16_t* w, std::int64_t ldw, const float
     default:
       return bf16_kernel<R, 4, kScaled>(w, ldw, ws, p, xt, xs, k0, k1, out);
   }
+#elif defined(RLSIM_AVX2)
+  static_assert(R % 3 == 0);
+  for (int v = 0; v < vectors; ++v) {
+    for (int i = 0; i < R; i += 3)
+      avx2::bf16_kernel<3>(w + i * ldw, ldw, ws + (kScaled ? i * p.nwb : 0), p, xt + 16 * v, xs + 16 * v, k0, k1,
+                           out + i * 64 + 16 * v, kScaled);
+  }
 #else
   bf16_kernel_scalar(R, vectors, w, ldw, ws, p, xt, xs, k0, k1, out);
 #endif
@@ -453,6 +531,8 @@ void run_f32(int vectors, const float* w, std::int64_t ldw, const float* xt, std
     default:
       return f32_kernel<kRows, 4>(w, ldw, xt, k0, k1, out);
   }
+#elif defined(RLSIM_AVX2)
+  for (int v = 0; v < vectors; ++v) avx2::f32_kernel<kRows>(w, ldw, xt + 16 * v, k0, k1, out + 16 * v);
 #else
   f32_kernel_scalar(kRows, vectors, w, ldw, xt, k0, k1, out);
 #endif

@@ -11,7 +11,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "models/precision/avx512.h"
+#include "models/precision/simd.h"
 
 #ifdef __F16C__
 #include <immintrin.h>  // _cvtsh_ss; hosts with F16C but without AVX-512 (Zen 2/3, Haswell) get it only here
@@ -89,10 +89,20 @@ std::string_view layout_name(WeightLayout l) {
 }
 
 bool simd_kernels_available() {
-#ifdef RLSIM_AVX512
+#ifdef RLSIM_SIMD16
   return true;
 #else
   return false;
+#endif
+}
+
+std::string_view simd_kernels_name() {
+#if defined(RLSIM_AVX512)
+  return "AVX-512";
+#elif defined(RLSIM_AVX2)
+  return "AVX2";
+#else
+  return "scalar";
 #endif
 }
 
@@ -682,9 +692,33 @@ void PackedWeight::decode_rows_f32(std::int64_t r0, std::int64_t r1, float* out,
   }
 }
 
+#ifdef RLSIM_SIMD16
+namespace {
+// Software prefetch distance. A tile is read as one sequential stream; prefetching this far
+// ahead keeps enough cache-line misses in flight for DRAM bandwidth from one core.
+constexpr std::int64_t kPrefetchBytes = 2048;
+
+inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
+// The block scales of one 4-bit tile: `data` (null: unscaled), block b of row i at sbase[i] + b *
+// stride; cpb chunks per scale block (the whole row when the grid has one column); the FP32
+// tensor scale; and, for E4M3 scales, the code table times every E4M3 scale (e4m3_scaled_lut) or
+// null.
+struct NibbleScales {
+  const std::uint8_t* data = nullptr;
+  const std::size_t* sbase = nullptr;
+  std::size_t stride = 1;
+  std::int64_t cpb = 1;
+  float tensor = 1.0f;
+  const float* e4m3_luts = nullptr;
+};
+}  // namespace
+#endif
+
 #ifdef RLSIM_AVX512
 namespace {
 
+using Mask16 = __mmask16;  // lane l valid when bit l is set
 inline __mmask16 tail_mask(std::int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u); }
 
 // 16 elements of a 16-wide layout from q, as FP32 (E4M3: 2^-120 times the value).
@@ -705,16 +739,10 @@ inline __m512 load16(const std::uint8_t* q) {
   }
 }
 
-// Software prefetch distance. A tile is read as one sequential stream; prefetching this far
-// ahead keeps enough cache-line misses in flight for DRAM bandwidth from one core.
-constexpr std::int64_t kPrefetchBytes = 2048;
-
 // 16 x-values from c, lanes past the end of the row zero.
 inline __m512 load_x(const float* x, std::int64_t c, std::int64_t cols) {
   return c + 16 <= cols ? _mm512_loadu_ps(x + c) : _mm512_maskz_loadu_ps(tail_mask(std::max<std::int64_t>(cols - c, 0)), x + c);
 }
-
-inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
 }  // namespace
 
@@ -761,19 +789,6 @@ template <Element S>
 inline __m512 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
   return _mm512_set1_ps(scale_value<S>(scales, idx));
 }
-
-// The block scales of one 4-bit tile: `data` (null: unscaled), block b of row i at sbase[i] + b *
-// stride; cpb chunks per scale block (the whole row when the grid has one column); the FP32
-// tensor scale; and, for E4M3 scales, the code table times every E4M3 scale (e4m3_scaled_lut) or
-// null.
-struct NibbleScales {
-  const std::uint8_t* data = nullptr;
-  const std::size_t* sbase = nullptr;
-  std::size_t stride = 1;
-  std::int64_t cpb = 1;
-  float tensor = 1.0f;
-  const float* e4m3_luts = nullptr;
-};
 
 // The scaled code tables of 4-bit chunk j's 4 rows: lut_lo for its first 16 columns, lut_hi for
 // the other 16. kPerHalf (16-column blocks): both from block columns 2j and 2j + 1; otherwise
@@ -889,7 +904,158 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
 }
 
 }  // namespace
+#elif defined(RLSIM_AVX2)
+// The AVX2 twins of the kernels above (simd.h's V16: 16 lanes as two 8-lane registers). Each lane
+// does the AVX-512 kernel's arithmetic in the same order and the lanes are added in
+// _mm512_reduce_add_ps's order, so both builds give the same bits.
+namespace {
+using simd::V16;
 
+using Mask16 = std::uint32_t;  // lane l valid when bit l is set (as the AVX-512 kernels' __mmask16)
+inline Mask16 tail_mask(std::int64_t n) { return n >= 16 ? Mask16{0xFFFF} : (Mask16{1} << n) - 1u; }
+
+// 16 elements of a 16-wide layout from q, as FP32 (E4M3: 2^-120 times the value).
+template <WeightLayout L>
+inline V16 load16(const std::uint8_t* q) {
+  if constexpr (L == WeightLayout::kF32) {
+    return simd::load16(reinterpret_cast<const float*>(q));
+  } else if constexpr (L == WeightLayout::kBf16) {
+    return simd::load16_bf16(q);
+  } else if constexpr (L == WeightLayout::kF16) {
+    return simd::load16_f16(q);
+  } else {
+    return simd::e4m3_scaled_down16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  }
+}
+
+// 16 x-values from c, lanes past the end of the row zero.
+inline V16 load_x(const float* x, std::int64_t c, std::int64_t cols) {
+  return simd::load16_first(x + c, std::max<std::int64_t>(cols - c, 0));
+}
+}  // namespace
+
+template <WeightLayout L, int NT>
+void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
+  constexpr int R = kTileRows;
+  constexpr std::int64_t CB = chunk_bytes(L);
+  V16 acc[R][NT];
+  for (int i = 0; i < R; ++i) {
+    for (int n = 0; n < NT; ++n) acc[i][n] = simd::zero16();
+  }
+  const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
+  const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
+  std::size_t sbase[R];  // scale index of each row's first block; segment k uses sbase + k
+  for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
+    const std::int64_t c1 = std::min(cols_, c0 + seg);
+    V16 s[R];
+    if constexpr (L == WeightLayout::kE4M3) {
+      for (int i = 0; i < R; ++i)
+        s[i] = simd::set1((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3Fix);
+    }
+    for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
+      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
+      V16 xv[NT];
+      for (int n = 0; n < NT; ++n) xv[n] = load_x(x + n * ldx, c, cols_);
+      for (int i = 0; i < R; ++i) {
+        V16 w = load16<L>(p + i * CB);
+        if constexpr (L == WeightLayout::kE4M3) w = simd::mul(w, s[i]);
+        for (int n = 0; n < NT; ++n) acc[i][n] = simd::fmadd(w, xv[n], acc[i][n]);
+      }
+    }
+  }
+  for (int n = 0; n < NT; ++n) {
+    for (int i = 0; i < R; ++i) y[n * R + i] = simd::reduce_add(acc[i][n]);
+  }
+}
+
+namespace {
+
+// A block scale in its storage element S, broadcast to 16 lanes.
+template <Element S>
+inline V16 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
+  return simd::set1(scale_value<S>(scales, idx));
+}
+
+// The scaled code tables of 4-bit chunk j's 4 rows, as the AVX-512 nibble_chunk_tables makes
+// them (the same products: a table entry times its block scale).
+template <Element S, bool kPerHalf>
+[[gnu::always_inline]] inline void nibble_chunk_tables(const NibbleScales& sc, V16 lut, std::int64_t j, std::int64_t cols,
+                                                       std::int64_t& left, std::size_t& blk, V16* lut_lo, V16* lut_hi) {
+  constexpr int R = 4;
+  const auto table = [&sc](std::size_t slot) { return simd::load16(sc.e4m3_luts + 16 * sc.data[slot]); };
+  const bool luts = S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr;
+  if constexpr (kPerHalf) {
+    const std::size_t lo = 2 * static_cast<std::size_t>(j) * sc.stride, hi = lo + sc.stride;
+    const bool has_hi = 32 * j + 16 < cols;
+    for (int i = 0; i < R; ++i) {
+      lut_lo[i] = luts ? table(sc.sbase[i] + lo) : simd::mul(lut, broadcast_scale<S>(sc.data, sc.sbase[i] + lo));
+      lut_hi[i] =
+          !has_hi ? lut_lo[i] : (luts ? table(sc.sbase[i] + hi) : simd::mul(lut, broadcast_scale<S>(sc.data, sc.sbase[i] + hi)));
+    }
+  } else if (left-- == 0) {
+    for (int i = 0; i < R; ++i) {
+      const std::size_t slot = sc.sbase[i] + blk * sc.stride;
+      lut_lo[i] = lut_hi[i] = luts ? table(slot) : simd::mul(lut, broadcast_scale<S>(sc.data, slot));
+    }
+    ++blk;
+    left = sc.cpb - 1;
+  }
+}
+
+// The 4-bit GEMV of one tile (the AVX-512 nibble_tile's sums): byte k of a chunk row holds
+// element k in its low nibble and k + 16 in its high nibble; each 8-lane half looks its codes up
+// in the 16-entry table with simd::lookup16.
+template <Element S, bool kPerHalf, bool kTensorScale, int NT>
+void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, const NibbleScales& sc,
+                 const float* x, std::int64_t ldx, float* y) {
+  const bool scaled = sc.data != nullptr;
+  constexpr int R = 4;
+  constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
+  V16 acc[R][NT];
+  for (int i = 0; i < R; ++i) {
+    for (int n = 0; n < NT; ++n) acc[i][n] = simd::zero16();
+  }
+  const V16 lut = simd::load16(lut16);
+  V16 lut_lo[R], lut_hi[R];
+  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = lut;
+  std::int64_t left = 0;
+  std::size_t blk = 0;
+  const std::int64_t full = cols / 32;
+  for (std::int64_t j = 0; j < chunks; ++j, p += R * CB) {
+    prefetch(p + kPrefetchBytes);
+    if (scaled) nibble_chunk_tables<S, kPerHalf>(sc, lut, j, cols, left, blk, lut_lo, lut_hi);
+    V16 x_lo[NT], x_hi[NT];
+    for (int n = 0; n < NT; ++n) {
+      const float* xn = x + n * ldx;
+      if (j < full) {
+        x_lo[n] = simd::load16(xn + 32 * j);
+        x_hi[n] = simd::load16(xn + 32 * j + 16);
+      } else {
+        x_lo[n] = load_x(xn, 32 * j, cols);
+        x_hi[n] = load_x(xn, 32 * j + 16, cols);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * CB));
+      const __m256i d0 = _mm256_cvtepu8_epi32(bytes), d1 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));
+      const V16 w_lo = {simd::lookup16(d0, lut_lo[i]), simd::lookup16(d1, lut_lo[i])};
+      const V16 w_hi = {simd::lookup16(_mm256_srli_epi32(d0, 4), lut_hi[i]), simd::lookup16(_mm256_srli_epi32(d1, 4), lut_hi[i])};
+      for (int n = 0; n < NT; ++n) acc[i][n] = simd::fmadd(w_hi, x_hi[n], simd::fmadd(w_lo, x_lo[n], acc[i][n]));
+    }
+  }
+  for (int n = 0; n < NT; ++n) {
+    for (int i = 0; i < R; ++i) {
+      const float sum = simd::reduce_add(acc[i][n]);
+      y[n * R + i] = kTensorScale ? sum * sc.tensor : sum;
+    }
+  }
+}
+
+}  // namespace
+#endif
+
+#ifdef RLSIM_SIMD16
 template <int NT>
 void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
@@ -929,7 +1095,7 @@ void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::
 }
 #endif
 
-#ifdef RLSIM_AVX512
+#ifdef RLSIM_SIMD16
 template <int NT>
 void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
   switch (layout_) {
@@ -973,12 +1139,48 @@ constexpr std::int64_t kKMajorPrefetchBytes = 8192;
 // 5.4.1; code 0 is 2^-127, 255 NaN never reaches this kernel), so the FP32 bits are
 // (e + kKMajorScaleLog2) << 23 for every code below 195 (PackedWeight keeps scales under 2^8,
 // codes under 135): no multiply, and code 0 needs no case of its own.
+#ifdef RLSIM_AVX512
 inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, __mmask16 m) {
   __m512i c = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, scales + ((b / 2) * rows + r) * 2));
   if (b % 2) c = _mm512_srli_epi32(c, 8);
   c = _mm512_add_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(kKMajorScaleLog2));
   return _mm512_castsi512_ps(_mm512_slli_epi32(c, 23));
 }
+#else
+// The first `n` (1..16) bytes at p in a 16-byte vector, the rest 0; reads nothing past p + n.
+inline __m128i load_bytes_first(const std::uint8_t* p, int n) {
+  if (n >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  alignas(16) std::uint8_t b[16] = {};
+  std::memcpy(b, p, static_cast<std::size_t>(n));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(b));
+}
+
+// The same scales for AVX2: lanes past the n valid rows 0.
+inline V16 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, int n) {
+  const std::uint8_t* s = scales + ((b / 2) * rows + r) * 2;
+  const __m128i lo = load_bytes_first(s, std::min(2 * n, 16)),
+                hi = n > 8 ? load_bytes_first(s + 16, 2 * n - 16) : _mm_setzero_si128();
+  auto half = [b](__m128i pairs) {
+    __m256i c = _mm256_cvtepu16_epi32(pairs);
+    if (b % 2) c = _mm256_srli_epi32(c, 8);
+    c = _mm256_add_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0xFF)), _mm256_set1_epi32(kKMajorScaleLog2));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(c, 23));
+  };
+  return {half(lo), half(hi)};
+}
+
+// Masked 16-lane float loads and stores of the first n (0..16) lanes.
+inline V16 load_first(const float* p, int n) { return simd::load16_first(p, n); }
+inline void store_first(float* p, int n, V16 v) {
+  if (n >= 16) {
+    simd::store16(p, v);
+    return;
+  }
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane), v.lo);
+  _mm256_maskstore_ps(p + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane), v.hi);
+}
+#endif
 
 // One pass of a k-major segment: K columns (codes at q + j * rows, x at x[n * ldx + j]) of the
 // block sums sb[n] of nv vectors of 16 rows from row r (the last vector masked by `last`). Each
@@ -995,11 +1197,12 @@ struct KMajorPass {
   float* const* sb = nullptr;
   float* const* tot = nullptr;
   std::int64_t nv = 0, r = 0, block = 0;
-  __mmask16 last = 0;
+  Mask16 last = 0;
   bool ahead = false;
   const std::uint8_t* scales = nullptr;
 };
 
+#ifdef RLSIM_AVX512
 template <int NT, int K, bool kFirst, bool kLast>
 void kmajor_pass(const KMajorPass& a) {
   const __m512i emask = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
@@ -1046,6 +1249,51 @@ void kmajor_pass(const KMajorPass& a) {
   for (; v < full; ++v) step(v, std::false_type{});
   if (full < a.nv) step(full, std::true_type{});
 }
+
+#else
+template <int NT, int K, bool kFirst, bool kLast>
+void kmajor_pass(const KMajorPass& a) {
+  // The AVX-512 kmajor_pass's arithmetic, 16 rows as two 8-lane halves.
+  V16 xb[K][NT];
+  for (int j = 0; j < K; ++j) {
+    for (int t = 0; t < NT; ++t) xb[j][t] = simd::set1(a.x[t * a.ldx + j] * kKMajorLift);
+  }
+  auto step = [&](std::int64_t v, int n) {
+    const std::uint8_t* q = a.q + 16 * v;
+    V16 w[K];
+    for (int j = 0; j < K; ++j) {
+      w[j] = simd::e4m3_scaled_down16(load_bytes_first(q + j * a.rows, n));
+    }
+    V16 s = simd::zero16();
+    if constexpr (kLast) {
+      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, n) : simd::set1(kE4M3Fix / kKMajorLift);
+    }
+    for (int t = 0; t < NT; ++t) {
+      float* st = a.sb[t] + 16 * v;
+      V16 acc = kFirst ? simd::zero16() : load_first(st, n);
+      for (int j = 0; j < K; ++j) acc = simd::fmadd(w[j], xb[j][t], acc);
+      if constexpr (kLast) {
+        float* tt = a.tot[t] + 16 * v;
+        store_first(tt, n, simd::add(load_first(tt, n), simd::mul(acc, s)));
+      } else {
+        store_first(st, n, acc);
+      }
+    }
+  };
+  const int last_rows = std::popcount(a.last);
+  const std::int64_t full = last_rows == 16 ? a.nv : a.nv - 1;
+  std::int64_t v = 0;
+  for (; v + 4 <= full; v += 4) {
+    if (a.ahead) {
+      for (int j = 0; j < K; ++j) prefetch(a.q + j * a.rows + 16 * v + kKMajorPrefetchBytes);
+    }
+    for (int u = 0; u < 4; ++u) step(v + u, 16);
+  }
+  for (; v < full; ++v) step(v, 16);
+  if (full < a.nv) step(full, last_rows);
+}
+
+#endif
 
 template <int NT, int K>
 void kmajor_pass(const KMajorPass& a, bool first, bool last) {
@@ -1106,11 +1354,19 @@ void PackedWeight::kmajor_combine(const float* partials, std::int64_t ld, std::i
   const std::int64_t n = r1 - r0;
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (std::int64_t v = 0; 16 * v < n; ++v) {
+#ifdef RLSIM_AVX512
       const __mmask16 m = tail_mask(n - 16 * v);
       __m512 tot = _mm512_setzero_ps();
       for (int g = 0; g < kKMajorSegments; ++g)
         tot = _mm512_add_ps(tot, _mm512_maskz_loadu_ps(m, partials + (t * kKMajorSegments + g) * ld + 16 * v));
       _mm512_mask_storeu_ps(y + t * ldy + 16 * v, m, tot);
+#else
+      const int m = static_cast<int>(std::min<std::int64_t>(16, n - 16 * v));
+      V16 tot = simd::zero16();
+      for (int g = 0; g < kKMajorSegments; ++g)
+        tot = simd::add(tot, load_first(partials + (t * kKMajorSegments + g) * ld + 16 * v, m));
+      store_first(y + t * ldy + 16 * v, m, tot);
+#endif
     }
   }
 }
@@ -1125,7 +1381,7 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
 }
 #endif
 
-#ifdef RLSIM_AVX512
+#ifdef RLSIM_SIMD16
 namespace {
 // Drives a tile kernel over rows [r0, r1) of `tokens` tokens: blocks of `token_block` (>= 1)
 // tokens, and in each every tile of TileRows rows with its tokens 4 at a time (the rest one by
@@ -1139,7 +1395,7 @@ void for_each_tile(std::int64_t tokens, std::int64_t token_block, std::int64_t r
     const std::int64_t n1 = std::min(tokens, n0 + token_block);
     for (std::int64_t t = r0 / tile_rows; t * tile_rows < r1; ++t) {
       for (std::int64_t n = n0; n < n1;) {
-        float out[4 * TileRows];
+        float out[4 * TileRows] = {};  // simd_tile writes every entry of a tiled layout
         const std::int64_t nt = n1 - n >= 4 ? 4 : 1;
         tile(n, nt == 4, out, t);
         for (std::int64_t m = 0; m < nt; ++m) {
@@ -1193,7 +1449,7 @@ void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int
 void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1,
                              [[maybe_unused]] bool x_bf16) const {
   if (layout_ == WeightLayout::kE4M3KMajor) {
-#ifdef RLSIM_AVX512
+#ifdef RLSIM_SIMD16
     if (simd_ok_) {
       for (std::int64_t n = 0; n < tokens;) {
         const std::int64_t nt = tokens - n >= 4 ? 4 : 1;
@@ -1235,7 +1491,7 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
     return;
   }
 #endif
-#ifdef RLSIM_AVX512
+#ifdef RLSIM_SIMD16
   if (simd_ok_) {
     // Token blocks of 64 keep their activations in L2 while every tile of [r0, r1) passes over
     // them. Each (token, row) is summed exactly as a single-token call sums it.
@@ -1276,6 +1532,38 @@ inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(y, k);
 }
 }  // namespace
+#elif defined(RLSIM_AVX2)
+namespace {
+// exp_nonpositive above, 8 lanes: the same operations (VROUNDPS to nearest for vroundscaleps),
+// and 2^k applied as (y 2^(k + 64)) 2^-64: the first product is exact (k >= -151), the second
+// rounds once, as vscalefps does, so each lane gives vscalefps's bits, subnormals included.
+inline __m256 exp_nonpositive8(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);  // a NaN x stays NaN (vmaxps returns its second operand)
+  const __m256 k =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  constexpr int kLift = 64;  // keeps 2^(k + kLift) a normal FP32 number for k >= -104 log2(e) - 1
+  const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127 + kLift));
+  const __m256 lifted = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+  return _mm256_mul_ps(lifted, _mm256_set1_ps(0x1p-64f));
+}
+
+// Lanes [0, n) of 16 as all-ones masks (n may be <= 0 or >= 16).
+inline void lane_masks(std::int64_t n, __m256& lo, __m256& hi) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const auto c = static_cast<int>(std::clamp<std::int64_t>(n, 0, 16));
+  lo = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(c), lane));
+  hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(c - 8), lane));
+}
+}  // namespace
 #endif
 
 void softmax_row(float* s, std::int64_t n) {
@@ -1293,6 +1581,41 @@ void softmax_row(float* s, std::int64_t n) {
   const __m512 sum = _mm512_set1_ps(_mm512_reduce_add_ps(vsum));
   for (std::int64_t j = 0; j < n; j += 16)
     _mm512_mask_storeu_ps(s + j, mask(j), _mm512_div_ps(_mm512_maskz_loadu_ps(mask(j), s + j), sum));
+#elif defined(RLSIM_AVX2)
+  // The AVX-512 path's lanes as two halves: the same maximum, the same e^x per lane, the same 16
+  // partial sums (a masked-off lane adds +0, which leaves its non-negative sum's bits as they are)
+  // added in _mm512_reduce_add_ps's order, the same division: the same bits.
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 max_lo = neg_inf, max_hi = neg_inf, m_lo, m_hi;
+  for (std::int64_t j = 0; j < n; j += 16) {
+    lane_masks(n - j, m_lo, m_hi);
+    const simd::V16 v = simd::load16_first(s + j, n - j);
+    max_lo = _mm256_max_ps(max_lo, _mm256_blendv_ps(neg_inf, v.lo, m_lo));
+    max_hi = _mm256_max_ps(max_hi, _mm256_blendv_ps(neg_inf, v.hi, m_hi));
+  }
+  float mx = -std::numeric_limits<float>::infinity();
+  alignas(32) float lanes[16];
+  _mm256_store_ps(lanes, max_lo);
+  _mm256_store_ps(lanes + 8, max_hi);
+  for (float l : lanes) mx = std::max(mx, l);
+  const __m256 vmx = _mm256_set1_ps(mx);
+  simd::V16 vsum = simd::zero16();
+  for (std::int64_t j = 0; j < n; j += 16) {
+    lane_masks(n - j, m_lo, m_hi);
+    const simd::V16 v = simd::load16_first(s + j, n - j);
+    const simd::V16 e = {_mm256_and_ps(exp_nonpositive8(_mm256_sub_ps(v.lo, vmx)), m_lo),
+                         _mm256_and_ps(exp_nonpositive8(_mm256_sub_ps(v.hi, vmx)), m_hi)};
+    _mm256_maskstore_ps(s + j, _mm256_castps_si256(m_lo), e.lo);
+    _mm256_maskstore_ps(s + j + 8, _mm256_castps_si256(m_hi), e.hi);
+    vsum = simd::add(vsum, e);
+  }
+  const __m256 sum = _mm256_set1_ps(simd::reduce_add(vsum));
+  for (std::int64_t j = 0; j < n; j += 16) {
+    lane_masks(n - j, m_lo, m_hi);
+    const simd::V16 v = simd::load16_first(s + j, n - j);
+    _mm256_maskstore_ps(s + j, _mm256_castps_si256(m_lo), _mm256_div_ps(v.lo, sum));
+    _mm256_maskstore_ps(s + j + 8, _mm256_castps_si256(m_hi), _mm256_div_ps(v.hi, sum));
+  }
 #else
   float mx = s[0];
   for (std::int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
@@ -1305,7 +1628,7 @@ void softmax_row(float* s, std::int64_t n) {
 #endif
 }
 
-#ifdef RLSIM_AVX512
+#ifdef RLSIM_SIMD16
 // The GEMVs of jobs on kE4M3KMajor weights with at most 4 tokens, in two phases in one parallel
 // region. First the threads split (segment, row) pairs: a thread with all rows of a segment reads
 // its columns as one sequential stream and writes the segment's partial sums
@@ -1536,7 +1859,7 @@ void PackedWeight::gemm_rows_e2m1_scalar(const E2M1Activations& x, float* y, std
 void gemv(std::span<const GemvJob> jobs) {
   std::int64_t total = 0;
   for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;
-#ifdef RLSIM_AVX512
+#ifdef RLSIM_SIMD16
   const bool kmajor = std::all_of(jobs.begin(), jobs.end(), [](const GemvJob& j) {
     return j.w->layout_ == WeightLayout::kE4M3KMajor && j.w->simd_ok_ && j.tokens <= 4;
   });

@@ -11,9 +11,11 @@
 // activation, so a kernel differs from the Eigen GEMM of the prefill path only in FP32
 // summation order.
 //
-// Kernels are AVX-512 (F, BW, VL) when the build targets a host that has it (RLSIM_NATIVE on such
-// a host); otherwise, and for shapes the SIMD loops do not cover, a scalar loop with the same
-// products and a sequential sum. Rows are split among the OpenMP threads.
+// Kernels are AVX-512 (F, BW, VL, DQ) when the build targets a host that has it (RLSIM_NATIVE on
+// such a host), or AVX2 + FMA + F16C on hosts without it (the same 16 lanes as two 8-lane
+// registers: the same bits as the AVX-512 kernels; simd_target.h); otherwise, and for shapes the
+// SIMD loops do not cover, a scalar loop with the same products and a sequential sum. Rows are
+// split among the OpenMP threads.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "models/precision/quantize.h"
+#include "models/precision/simd_target.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -46,8 +49,11 @@ enum class WeightLayout : std::uint8_t {
 /// "f32", "bf16", "f16", "e4m3", "nibble", "e4m3-kmajor".
 std::string_view layout_name(WeightLayout l);
 
-/// True when the AVX-512 kernels were compiled in.
+/// True when the 16-lane SIMD kernels (AVX-512, or AVX2 + FMA + F16C) were compiled in.
 bool simd_kernels_available();
+/// The instruction set of the GEMV and GEMM kernels this build runs: "AVX-512", "AVX2" or "scalar"
+/// (simd_target.h).
+std::string_view simd_kernels_name();
 
 struct GemvJob;  // below: one GEMV of gemv()
 
@@ -259,7 +265,7 @@ class PackedWeight {
   float scale_at(std::size_t block) const;                                 // decoded scale of a block (grid index)
   float code_value(std::int64_t r, std::int64_t c) const;                  // element value before scaling
   float chunk_value(const std::uint8_t* chunk_row, std::int64_t k) const;  // element k of a chunk row
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#ifdef RLSIM_SIMD16
   // One tile for NT activation rows (row n at x + n * ldx): y[n * 4 + i] for tile row i.
   template <WeightLayout L, int NT>
   void simd16(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
@@ -284,7 +290,7 @@ class PackedWeight {
   static void gemv_kmajor(std::span<const GemvJob> jobs);
   friend void gemv(std::span<const GemvJob> jobs);
 #endif
-#if defined(__AVX512BF16__)
+#ifdef RLSIM_AVX512_BF16
   // kBf16 with BF16 activations: one tile for NT rows of BF16 pairs (row n at xb + n * ldxb, 32
   // columns per dot-product instruction), y[n * 4 + i] for tile row i.
   template <int NT>
@@ -350,10 +356,10 @@ void split_work(std::int64_t total, bool parallel, F&& run) {
 }
 
 /// Softmax of one row in place: s[j] = e^(s[j] - max) / sum, for n >= 1 finite scores
-/// (attention rows, router logits). With AVX-512, e^x is computed 16 lanes at a time (Cody-Waite
-/// reduction and Cephes' expf polynomial, within 2 ulp of std::exp) and summed as 16 partial
-/// sums; the portable path calls std::exp and sums left to right. Either way an element's result
-/// depends only on its row, never on the batch or position the row came from.
+/// (attention rows, router logits). With AVX-512 or AVX2, e^x is computed 16 lanes at a time
+/// (Cody-Waite reduction and Cephes' expf polynomial, within 2 ulp of std::exp) and summed as 16
+/// partial sums (both builds give the same bits); the portable path calls std::exp and sums left to right. Either way an
+/// element's result depends only on its row, never on the batch or position the row came from.
 void softmax_row(float* s, std::int64_t n);
 
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,

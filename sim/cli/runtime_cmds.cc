@@ -254,9 +254,11 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   err << fmt::format(
       "rlsim bench runtime: {} shapes (dim {}, ffn {}, {} layers, {} heads / {} kv, vocab {}), synthetic weights, {} threads, "
       "{} decode kernels, {} prefill GEMM, best of {}\n",
-      c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads,
-      models::simd_kernels_available() ? "AVX-512" : "scalar",
-      models::gemm_uses_avx512_bf16() ? "AVX512-BF16" : (models::simd_kernels_available() ? "AVX-512 FP32" : "scalar"), o.repeat);
+      c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads, models::simd_kernels_name(),
+      models::gemm_uses_avx512_bf16()
+          ? std::string("AVX512-BF16")
+          : (models::simd_kernels_available() ? fmt::format("{} FP32", models::simd_kernels_name()) : "scalar"),
+      o.repeat);
   err.flush();
   const double gbps = measure_read_bandwidth(std::size_t{1} << 30, o.repeat);
   out << fmt::format("bandwidth {:.1f} GB/s\n", gbps);

@@ -1,0 +1,97 @@
+// SIMD intrinsics for the kernels that have vector paths (quantize.cc, runtime/kernels.cc,
+// runtime/gemm.cc): include this header instead of <immintrin.h>. simd_target.h says which
+// paths a build compiles (RLSIM_AVX512, RLSIM_AVX2, ...). For AVX2 builds it defines V16: the 16
+// FP32 lanes of the AVX-512 kernels as two 8-lane registers, so that an AVX2 kernel does each
+// lane's arithmetic exactly as its AVX-512 twin and gives the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "models/precision/simd_target.h"
+
+#ifdef RLSIM_AVX512
+// GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
+// reports wherever they inline (GCC bug 105593, a false positive fixed in GCC 13). The pragma stays
+// in effect for the rest of the including translation unit, where the intrinsics are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#elif defined(RLSIM_AVX2)
+#include <immintrin.h>
+
+namespace rlsim::models::simd {
+
+/// 16 FP32 lanes as two AVX2 registers: lanes 0-7 in `lo`, 8-15 in `hi` (the lane order of an
+/// AVX-512 register). Every operation is lane-wise except reduce_add.
+struct V16 {
+  __m256 lo, hi;
+};
+
+inline V16 zero16() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline V16 set1(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
+inline V16 load16(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline void store16(float* p, V16 v) {
+  _mm256_storeu_ps(p, v.lo);
+  _mm256_storeu_ps(p + 8, v.hi);
+}
+/// a * b + c, one rounding per lane (VFMADD231PS, as _mm512_fmadd_ps).
+inline V16 fmadd(V16 a, V16 b, V16 c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+inline V16 mul(V16 a, V16 b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+inline V16 add(V16 a, V16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+
+/// The first n (0..16) of 16 floats from p, the other lanes 0; reads nothing past p + n.
+inline V16 load16_first(const float* p, std::int64_t n) {
+  if (n >= 16) return load16(p);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
+  const __m256i m_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n) - 8), lane);
+  return {_mm256_maskload_ps(p, m_lo), _mm256_maskload_ps(p + 8, m_hi)};
+}
+
+/// The sum of the 16 lanes in the order of GCC's _mm512_reduce_add_ps (avx512fintrin.h,
+/// __MM512_REDUCE_OP): (lanes 8-15 + lanes 0-7), then the upper 4 of those plus the lower 4, then
+/// lanes {2, 3} added to {0, 1}, then lane 0 + lane 1. The AVX-512 kernels' results are therefore
+/// reproduced bit for bit.
+inline float reduce_add(V16 v) {
+  const __m256 t3 = _mm256_add_ps(v.hi, v.lo);
+  const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+  const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1)));
+}
+
+/// 16 FP32 values from 16 BF16 bits at p (a shift: exact).
+inline V16 load16_bf16(const void* p) {
+  const __m128i a = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  const __m128i b = _mm_loadu_si128(static_cast<const __m128i*>(p) + 1);
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16)),
+          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16))};
+}
+/// 16 FP32 values from 16 IEEE binary16 values at p (F16C VCVTPH2PS: exact).
+inline V16 load16_f16(const void* p) {
+  return {_mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p))),
+          _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p) + 1))};
+}
+/// The E4M3 codes of 16 bytes as the kernels read them: each sign-extended byte << 20, masked to
+/// sign and bits 26..20, which is 2^-120 times the code's value (subnormals included); lanes 0-7
+/// from bytes 0-7.
+inline V16 e4m3_scaled_down16(__m128i bytes) {
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
+  auto half = [mask](__m128i b8) {
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(_mm256_cvtepi8_epi32(b8), 20), mask));
+  };
+  return {half(bytes), half(_mm_unpackhi_epi64(bytes, bytes))};
+}
+
+/// table[idx & 15] per lane for a 16-entry FP32 table held as {table[0..7], table[8..15]}
+/// (_mm512_permutexvar_ps of a 16-entry table): VPERMPS on the low 3 index bits, bit 3 choosing
+/// the half (VBLENDVPS on the sign bit of idx << 28).
+inline __m256 lookup16(__m256i idx, V16 table) {
+  const __m256 from_lo = _mm256_permutevar8x32_ps(table.lo, idx);
+  const __m256 from_hi = _mm256_permutevar8x32_ps(table.hi, idx);
+  return _mm256_blendv_ps(from_lo, from_hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+}  // namespace rlsim::models::simd
+#endif
