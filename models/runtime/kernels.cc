@@ -1508,6 +1508,19 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
   for (std::int64_t n = 0; n < tokens; ++n) gemv_rows_scalar(x + n * cols_, y + n * ldy, r0, r1);
 }
 
+#ifdef RLSIM_SIMD16
+namespace {
+// The constants of e^x for softmax_row's SIMD paths: x clamped at kExpClamp, k = round(x log2 e),
+// r = x - k ln 2 with ln 2 in two parts (Cody-Waite: kLn2Hi exact in few bits, kLn2Lo the rest),
+// e^r = 1 + r + r^2 P(r), P's coefficients highest first (S. Moshier, Cephes Math Library, expf.c).
+constexpr float kExpClamp = -104.0f;  // e^-104 is below FP32's smallest subnormal
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace
+#endif
+
 #ifdef RLSIM_AVX512
 namespace {
 // e^x in 16 FP32 lanes, for the x <= 0 of a softmax: x = k ln 2 + r with |r| <= ln 2 / 2
@@ -1517,17 +1530,12 @@ namespace {
 // subnormal), so -inf gives 0 too, while NaN stays NaN as std::exp leaves it. Each lane is computed alone: the result of an
 // element does not depend on its neighbours or on the row's length.
 inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // a NaN x stays NaN (vmaxps returns its second operand)
-  const __m512 k =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  x = _mm512_max_ps(_mm512_set1_ps(kExpClamp), x);  // a NaN x stays NaN (vmaxps returns its second operand)
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP[i]));
   const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(y, k);
 }
@@ -1538,17 +1546,12 @@ namespace {
 // and 2^k applied as (y 2^(k + 64)) 2^-64: the first product is exact (k >= -151), the second
 // rounds once, as vscalefps does, so each lane gives vscalefps's bits, subnormals included.
 inline __m256 exp_nonpositive8(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);  // a NaN x stays NaN (vmaxps returns its second operand)
-  const __m256 k =
-      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  x = _mm256_max_ps(_mm256_set1_ps(kExpClamp), x);  // a NaN x stays NaN (vmaxps returns its second operand)
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP[i]));
   const __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   constexpr int kLift = 64;  // keeps 2^(k + kLift) a normal FP32 number for k >= -104 log2(e) - 1
   const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127 + kLift));
