@@ -390,8 +390,11 @@ inline void bf16_sums(V16 (&acc)[R], const std::uint16_t* w, std::int64_t ldw, c
     for (int i = 0; i < R; ++i) {
       std::uint32_t pair;
       std::memcpy(&pair, w + i * ldw + 2 * kp, sizeof pair);
-      const V16 wl = simd::set1(std::bit_cast<float>(pair << 16)), wh = simd::set1(std::bit_cast<float>(pair & 0xFFFF0000u));
-      acc[i] = simd::fmadd(wh, xh, simd::fmadd(wl, xl, acc[i]));
+      // Broadcast the pair (one VPBROADCASTD from memory), then split it in the vector unit.
+      const __m256i wv = _mm256_set1_epi32(static_cast<int>(pair));
+      const __m256 wl = _mm256_castsi256_ps(_mm256_slli_epi32(wv, 16));
+      const __m256 wh = _mm256_castsi256_ps(_mm256_and_si256(wv, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      acc[i] = simd::fmadd(V16{wh, wh}, xh, simd::fmadd(V16{wl, wl}, xl, acc[i]));
     }
   }
 }
