@@ -711,6 +711,7 @@ struct NibbleScales {
   std::int64_t cpb = 1;
   float tensor = 1.0f;
   const float* e4m3_luts = nullptr;
+  bool int4_codes = false;  // INT4 (two's complement) codes rather than E2M1 ones
 };
 }  // namespace
 #endif
@@ -971,44 +972,60 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64
 
 namespace {
 
-// A block scale in its storage element S, broadcast to 16 lanes.
-template <Element S>
-inline V16 broadcast_scale(const std::uint8_t* scales, std::size_t idx) {
-  return simd::set1(scale_value<S>(scales, idx));
-}
-
-// The scaled code tables of 4-bit chunk j's 4 rows, as the AVX-512 nibble_chunk_tables makes
-// them (the same products: a table entry times its block scale).
+// The block scales of 4-bit chunk j's 4 rows (as nibble_chunk_tables above chooses them): s_lo[i]
+// for row i's first 16 columns, s_hi[i] for the other 16.
 template <Element S, bool kPerHalf>
-[[gnu::always_inline]] inline void nibble_chunk_tables(const NibbleScales& sc, V16 lut, std::int64_t j, std::int64_t cols,
-                                                       std::int64_t& left, std::size_t& blk, V16* lut_lo, V16* lut_hi) {
+[[gnu::always_inline]] inline void nibble_chunk_scales(const NibbleScales& sc, std::int64_t j, std::int64_t cols,
+                                                       std::int64_t& left, std::size_t& blk, float* s_lo, float* s_hi) {
   constexpr int R = 4;
-  const auto table = [&sc](std::size_t slot) { return simd::load16(sc.e4m3_luts + 16 * sc.data[slot]); };
-  const bool luts = S == Element::kFp8E4M3 && sc.e4m3_luts != nullptr;
   if constexpr (kPerHalf) {
     const std::size_t lo = 2 * static_cast<std::size_t>(j) * sc.stride, hi = lo + sc.stride;
     const bool has_hi = 32 * j + 16 < cols;
+    if (S == Element::kFp8E4M3 && sc.stride == R && has_hi) {
+      // Tile-permuted E4M3 scales: the 4 rows' scales of block column 2j, then of 2j + 1, are 8
+      // consecutive bytes, decoded together (e4m3_value's bit trick, 8 lanes).
+      const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc.data + sc.sbase[0] + lo));
+      const V16 v = simd::e4m3_scaled_down16(b8);  // lanes 0-7 from the 8 bytes
+      _mm_storeu_ps(s_lo, _mm_mul_ps(_mm256_castps256_ps128(v.lo), _mm_set1_ps(kE4M3Fix)));
+      _mm_storeu_ps(s_hi, _mm_mul_ps(_mm256_extractf128_ps(v.lo, 1), _mm_set1_ps(kE4M3Fix)));
+      return;
+    }
     for (int i = 0; i < R; ++i) {
-      lut_lo[i] = luts ? table(sc.sbase[i] + lo) : simd::mul(lut, broadcast_scale<S>(sc.data, sc.sbase[i] + lo));
-      lut_hi[i] =
-          !has_hi ? lut_lo[i] : (luts ? table(sc.sbase[i] + hi) : simd::mul(lut, broadcast_scale<S>(sc.data, sc.sbase[i] + hi)));
+      s_lo[i] = scale_value<S>(sc.data, sc.sbase[i] + lo);
+      s_hi[i] = has_hi ? scale_value<S>(sc.data, sc.sbase[i] + hi) : s_lo[i];
     }
   } else if (left-- == 0) {
-    for (int i = 0; i < R; ++i) {
-      const std::size_t slot = sc.sbase[i] + blk * sc.stride;
-      lut_lo[i] = lut_hi[i] = luts ? table(slot) : simd::mul(lut, broadcast_scale<S>(sc.data, slot));
-    }
+    for (int i = 0; i < R; ++i) s_lo[i] = s_hi[i] = scale_value<S>(sc.data, sc.sbase[i] + blk * sc.stride);
     ++blk;
     left = sc.cpb - 1;
   }
 }
 
-// The 4-bit GEMV of one tile (the AVX-512 nibble_tile's sums): byte k of a chunk row holds
-// element k in its low nibble and k + 16 in its high nibble; each 8-lane half looks its codes up
-// in the 16-entry table with simd::lookup16.
-template <Element S, bool kPerHalf, bool kTensorScale, int NT>
-void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, const NibbleScales& sc,
-                 const float* x, std::int64_t ldx, float* y) {
+// The 32 values of a chunk row before scaling (16 bytes at p: element k in byte k's low nibble,
+// k + 16 in its high nibble): INT4 codes are two's complement, sign-extended in place; other
+// codes (E2M1) are looked up in the 16-entry table.
+template <bool kInt4>
+[[gnu::always_inline]] inline void nibble_values(const std::uint8_t* p, V16 lut, V16& lo, V16& hi) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i d0 = _mm256_cvtepu8_epi32(bytes), d1 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));
+  if constexpr (kInt4) {
+    auto low = [](__m256i d) { return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 28), 28)); };
+    auto high = [](__m256i d) { return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 24), 28)); };
+    lo = {low(d0), low(d1)};
+    hi = {high(d0), high(d1)};
+  } else {
+    lo = {simd::lookup16(d0, lut), simd::lookup16(d1, lut)};
+    hi = {simd::lookup16(_mm256_srli_epi32(d0, 4), lut), simd::lookup16(_mm256_srli_epi32(d1, 4), lut)};
+  }
+}
+
+// The 4-bit GEMV of one tile: the AVX-512 nibble_tile's sums. Where that kernel looks each code up
+// in a table already multiplied by the block scale, this one takes the code's value and then
+// multiplies it by the scale: the same single product (exact for BF16, E8M0 and E4M3 scales; one
+// rounding, the same, for FP32 ones), so the same bits, without rebuilding 8 tables per chunk.
+template <Element S, bool kPerHalf, bool kTensorScale, int NT, bool kInt4>
+void nibble_tile_values(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, const NibbleScales& sc,
+                        const float* x, std::int64_t ldx, float* y) {
   const bool scaled = sc.data != nullptr;
   constexpr int R = 4;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
@@ -1017,30 +1034,26 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
     for (int n = 0; n < NT; ++n) acc[i][n] = simd::zero16();
   }
   const V16 lut = simd::load16(lut16);
-  V16 lut_lo[R], lut_hi[R];
-  for (int i = 0; i < R; ++i) lut_lo[i] = lut_hi[i] = lut;
+  float s_lo[R] = {1.0f, 1.0f, 1.0f, 1.0f}, s_hi[R] = {1.0f, 1.0f, 1.0f, 1.0f};
   std::int64_t left = 0;
   std::size_t blk = 0;
   const std::int64_t full = cols / 32;
   for (std::int64_t j = 0; j < chunks; ++j, p += R * CB) {
     prefetch(p + kPrefetchBytes);
-    if (scaled) nibble_chunk_tables<S, kPerHalf>(sc, lut, j, cols, left, blk, lut_lo, lut_hi);
+    if (scaled) nibble_chunk_scales<S, kPerHalf>(sc, j, cols, left, blk, s_lo, s_hi);
     V16 x_lo[NT], x_hi[NT];
     for (int n = 0; n < NT; ++n) {
       const float* xn = x + n * ldx;
-      if (j < full) {
-        x_lo[n] = simd::load16(xn + 32 * j);
-        x_hi[n] = simd::load16(xn + 32 * j + 16);
-      } else {
-        x_lo[n] = load_x(xn, 32 * j, cols);
-        x_hi[n] = load_x(xn, 32 * j + 16, cols);
-      }
+      x_lo[n] = j < full ? simd::load16(xn + 32 * j) : load_x(xn, 32 * j, cols);
+      x_hi[n] = j < full ? simd::load16(xn + 32 * j + 16) : load_x(xn, 32 * j + 16, cols);
     }
     for (int i = 0; i < R; ++i) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * CB));
-      const __m256i d0 = _mm256_cvtepu8_epi32(bytes), d1 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));
-      const V16 w_lo = {simd::lookup16(d0, lut_lo[i]), simd::lookup16(d1, lut_lo[i])};
-      const V16 w_hi = {simd::lookup16(_mm256_srli_epi32(d0, 4), lut_hi[i]), simd::lookup16(_mm256_srli_epi32(d1, 4), lut_hi[i])};
+      V16 w_lo, w_hi;
+      nibble_values<kInt4>(p + i * CB, lut, w_lo, w_hi);
+      if (scaled) {
+        w_lo = simd::mul(w_lo, simd::set1(s_lo[i]));
+        w_hi = simd::mul(w_hi, simd::set1(s_hi[i]));
+      }
       for (int n = 0; n < NT; ++n) acc[i][n] = simd::fmadd(w_hi, x_hi[n], simd::fmadd(w_lo, x_lo[n], acc[i][n]));
     }
   }
@@ -1049,6 +1062,16 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
       const float sum = simd::reduce_add(acc[i][n]);
       y[n * R + i] = kTensorScale ? sum * sc.tensor : sum;
     }
+  }
+}
+
+template <Element S, bool kPerHalf, bool kTensorScale, int NT>
+void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, const float* lut16, const NibbleScales& sc,
+                 const float* x, std::int64_t ldx, float* y) {
+  if (sc.int4_codes) {
+    nibble_tile_values<S, kPerHalf, kTensorScale, NT, true>(p, chunks, cols, lut16, sc, x, ldx, y);
+  } else {
+    nibble_tile_values<S, kPerHalf, kTensorScale, NT, false>(p, chunks, cols, lut16, sc, x, ldx, y);
   }
 }
 
@@ -1070,6 +1093,7 @@ void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::
   sc.cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
   sc.tensor = tensor_scale_;
   sc.e4m3_luts = e4m3_luts_;
+  sc.int4_codes = element_ == Element::kInt4;
   const bool halves = scaled_ && grid_cols_ > 1 && block_cols_ == 16;
   const bool ts = tensor_scale_ != 1.0f;
 #define RLSIM_NIBBLE(S)                                                                    \

@@ -415,5 +415,25 @@ TEST(Softmax, MatchesDoublePrecisionAndDependsOnlyOnTheRow) {
   for (float v : bad) EXPECT_TRUE(std::isnan(v));
 }
 
+TEST(Softmax, SubnormalProbabilitiesRoundOnceInsteadOfFlushing) {
+  // e^-88 .. e^-103.5 lie in FP32's subnormal range (below 2^-126 ~ 1.2e-38). The SIMD paths
+  // compute 2^k y with vscalefps (AVX-512) or two multiplies, the first exact (AVX2); either
+  // rounds once to the subnormal grid, so the probabilities keep their value to within its
+  // spacing (2^-149) instead of becoming 0 or a power of two off.
+  const std::vector<float> s{0.0f, -88.0f, -92.5f, -96.0f, -100.0f, -102.5f, 1.0f, -90.0f,
+                             -98.0f, -102.0f, -101.0f, -94.0f, -89.0f, -97.0f, -99.0f, -91.0f, -93.0f};  // 17: a tail too
+  std::vector<float> out = s;
+  softmax_row(out.data(), static_cast<std::int64_t>(out.size()));
+  double sum = 0;
+  for (float v : s) sum += std::exp(static_cast<double>(v) - 1.0);
+  for (std::size_t j = 0; j < s.size(); ++j) {
+    const double want = std::exp(static_cast<double>(s[j]) - 1.0) / sum;
+    if (want >= 0x1p-126) continue;
+    SCOPED_TRACE("score " + std::to_string(s[j]));
+    EXPECT_GT(out[j], 0.0f);
+    EXPECT_NEAR(out[j], want, 16 * 0x1p-24 * want + 0x1p-148);
+  }
+}
+
 }  // namespace
 }  // namespace rlsim::models
