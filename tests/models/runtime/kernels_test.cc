@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <string>
@@ -199,6 +200,49 @@ TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
       }
       for (float v : one[0]) EXPECT_TRUE(std::isfinite(v));
     }
+  }
+}
+
+// FNV-1a (64-bit) over the bits of the floats of v.
+std::uint64_t float_bits_hash(const std::vector<float>& v) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (float f : v) {
+    const auto b = std::bit_cast<std::uint32_t>(f);
+    for (int k = 0; k < 4; ++k) h = (h ^ ((b >> (8 * k)) & 0xFFu)) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
+  // The AVX2 kernels keep the AVX-512 kernels' 16 lanes as two 8-lane halves, do each lane's
+  // operations in the same order and add the lanes in _mm512_reduce_add_ps's order, so a GEMV
+  // has the same bits on either host. The hashes below are an AVX2 build's outputs (Zen 3 VM,
+  // 2026-11-27); an AVX-512 build that differs breaks that claim. Ragged 37 x 200 and 64 x 576
+  // (the k-major two-phase path), 5 tokens (a 4-token group and a single one).
+  if (!simd_kernels_available()) GTEST_SKIP() << "portable build: the scalar kernels sum in another order";
+  const std::pair<const char*, std::uint64_t> cases[] = {{"fp32", 0xf38bf37f53b65404ull},
+                                                         {"bf16", 0xb32f3a3b81495314ull},
+                                                         {"fp16", 0x12785912cf22ce37ull},
+                                                         {"fp8-e4m3/block128x128", 0x74508d22e8cc211eull},
+                                                         {"fp8-e4m3/group1x128", 0xb7950f26699fd8ceull},
+                                                         {"mxfp8", 0x575c503de17bd2e7ull},
+                                                         {"int4/group32", 0x8f8ced3824d9099dull},
+                                                         {"int4/group128", 0x5be18222ef409179ull},
+                                                         {"nvfp4", 0xbc85eb42560120b6ull},
+                                                         {"mxfp4", 0x5787a1561e1aaf84ull}};
+  for (const auto& [name, want] : cases) {
+    std::vector<float> out;
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 200}, {64, 576}}) {
+      const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 5, 0.02f);
+      const PackedWeight p(quantize(parse_format(name), rows, cols, std::span<const float>(w)));
+      const std::int64_t tokens = 5;
+      const std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 6, 1.0f);
+      std::vector<float> y(static_cast<std::size_t>(tokens * rows));
+      GemvJob job{&p, x.data(), y.data(), tokens};
+      gemv(std::span<const GemvJob>(&job, 1));
+      out.insert(out.end(), y.begin(), y.end());
+    }
+    EXPECT_EQ(float_bits_hash(out), want) << name << ": 0x" << std::hex << float_bits_hash(out);
   }
 }
 
@@ -420,8 +464,8 @@ TEST(Softmax, SubnormalProbabilitiesRoundOnceInsteadOfFlushing) {
   // compute 2^k y with vscalefps (AVX-512) or two multiplies, the first exact (AVX2); either
   // rounds once to the subnormal grid, so the probabilities keep their value to within its
   // spacing (2^-149) instead of becoming 0 or a power of two off.
-  const std::vector<float> s{0.0f, -88.0f, -92.5f, -96.0f, -100.0f, -102.5f, 1.0f, -90.0f,
-                             -98.0f, -102.0f, -101.0f, -94.0f, -89.0f, -97.0f, -99.0f, -91.0f, -93.0f};  // 17: a tail too
+  const std::vector<float> s{0.0f,    -88.0f,  -92.5f, -96.0f, -100.0f, -102.5f, 1.0f,   -90.0f, -98.0f,
+                             -102.0f, -101.0f, -94.0f, -89.0f, -97.0f,  -99.0f,  -91.0f, -93.0f};  // 17: a tail too
   std::vector<float> out = s;
   softmax_row(out.data(), static_cast<std::int64_t>(out.size()));
   double sum = 0;
