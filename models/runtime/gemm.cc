@@ -436,7 +436,7 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
 }  // namespace avx2
 #endif
 
-// Portable kernels (builds without AVX-512: RLSIM_NATIVE off, the sanitizer build): the same
+// Portable kernels (builds without AVX-512 or AVX2: RLSIM_NATIVE off, the sanitizer build): the same
 // products and block order, one lane at a time.
 [[maybe_unused]] void bf16_kernel_scalar(int rows, int vectors, const std::uint16_t* w, std::int64_t ldw, const float* ws,
                                          const BlockPlan& p, const std::uint32_t* xt, const float* xs, std::int64_t k0,
