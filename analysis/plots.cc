@@ -95,10 +95,10 @@ bool plot_timeline(const std::filesystem::path& png, const sim::Scenario& s, con
     *why = "no phases were simulated";
     return false;
   }
-  // One row per phase_role, top to bottom: rollout, training, a critic's and a reward model's own
-  // devices when the run has them (their phases overlap the actor's), weight sync.
+  // One row per phase_role, top to bottom: rollout, training, a critic's, a reward model's and the
+  // reference's own devices when the run has them (their phases overlap the actor's), weight sync.
   std::vector<std::string_view> rows{"rollout", sim::role_name(sim::Role::kTraining)};
-  for (const auto g : {sim::TrainerGroup::kCritic, sim::TrainerGroup::kRewardModel}) {
+  for (const auto g : {sim::TrainerGroup::kCritic, sim::TrainerGroup::kRewardModel, sim::TrainerGroup::kReference}) {
     if (std::any_of(r.phases.begin(), r.phases.end(), [&](const sim::PhaseSpan& p) { return p.group == g; }))
       rows.push_back(sim::trainer_group_name(g));
   }

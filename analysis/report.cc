@@ -149,6 +149,7 @@ RunSummary summarize(const sim::Scenario& s, const sim::SimResult& r, PrecisionF
   u.peak_training_bytes = r.peak_training_bytes;
   u.peak_critic_bytes = r.peak_critic_bytes;
   u.peak_reward_model_bytes = r.peak_reward_model_bytes;
+  u.peak_reference_bytes = r.peak_reference_bytes;
   u.device_memory_bytes = s.cluster.device.memory_bytes;
   u.verify = std::move(flow);
   u.warnings = r.warnings;
@@ -209,6 +210,7 @@ nlohmann::json summary_json(const RunSummary& u) {
   j["peak_memory_bytes"] = {{"rollout", u.peak_rollout_bytes}, {"training", u.peak_training_bytes}};
   if (u.peak_critic_bytes > 0) j["peak_memory_bytes"]["critic"] = u.peak_critic_bytes;
   if (u.peak_reward_model_bytes > 0) j["peak_memory_bytes"]["reward_model"] = u.peak_reward_model_bytes;
+  if (u.peak_reference_bytes > 0) j["peak_memory_bytes"]["reference"] = u.peak_reference_bytes;
   j["device_memory_bytes"] = u.device_memory_bytes;
   json by_kind = json::object();
   for (const auto& [key, count] : u.verify.groups) by_kind[key] = count;
@@ -261,9 +263,10 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& 
   const std::string dp = u.rollout_data_parallel > 1
                              ? fmt::format(" x DP{} (EP{})", u.rollout_data_parallel, u.rollout_expert_parallel)
                              : std::string();
-  // A critic or reward model on devices of its own (algorithm.*.placement separate).
+  // A critic, reward model or reference on devices of its own (algorithm.*.placement separate).
   std::string aux;
-  for (const auto& [name, m] : {std::pair{"critic", &s.algorithm.critic}, std::pair{"reward model", &s.algorithm.reward_model}}) {
+  for (const auto& [name, m] : {std::pair{"critic", &s.algorithm.critic}, std::pair{"reward model", &s.algorithm.reward_model},
+                                std::pair{"reference", &s.algorithm.reference}}) {
     if (*m && (*m)->placement == sim::AuxPlacement::kSeparate) aux += fmt::format(", {} on {}", name, (*m)->devices);
   }
   out << fmt::format("  rollout {} (kv {}), {} engines x TP{}{}; training {} on {} devices{}\n", u.rollout_precision, u.kv_cache,
@@ -293,6 +296,7 @@ void print_summary(std::ostream& out, const sim::Scenario& s, const RunSummary& 
     std::string groups = peak("rollout", u.peak_rollout_bytes) + ", " + peak("training", u.peak_training_bytes);
     if (u.peak_critic_bytes > 0) groups += ", " + peak("critic", u.peak_critic_bytes);
     if (u.peak_reward_model_bytes > 0) groups += ", " + peak("reward model", u.peak_reward_model_bytes);
+    if (u.peak_reference_bytes > 0) groups += ", " + peak("reference", u.peak_reference_bytes);
     out << "  peak memory per device: " << groups << "\n";
   }
   out << "  bottleneck: " << u.bottleneck << "\n";

@@ -38,7 +38,7 @@ struct RunSummary {
   double rollout_share = 0;           // mean rollout phase / mean step
   double generated_tokens_per_s = 0;  // tokens of the consumed batches / summed step time
   double peak_rollout_bytes = 0, peak_training_bytes = 0, device_memory_bytes = 0;
-  double peak_critic_bytes = 0, peak_reward_model_bytes = 0;  // separate groups only; else 0
+  double peak_critic_bytes = 0, peak_reward_model_bytes = 0, peak_reference_bytes = 0;  // separate groups only; else 0
   PrecisionFlowVerdict verify;
   std::vector<std::string> warnings;
   std::optional<sim::OomReport> oom;

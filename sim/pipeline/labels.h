@@ -60,13 +60,14 @@ inline constexpr std::array<std::string_view, 3> kRoleNames{"rollout", "training
 /// The output name of a role ("rollout", "training", "sync").
 constexpr std::string_view role_name(Role r) { return kRoleNames[static_cast<std::size_t>(r)]; }
 
-/// Which training-side devices a training phase runs on: the actor's, or a PPO critic's or a reward
-/// model's own group (algorithm.*.placement separate), whose phases overlap the actor's.
-enum class TrainerGroup : std::uint8_t { kActor, kCritic, kRewardModel };
-inline constexpr std::array<std::string_view, 3> kTrainerGroupNames{"training", "critic", "reward_model"};
+/// Which training-side devices a training phase runs on: the actor's, or a PPO critic's, a reward
+/// model's or the KL reference's own group (algorithm.*.placement separate), whose phases overlap
+/// the actor's.
+enum class TrainerGroup : std::uint8_t { kActor, kCritic, kRewardModel, kReference };
+inline constexpr std::array<std::string_view, 4> kTrainerGroupNames{"training", "critic", "reward_model", "reference"};
 
 /// The output name of a training phase's devices: "training" (the actor's, as its role is named),
-/// "critic" or "reward_model" (phases.csv's role column, the timeline's rows).
+/// "critic", "reward_model" or "reference" (phases.csv's role column, the timeline's rows).
 constexpr std::string_view trainer_group_name(TrainerGroup g) { return kTrainerGroupNames[static_cast<std::size_t>(g)]; }
 
 /// What a device-memory allocation holds (the tags of memory.csv and of an out-of-memory breakdown).

@@ -26,10 +26,10 @@ constexpr int kMaxTracedEngines = 16;
 
 std::string gb(double bytes) { return format_quantity(bytes, Dimension::kBytes); }
 
-// The scenario a critic or reward model is priced in: the actor's batch with its own model,
-// recipe and layout, on the `devices` of its group; one forward pass per step (the old_logprob
-// pass of its TrainTimes), no KL reference of its own (`reference_model` kept only to size a
-// forward-only model's weights).
+// The scenario a critic, reward model or separate reference is priced in: the actor's batch with
+// its own model, recipe and layout, on the `devices` of its group; one forward pass per step (the
+// old_logprob pass of its TrainTimes), no KL reference of its own (`reference_model` kept only to
+// size a forward-only model's weights).
 Scenario aux_scenario(const Scenario& s, const AuxModelConfig& aux, int devices, bool forward_only) {
   Scenario a = s;
   a.model = aux.model;
@@ -37,7 +37,16 @@ Scenario aux_scenario(const Scenario& s, const AuxModelConfig& aux, int devices,
   static_cast<ParallelLayout&>(a.training) = aux.layout;
   a.training.recompute_old_logprob = true;
   a.training.reference_model = forward_only;
+  a.algorithm.reference.reset();
   a.placement.train_devices = devices;
+  return a;
+}
+
+// The scenario the actor is priced in: without the reference's pass and weights when the
+// reference runs on devices of its own.
+Scenario actor_scenario(const Scenario& s) {
+  Scenario a = s;
+  if (s.algorithm.reference_separate()) a.training.reference_model = false;
   return a;
 }
 
@@ -50,7 +59,7 @@ std::string group_name(Group g) { return g == Group::kActor ? "trainer" : std::s
 class Simulation {
  public:
   Simulation(const Scenario& s, TraceSink& sink, const ProgressFn& progress, const RequestFn& on_request)
-      : s_(s), sink_(sink), progress_(progress), on_request_(on_request), trainer_(s) {
+      : s_(s), sink_(sink), progress_(progress), on_request_(on_request), actor_s_(actor_scenario(s)), trainer_(actor_s_) {
     if (s.algorithm.critic) {
       const auto& c = *s.algorithm.critic;
       if (c.placement == AuxPlacement::kSeparate) critic_group_ = Group::kCritic;
@@ -64,6 +73,11 @@ class Simulation {
                                                               : Group::kActor;
       reward_s_.emplace(aux_scenario(s, rm, group_devices(reward_group_), true));
       reward_.emplace(*reward_s_, ModelHead::kValue);
+    }
+    if (s.algorithm.reference_separate()) {
+      reference_group_ = Group::kReference;
+      reference_s_.emplace(aux_scenario(s, *s.algorithm.reference, group_devices(reference_group_), true));
+      reference_cost_.emplace(*reference_s_, ModelHead::kLanguage);
     }
   }
 
@@ -80,10 +94,13 @@ class Simulation {
   int group_devices(Group g) const {
     if (g == Group::kCritic) return s_.algorithm.critic->devices;
     if (g == Group::kRewardModel) return s_.algorithm.reward_model->devices;
+    if (g == Group::kReference) return s_.algorithm.reference->devices;
     return s_.placement.train_devices;
   }
   // Whether any training-side model runs on devices of its own (its passes then run beside the actor's).
-  bool separate_groups() const { return critic_group_ != Group::kActor || reward_group_ != Group::kActor; }
+  bool separate_groups() const {
+    return critic_group_ != Group::kActor || reward_group_ != Group::kActor || reference_group_ != Group::kActor;
+  }
   bool colocated() const { return s_.placement.mode == PlacementMode::kColocated; }
 
   // Step `step`'s requests as drawn from its own seed (sync and one-step-off schedules): the
@@ -117,6 +134,8 @@ class Simulation {
   std::vector<Stage> training_stages(int step);
   // A reward model's forward pass over the batch (verl timing_s/reward).
   Stage reward_stage(const TrainBatch& b);
+  // The KL reference's forward pass on its own devices (verl timing_s/ref).
+  Stage reference_stage(const TrainBatch& b);
   // PPO's critic: its values of every token, and its update.
   Stage values_stage(const TrainBatch& b);
   Stage critic_update_stage(const TrainBatch& b);
@@ -161,15 +180,19 @@ class Simulation {
   const ProgressFn& progress_;
   const RequestFn& on_request_;
   EventQueue queue_;
+  Scenario actor_s_;  // actor_scenario(s_): what trainer_ prices
   TrainerCostModel trainer_;
   // PPO's critic and a reward model, priced in their own scenarios (aux_scenario) on the training
   // devices; their resident bytes per device (critic: parameters, optimizer states; reward model:
   // its weights in the compute format).
-  std::optional<Scenario> critic_s_, reward_s_;
-  std::optional<TrainerCostModel> critic_, reward_;
-  TrainMemory critic_memory_, reward_memory_;
-  Group critic_group_ = Group::kActor, reward_group_ = Group::kActor;
-  std::array<std::size_t, 3> group_ledger_{};  // index in ledgers_ of a separate critic's / reward model's group
+  // A reference on devices of its own likewise (its weights in the training recipe's reference
+  // format).
+  std::optional<Scenario> critic_s_, reward_s_, reference_s_;
+  std::optional<TrainerCostModel> critic_, reward_, reference_cost_;
+  TrainMemory critic_memory_, reward_memory_, reference_memory_;
+  Group critic_group_ = Group::kActor, reward_group_ = Group::kActor, reference_group_ = Group::kActor;
+  // Index in ledgers_ of a separate critic's / reward model's / reference's group.
+  std::array<std::size_t, kTrainerGroupNames.size()> group_ledger_{};
   SimResult r_;
   std::vector<MemoryLedger> ledgers_;
   std::vector<std::vector<Request>> step_requests_;
@@ -414,9 +437,9 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   // The experience passes, then the updates. A model on its own devices runs its passes in a chain
   // beside the actor's (and a reward model on the critic's devices after the critic's values);
   // on the actor's devices they run one after another in the order below.
-  std::vector<Stage> actor, critic, reward;
+  std::vector<Stage> actor, critic, reward, reference;
   auto chain = [&](Group g) -> std::vector<Stage>& {
-    return g == Group::kCritic ? critic : g == Group::kRewardModel ? reward : actor;
+    return g == Group::kCritic ? critic : g == Group::kRewardModel ? reward : g == Group::kReference ? reference : actor;
   };
   if (reward_ && reward_group_ != Group::kCritic) chain(reward_group_).push_back(reward_stage(b));
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
@@ -425,7 +448,9 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
     actor.push_back(Stage{Phase::kOldLogprob, Role::kTraining, t.old_logprob, t.old_logprob > 0 ? a : nullptr,
                           t.old_logprob > 0 ? f : nullptr});
   }
-  {
+  if (reference_cost_) {
+    chain(reference_group_).push_back(reference_stage(b));
+  } else {
     auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
     actor.push_back(
         Stage{Phase::kReference, Role::kTraining, t.reference, t.reference > 0 ? a : nullptr, t.reference > 0 ? f : nullptr});
@@ -441,7 +466,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
       return;
     }
     Stage block{Phase::kStepOverhead, Role::kTraining, 0.0, nullptr, nullptr};
-    for (auto* c : {&actor, &critic, &reward}) {
+    for (auto* c : {&actor, &critic, &reward, &reference}) {
       if (!c->empty()) block.lanes.push_back(std::move(*c));
       c->clear();
     }
@@ -472,6 +497,14 @@ Simulation::Stage Simulation::reward_stage(const TrainBatch& b) {
   const double seconds = reward_->phase_times(b).old_logprob;
   auto [a, f] = transient(MemoryTag::kActivations, reward_memory_.activations / 2 + reward_memory_.logits / 2, reward_group_);
   return Stage{Phase::kReward, Role::kTraining, seconds, a, f, reward_group_};
+}
+
+Simulation::Stage Simulation::reference_stage(const TrainBatch& b) {
+  // The initial policy's log-probs of every token: one forward pass on the reference's devices.
+  const double seconds = reference_cost_->phase_times(b).old_logprob;
+  auto [a, f] =
+      transient(MemoryTag::kActivations, reference_memory_.activations / 2 + reference_memory_.logits / 2, reference_group_);
+  return Stage{Phase::kReference, Role::kTraining, seconds, a, f, reference_group_};
 }
 
 Simulation::Stage Simulation::values_stage(const TrainBatch& b) {
@@ -930,6 +963,7 @@ void Simulation::report_memory() {
     r_.peak_training_bytes = train_ledger().peak();
     if (critic_group_ == Group::kCritic) r_.peak_critic_bytes = ledger(Group::kCritic).peak();
     if (reward_group_ == Group::kRewardModel) r_.peak_reward_model_bytes = ledger(Group::kRewardModel).peak();
+    if (reference_group_ == Group::kReference) r_.peak_reference_bytes = ledger(Group::kReference).peak();
   }
 }
 
@@ -943,9 +977,9 @@ SimResult Simulation::run() {
   } else {
     ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
     ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
-    // A critic's and a reward model's own groups.
-    for (const Group g : {Group::kCritic, Group::kRewardModel}) {
-      if (critic_group_ != g && reward_group_ != g) continue;
+    // A critic's, a reward model's and a reference's own groups.
+    for (const Group g : {Group::kCritic, Group::kRewardModel, Group::kReference}) {
+      if (critic_group_ != g && reward_group_ != g && reference_group_ != g) continue;
       group_ledger_[static_cast<std::size_t>(g)] = ledgers_.size();
       ledgers_.emplace_back(fmt::format("{} ({} devices)", group_name(g), group_devices(g)), capacity);
       ledgers_.back().set_phase(Role::kTraining);
@@ -981,6 +1015,7 @@ SimResult Simulation::run() {
   r_.train_memory = trainer_.memory(largest);
   if (critic_) critic_memory_ = critic_->memory(largest);
   if (reward_) reward_memory_ = reward_->memory(largest);
+  if (reference_cost_) reference_memory_ = reference_cost_->memory(largest);
 
   if (!check_fit()) {
     r_.ledgers = std::move(ledgers_);
@@ -1009,6 +1044,7 @@ SimResult Simulation::run() {
     if (optimizer_resident) cl.allocate(0, MemoryTag::kCriticOptimizer, critic_memory_.optimizer);
   }
   if (reward_) ledger(reward_group_).allocate(0, MemoryTag::kRewardParams, reward_memory_.reference);
+  if (reference_cost_) ledger(reference_group_).allocate(0, MemoryTag::kReferenceParams, reference_memory_.reference);
   if (!colocated()) {
     rollout_ledger().set_phase(Role::kRollout);
     ensure_rollout_weights();

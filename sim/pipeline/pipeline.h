@@ -91,9 +91,9 @@ struct SimResult {
   std::int64_t left_in_flight_tokens = 0;  // tokens those sequences had generated
   double peak_rollout_bytes = 0;           // per device, during rollout
   double peak_training_bytes = 0;          // per device, during training and weight sync
-  /// Per device of a critic's and a reward model's own groups (algorithm.*.placement separate);
-  /// 0 where the run has no such group.
-  double peak_critic_bytes = 0, peak_reward_model_bytes = 0;
+  /// Per device of a critic's, a reward model's and the reference's own groups
+  /// (algorithm.*.placement separate); 0 where the run has no such group.
+  double peak_critic_bytes = 0, peak_reward_model_bytes = 0, peak_reference_bytes = 0;
   bool fits() const { return !oom.has_value(); }
 };
 

@@ -221,6 +221,10 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
   const double master = element_bytes(t.precision.master_weights);
   mem.params = shard * master;
   mem.grads = shard * widths_.gradient;
+  // ZeRO-Offload (Ren et al. 2021, "ZeRO-Offload", sec. 4.1; DeepSpeed offload_optimizer, which
+  // DeepSpeedCPUAdam runs under): each reduced gradient partition moves to host memory as the
+  // backward pass produces it, so a device holds one layer's gradients, not its whole shard.
+  if (zero_offload()) mem.grads = std::min(shard, params_ / m.layers) * widths_.gradient;
   const double states = t.optimizer.name == "sgd" ? 1.0 : 2.0;
   const double master_copy = master_copy_bytes(t);
   mem.optimizer = shard * (states * element_bytes(t.optimizer.state) + master_copy);
@@ -265,7 +269,7 @@ TrainMemory TrainerCostModel::memory(const TrainBatch& b) const {
                                                                       (t.tensor_parallel * dp / (ep * etp))
                                               : params_ / mp / dp;
     mem.params = here * master;
-    mem.grads = here * widths_.gradient;
+    mem.grads = (zero_offload() ? std::min(here, params_ / m.layers) : here) * widths_.gradient;
     mem.optimizer = opt_here * (states * element_bytes(t.optimizer.state) + master_copy);
     mem.reference = t.reference_model ? here * widths_.reference : 0.0;
   }
@@ -324,10 +328,14 @@ double TrainerCostModel::optimizer_offload_s() const {
 
 bool TrainerCostModel::cpu_optimizer() const { return s_.training.optimizer.cpu_adam; }
 
+bool TrainerCostModel::zero_offload() const {
+  return cpu_optimizer() && s_.training.optimizer.cpu_adam_kernel == CpuAdamKernel::kDeepSpeed;
+}
+
 double TrainerCostModel::cpu_optimizer_s() const {
   const auto& t = s_.training;
   const TrainMemory m = memory(TrainBatch{});
-  const double shard_params = m.grads / widths_.gradient;  // parameters this device holds
+  const double shard_params = m.params / element_bytes(t.precision.master_weights);  // parameters this device holds
   // Gradients go down, updated parameters come back.
   const double copies = shard_params * (widths_.gradient + widths_.sync) / s_.cluster.host_link.bandwidth_bytes_per_s;
   const int per_node = std::min(s_.cluster.devices_per_node, devices_);

@@ -129,6 +129,10 @@ class TrainerCostModel {
   double cpu_optimizer_s() const;
   /// Whether optimizer states stay in host memory and Adam runs on the CPU (optimizer.cpu_adam).
   bool cpu_optimizer() const;
+  /// Whether gradients leave the device as they are reduced: CPU Adam with DeepSpeed's kernel,
+  /// which runs under ZeRO-Offload (Ren et al. 2021, sec. 4.1). The device then holds one
+  /// layer's gradients (TrainMemory::grads) instead of its whole shard's.
+  bool zero_offload() const;
 
   int devices() const { return devices_; }
   /// FLOPs of one forward-only pass over the batch: 2 x matmul parameters x its linear tokens

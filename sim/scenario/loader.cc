@@ -782,7 +782,8 @@ void parse_aux_layout(Map& am, ParallelLayout& l) {
       static_cast<int>(am.integer("virtual_pipeline", am.has("pipeline_parallel") ? 1 : l.virtual_pipeline, 1, 4096));
 }
 
-// algorithm: {name, critic: {model, precision, placement, devices, backend, *_parallel}, reward_model: {...}}.
+// algorithm: {name, critic: {model, precision, placement, devices, backend, *_parallel}, reward_model: {...},
+//             reference: {placement, devices, backend, *_parallel}}.
 void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_dir, Scenario& s) {
   auto& a = s.algorithm;
   if (!top.has("algorithm")) return;
@@ -792,8 +793,9 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
                                 {"ppo", Algorithm::kPpo},
                                 {"reinforce++", Algorithm::kReinforcePlusPlus},
                                 {"rloo", Algorithm::kRloo}});
-  int separate_devices = 0;  // of the critic's and reward model's own groups
-  auto aux = [&](const char* key) {
+  int separate_devices = 0;  // of the critic's, reward model's and reference's own groups
+  // The reference is the initial policy: the actor's model and precision, never its own.
+  auto aux = [&](const char* key, bool own_model = true) {
     AuxModelConfig c;
     c.model = s.model;
     c.precision = s.training.precision;
@@ -801,8 +803,8 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
     if (!m.has(key)) return c;
     const std::string path = std::string("algorithm.") + key;
     Map am(src, m.get(key), path);
-    if (am.has("model")) c.model = parse_model_node(src, am.get("model"), path + ".model", base_dir);
-    if (am.has("precision")) c.precision = parse_recipe(src, am.get("precision"), path + ".precision");
+    if (own_model && am.has("model")) c.model = parse_model_node(src, am.get("model"), path + ".model", base_dir);
+    if (own_model && am.has("precision")) c.precision = parse_recipe(src, am.get("precision"), path + ".precision");
     std::vector<std::pair<std::string, AuxPlacement>> places{{"actor", AuxPlacement::kActor},
                                                              {"separate", AuxPlacement::kSeparate}};
     if (std::string_view(key) == "reward_model") places.insert(places.begin() + 1, {"critic", AuxPlacement::kCritic});
@@ -810,8 +812,11 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
     parse_aux_placement(src, am, path, s, c);
     separate_devices += c.devices;
     parse_aux_layout(am, c.layout);
-    am.finish({"model", "precision", "placement", "devices", "backend", "tensor_parallel", "pipeline_parallel", "expert_parallel",
-               "context_parallel", "expert_tensor_parallel", "virtual_pipeline"});
+    std::vector<std::string> keys{"placement",         "devices",         "backend",          "tensor_parallel",
+                                  "pipeline_parallel", "expert_parallel", "context_parallel", "expert_tensor_parallel",
+                                  "virtual_pipeline"};
+    if (own_model) keys.insert(keys.begin(), {"model", "precision"});
+    am.finish(keys);
     // The devices it runs on: its own, the critic's (parsed first), or the actor's.
     int devices = s.placement.train_devices;
     if (c.placement == AuxPlacement::kSeparate) devices = c.devices;
@@ -826,7 +831,14 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
     src.fail(m.get("critic"), "algorithm.critic", "algorithm.critic needs name: ppo (GRPO, REINFORCE++ and RLOO have no critic)");
   }
   if (m.has("reward_model")) a.reward_model = aux("reward_model");
-  m.finish({"name", "critic", "reward_model"});
+  if (m.has("reference")) {
+    if (!s.training.reference_model) {
+      src.fail(m.get("reference"), "algorithm.reference",
+               "algorithm.reference places the KL reference's forward pass, but training.reference_model is false");
+    }
+    a.reference = aux("reference", false);
+  }
+  m.finish({"name", "critic", "reward_model", "reference"});
   if (a.reward_model && a.reward_model->placement == AuxPlacement::kCritic && !a.critic) {
     src.fail(Map(src, m.get("reward_model"), "algorithm.reward_model").get("placement"), "algorithm.reward_model.placement",
              "algorithm.reward_model.placement: critic needs a critic (algorithm.name: ppo)");
@@ -834,7 +846,8 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
   const int used = s.placement.rollout_devices + s.placement.train_devices + separate_devices;
   if (separate_devices > 0 && used > s.cluster.devices()) {
     src.fail(m.node(), "algorithm",
-             fmt::format("placement.rollout_devices + train_devices + the critic's and reward model's separate devices = {} "
+             fmt::format("placement.rollout_devices + train_devices + the critic's, reward model's and reference's separate "
+                         "devices = {} "
                          "+ {} + {} exceeds the cluster's {} devices",
                          s.placement.rollout_devices, s.placement.train_devices, separate_devices, s.cluster.devices()));
   }

@@ -208,12 +208,16 @@ std::string resolved_yaml(const Scenario& s) {
         : a.name == Algorithm::kPpo               ? "ppo"
         : a.name == Algorithm::kReinforcePlusPlus ? "reinforce++"
                                                   : "rloo");
-  for (const auto& [key, aux] : {std::pair<const char*, const std::optional<AuxModelConfig>*>{"critic", &a.critic},
-                                 std::pair<const char*, const std::optional<AuxModelConfig>*>{"reward_model", &a.reward_model}}) {
+  using Aux = std::pair<const char*, const std::optional<AuxModelConfig>*>;
+  for (const auto& [key, aux] :
+       {Aux{"critic", &a.critic}, Aux{"reward_model", &a.reward_model}, Aux{"reference", &a.reference}}) {
     if (!*aux) continue;
     e << YAML::Key << key << YAML::Value << YAML::BeginMap;
-    model(e, (*aux)->model);
-    recipe(e, "precision", (*aux)->precision);
+    // The reference's model and precision are the actor's (the loader accepts no others).
+    if (&a.reference != aux) {
+      model(e, (*aux)->model);
+      recipe(e, "precision", (*aux)->precision);
+    }
     e << YAML::Key << "placement" << YAML::Value << std::string(aux_placement_name((*aux)->placement));
     if ((*aux)->placement == AuxPlacement::kSeparate) e << YAML::Key << "devices" << YAML::Value << (*aux)->devices;
     const ParallelLayout& l = (*aux)->layout;

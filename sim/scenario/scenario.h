@@ -308,6 +308,14 @@ struct AlgorithmConfig {
   /// A reward model's forward pass over every sequence (verl reward_model.enable, OpenRLHF
   /// --reward_pretrain). Default: none (rule-based or verifier rewards, inside step_overhead).
   std::optional<AuxModelConfig> reward_model;
+  /// Where the KL reference's forward pass runs (training.reference_model): absent or placement
+  /// actor, on the actor's devices after its old-log-prob pass; placement separate, on a group of
+  /// its own beside the actor's passes (OpenRLHF --ref_num_gpus_per_node without
+  /// --colocate_actor_ref). Its model and precision are always the actor's (the initial policy);
+  /// its layout is the training section's unless it sets its own. Default: none.
+  std::optional<AuxModelConfig> reference;
+  /// Whether the reference runs on devices of its own.
+  bool reference_separate() const { return reference && reference->placement == AuxPlacement::kSeparate; }
 };
 
 struct Scenario {

@@ -248,6 +248,56 @@ TEST(Pipeline, SeparateCriticRunsBesideTheActor) {
   EXPECT_GT(c.steps[0].step_s(), r.steps[0].step_s());
 }
 
+// A reference on devices of its own (OpenRLHF --ref_num_gpus_per_node): its pass runs beside the
+// actor's old-log-prob pass, as long as the same pass on its own devices would take, and its
+// weights leave the actor's ledger for its own.
+TEST(Pipeline, SeparateReferenceRunsBesideTheActor) {
+  NullSink sink;
+  const std::vector<std::string> base{"model=qwen2.5-math-1.5b",
+                                      "placement={mode: disaggregated, rollout_devices: 4, train_devices: 2}",
+                                      "rollout.tensor_parallel=1"};
+  auto with = [&](const std::string& algorithm) {
+    auto o = base;
+    o.push_back(algorithm);
+    return load_text(kBase, o);
+  };
+  const SimResult on_actor = simulate(with("algorithm={name: grpo}"), sink);
+  const SimResult sep = simulate(with("algorithm={name: grpo, reference: {placement: separate, devices: 2}}"), sink);
+  ASSERT_TRUE(on_actor.fits() && sep.fits());
+  ASSERT_EQ(sep.ledgers.size(), 3u);
+  EXPECT_EQ(sep.ledgers[2].group(), "reference (2 devices)");
+  for (std::size_t k = 0; k < sep.steps.size(); ++k) {
+    const auto& p = sep.steps[k].phase_s;
+    // Same devices count and layout: the pass costs what it cost on the actor's devices.
+    EXPECT_NEAR(p[Phase::kReference], on_actor.steps[k].phase_s[Phase::kReference], 1e-9);
+    const double experience = std::max(p[Phase::kOldLogprob], p[Phase::kReference]);
+    EXPECT_NEAR(sep.steps[k].step_s(),
+                p[Phase::kRollout] + p[Phase::kStepOverhead] + experience + p[Phase::kActorUpdate] + p[Phase::kOffload] +
+                    p[Phase::kWeightSync],
+                1e-6);
+    EXPECT_NEAR(on_actor.steps[k].step_s() - sep.steps[k].step_s(), std::min(p[Phase::kOldLogprob], p[Phase::kReference]), 1e-6);
+  }
+  for (const auto& span : sep.phases) {
+    if (span.phase == Phase::kReference) {
+      EXPECT_EQ(phase_role(span), "reference");
+    }
+  }
+  // Its weights are on its own ledger only; the actor's peak drops by them.
+  for (std::size_t i = 0; i < sep.ledgers.size(); ++i) {
+    for (const auto& e : sep.ledgers[i].events()) {
+      if (e.tag == MemoryTag::kReferenceParams) {
+        EXPECT_EQ(i, 2u);
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(sep.peak_reference_bytes, sep.ledgers[2].peak());
+  EXPECT_LT(sep.peak_training_bytes, on_actor.peak_training_bytes);
+  // placement: actor is today's behaviour, byte for byte.
+  const SimResult same = simulate(with("algorithm={name: grpo, reference: {placement: actor}}"), sink);
+  EXPECT_DOUBLE_EQ(same.steps[1].step_s(), on_actor.steps[1].step_s());
+  EXPECT_EQ(same.ledgers.size(), 2u);
+}
+
 TEST(Pipeline, AlgorithmRulesNameWhatTheyBreak) {
   auto error = [](const std::vector<std::string>& o) { return load_error(kBase, o); };
   EXPECT_NE(error({"algorithm={name: grpo, critic: {model: qwen3-8b}}"}).find("algorithm.critic needs name: ppo"),
@@ -258,6 +308,14 @@ TEST(Pipeline, AlgorithmRulesNameWhatTheyBreak) {
   EXPECT_NE(error({"algorithm={name: dpo}"}).find("algorithm.name"), std::string::npos);
   EXPECT_NE(error({"algorithm={name: ppo, critic: {modle: qwen3-8b}}"}).find("modle"), std::string::npos);
   EXPECT_EQ(error({"algorithm={name: reinforce++}"}), "no error");
+  // The reference is the actor's initial policy: no model or precision of its own, and there has
+  // to be a reference pass to place.
+  EXPECT_NE(error({"algorithm={reference: {model: qwen3-8b}}"}).find("model"), std::string::npos);
+  EXPECT_NE(error({"training.reference_model=false", "algorithm={reference: {placement: actor}}"})
+                .find("training.reference_model is false"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm={reference: {placement: separate, devices: 2}}"}).find("needs placement.mode: disaggregated"),
+            std::string::npos);
   EXPECT_EQ(error({"algorithm={name: ppo, critic: {model: qwen3-32b, precision: bf16}}"}), "no error");
   // Separate groups: disaggregated placement, devices that fit beside the others, whole copies of
   // the training layout; a reward model on the critic's devices needs a critic.
@@ -921,6 +979,17 @@ TEST(Placement, OptimizerOffloadAndCpuAdamAreDistinct) {
                   2 * cpu.cluster.host_link.latency_s,
               1e-9);
   EXPECT_THROW(load_text(kBase, {"training.optimizer.offload=true", "training.optimizer.cpu_adam=true"}), ScenarioError);
+  // DeepSpeed's CPU Adam runs under ZeRO-Offload: gradients leave the device layer by layer, so it
+  // holds one layer's FP32 gradients instead of its shard's; the host step is priced on the same
+  // shard either way.
+  const Scenario ds = load_text(kBase, {"training.optimizer={cpu_adam: true, cpu_adam_kernel: deepspeed}"});
+  const TrainerCostModel tds(ds);
+  EXPECT_TRUE(tds.zero_offload());
+  EXPECT_FALSE(tc.zero_offload());
+  const double params = static_cast<double>(ds.model.params().total());
+  EXPECT_NEAR(tds.memory(TrainBatch{}).grads, 4.0 * params / ds.model.layers, 1e-6 * params);
+  EXPECT_NEAR(tc.memory(TrainBatch{}).grads, 4.0 * params / tc.devices(), 1e-6 * params);
+  EXPECT_DOUBLE_EQ(tds.memory(TrainBatch{}).params, tc.memory(TrainBatch{}).params);
 }
 
 // The fixed per-step overhead is a phase of its own at the end of every step.
