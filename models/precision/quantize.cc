@@ -477,6 +477,38 @@ struct FastFloatEncoder {
       saturated += std::popcount(static_cast<unsigned>(over)) + (has_nan ? 0 : std::popcount(static_cast<unsigned>(is_nan)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi64_epi32(code));
     }
+#elif defined(RLSIM_AVX2)
+    // The same steps on four doubles: AVX2 has no 64-bit min / max, so a compare and a blend
+    // stand in for each (the values compared are far inside the signed range).
+    const __m256d vd = _mm256_set1_pd(d);
+    const __m256i abs_mask = _mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll), inf = _mm256_set1_epi64x(0x7FF0000000000000ll),
+                  frac = _mm256_set1_epi64x((1ll << 52) - 1), implicit = _mm256_set1_epi64x(1ll << 52),
+                  one = _mm256_set1_epi64x(1), bias = _mm256_set1_epi64x(1023), vemin = _mm256_set1_epi64x(emin),
+                  base_shift = _mm256_set1_epi64x(52 - m), cap = _mm256_set1_epi64x(63), zero = _mm256_setzero_si256(),
+                  vmax = _mm256_set1_epi64x(max_code), vnan = _mm256_set1_epi64x(has_nan ? nan_code : 0),
+                  low_halves = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    auto max64 = [](__m256i a, __m256i b) { return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(b, a)); };
+    auto min64 = [](__m256i a, __m256i b) { return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(a, b)); };
+    for (; i + 4 <= n; i += 4) {
+      const __m256i b = _mm256_castpd_si256(_mm256_div_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), vd));
+      const __m256i sign = _mm256_slli_epi64(_mm256_srli_epi64(b, 63), bits - 1);
+      const __m256i a = _mm256_and_si256(b, abs_mask);
+      const __m256i is_nan = _mm256_cmpgt_epi64(a, inf);
+      const __m256i e = _mm256_sub_epi64(_mm256_srli_epi64(a, 52), bias);
+      const __m256i shift = min64(_mm256_add_epi64(base_shift, max64(_mm256_sub_epi64(vemin, e), zero)), cap);
+      const __m256i mant = _mm256_or_si256(_mm256_and_si256(a, frac), implicit);
+      const __m256i half_less = _mm256_sub_epi64(_mm256_sllv_epi64(one, _mm256_sub_epi64(shift, one)), one);
+      const __m256i odd = _mm256_and_si256(_mm256_srlv_epi64(mant, shift), one);
+      const __m256i q = _mm256_srlv_epi64(_mm256_add_epi64(_mm256_add_epi64(mant, half_less), odd), shift);
+      __m256i code = _mm256_add_epi64(_mm256_sll_epi64(_mm256_sub_epi64(max64(e, vemin), vemin), _mm_cvtsi32_si128(m)), q);
+      const __m256i over = _mm256_andnot_si256(is_nan, _mm256_cmpgt_epi64(code, vmax));
+      code = _mm256_or_si256(sign, min64(code, vmax));
+      code = _mm256_blendv_epi8(code, vnan, is_nan);
+      saturated += std::popcount(static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(over)))) +
+                   (has_nan ? 0 : std::popcount(static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(is_nan)))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                       _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(code, low_halves)));
+    }
 #endif
     for (; i < n; ++i) out[i] = (*this)(static_cast<double>(x[i]) / d, saturated);
   }
@@ -864,6 +896,21 @@ float segment_amax(const float* x, std::int64_t n, bool& has_nan) {
   }
   m = _mm512_reduce_max_ps(vm);
   has_nan = nan != 0;
+#elif defined(RLSIM_AVX2)
+  // Eight lanes at a time, the tail below (a maximum does not depend on the order).
+  __m256 vm = _mm256_setzero_ps();
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  int nan = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+    nan |= _mm256_movemask_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    vm = _mm256_blendv_ps(vm, _mm256_max_ps(vm, a), _mm256_cmp_ps(a, big, _CMP_LE_OQ));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vm);
+  for (const float l : lanes) m = std::max(m, l);
+  has_nan = has_nan || nan != 0;
 #endif
   for (; i < n; ++i) {
     const float a = std::fabs(x[i]);

@@ -1751,7 +1751,7 @@ E2M1Activations::E2M1Activations(const float* x, std::int64_t t, std::int64_t c,
 }
 
 bool PackedWeight::e2m1_dot_applies(const Format& f) const {
-#ifdef RLSIM_AVX512_VNNI
+#if defined(RLSIM_AVX512_VNNI) || defined(RLSIM_AVX2)
   return e2m1_dot_ok_ && f.element == Element::kFp4E2M1 && f.scaling.kind == ScaleKind::kNv16;
 #else
   (void)f;
@@ -1824,6 +1824,60 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
     for (int i = 0; i < 4; ++i) out[m * 4 + i] = ((lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3])) * ts;
   }
 }
+#elif defined(RLSIM_AVX2)
+// The same kernel on AVX2's 256-bit registers: rows 0-1 of the tile in
+// one register, rows 2-3 in the other, so lane 4 i + m of the pair is the AVX-512 kernel's lane
+// 4 i + m. VPMADDUBSW adds pairs of unsigned x signed byte products into 16 bits (at most
+// 2 x 24 x 12 = 576: no saturation) and VPMADDWD with ones adds the pairs: the same exact sum of
+// 4 products as VPDPBUSD (Intel SDM vol. 2B), then the same FP32 operations in the same order,
+// so both give the same bits.
+template <int NT>
+void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t chunks, __m256i table, const E2M1Activations& x,
+               std::int64_t n0, float weight_tensor_scale, float* out) {
+  simd::V16 acc[NT];
+  for (int m = 0; m < NT; ++m) acc[m] = simd::zero16();
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  // Lanes 0-3 take the scale of the register's first row, lanes 4-7 of its second.
+  const __m256i rows01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), rows23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+  const __m256i rows45 = _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), rows67 = _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7);
+  const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
+  auto bytes16 = [](const void* q) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(q))); };
+  // The 4 sums of 4 products per row of a register, plus the activations' offset correction.
+  auto dot = [&](__m256i w, __m256i xc, __m256i bias) {
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xc), ones), bias);
+  };
+  for (std::int64_t j = 0; j < chunks; ++j, p += 64) {
+    prefetch(p + kPrefetchBytes);
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+    const __m256i wl0 = _mm256_shuffle_epi8(table, _mm256_and_si256(v0, low4));
+    const __m256i wh0 = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4));
+    const __m256i wl1 = _mm256_shuffle_epi8(table, _mm256_and_si256(v1, low4));
+    const __m256i wh1 = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4));
+    // The chunk's 8 E4M3 scale bytes at FP32 bits 26..20: 2^-120 times each scale (kE4M3Fix).
+    const __m256 s8 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * j))), 20));
+    const simd::V16 sl{_mm256_permutevar8x32_ps(s8, rows01), _mm256_permutevar8x32_ps(s8, rows23)};
+    const simd::V16 sh{_mm256_permutevar8x32_ps(s8, rows45), _mm256_permutevar8x32_ps(s8, rows67)};
+    for (int m = 0; m < NT; ++m) {
+      const std::int64_t n = n0 + m;
+      const std::int8_t* xc = x.codes.data() + n * x.ld + 32 * j;
+      const std::int32_t* xb = x.bias.data() + n * ldb + 8 * j;
+      const float* xs = x.scales.data() + n * lds + 2 * j;
+      const __m256i cl = bytes16(xc), ch = bytes16(xc + 16), bl = bytes16(xb), bh = bytes16(xb + 4);
+      const simd::V16 il{_mm256_cvtepi32_ps(dot(wl0, cl, bl)), _mm256_cvtepi32_ps(dot(wl1, cl, bl))};
+      const simd::V16 ih{_mm256_cvtepi32_ps(dot(wh0, ch, bh)), _mm256_cvtepi32_ps(dot(wh1, ch, bh))};
+      acc[m] = simd::fmadd(il, simd::mul(sl, simd::set1(xs[0])), acc[m]);
+      acc[m] = simd::fmadd(ih, simd::mul(sh, simd::set1(xs[1])), acc[m]);
+    }
+  }
+  for (int m = 0; m < NT; ++m) {
+    alignas(32) float lane[16];
+    simd::store16(lane, acc[m]);
+    const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
+    for (int i = 0; i < 4; ++i) out[m * 4 + i] = ((lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3])) * ts;
+  }
+}
 #endif
 }  // namespace
 
@@ -1831,9 +1885,13 @@ void PackedWeight::gemm_rows_e2m1(const E2M1Activations& x, float* y, std::int64
   if (!e2m1_dot_ok_) throw std::logic_error("gemm_rows_e2m1: the weight is not NVFP4 in the kernel layout");
   if (x.cols != cols_)
     throw std::invalid_argument(fmt::format("gemm_rows_e2m1: activations of {} columns, weight of {}", x.cols, cols_));
-#ifdef RLSIM_AVX512_VNNI
+#if defined(RLSIM_AVX512_VNNI) || defined(RLSIM_AVX2)
   const std::array<std::uint8_t, 16> u = e2m1_unsigned_codes(lut_);
+#ifdef RLSIM_AVX512_VNNI
   const __m512i table = broadcast_16_bytes(u.data());
+#else
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.data())));
+#endif
   constexpr int R = kTileRows;
   for_each_tile<kTileRows>(x.tokens, std::max<std::int64_t>(x.tokens, 1), r0, r1, y, ldy,
                            [&](std::int64_t n, bool four, float* out, std::int64_t t) {

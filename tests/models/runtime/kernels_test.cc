@@ -349,7 +349,7 @@ TEST(E2M1Gemv, IntegerKernelMatchesScalarExactSumAndBatch) {
             << "token " << n << " row " << r;
       }
     }
-    if (!w.e2m1_dot_applies(f)) continue;  // a build without AVX512-VNNI: the scalar kernel only
+    if (!w.e2m1_dot_applies(f)) continue;  // a build without AVX512-VNNI or AVX2: the scalar kernel only
     const int saved = omp_get_max_threads();
     for (int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
