@@ -933,6 +933,24 @@ inline V16 load16(const std::uint8_t* q) {
 inline V16 load_x(const float* x, std::int64_t c, std::int64_t cols) {
   return simd::load16_first(x + c, std::max<std::int64_t>(cols - c, 0));
 }
+
+// The E4M3 tile's lane order. Its 16 codes are widened once to 16-bit lanes (sign-extended, << 4,
+// masked to sign and bits 10..4: the upper half of e4m3_scaled_down16's FP32 bits) and moved to
+// the upper halves of 32-bit lanes by VPUNPCKLWD / VPUNPCKHWD, which work within 128-bit halves:
+// register lo then holds columns 0-3 and 8-11, hi 4-7 and 12-15. x is loaded in that order too and
+// the sums put back in column order before the reduction, so every lane does the same products
+// as in column order (5 operations per 16 codes instead of 7).
+inline V16 e4m3_interleaved16(const std::uint8_t* q) {
+  const __m256i w16 =
+      _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 4),
+                       _mm256_set1_epi16(static_cast<short>(0x87F0)));
+  const __m256i zero = _mm256_setzero_si256();
+  return {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w16)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w16))};
+}
+// Column order to e4m3_interleaved16's lane order and back (the same exchange of 128-bit halves).
+inline V16 swap_middle_quarters(V16 v) {
+  return {_mm256_permute2f128_ps(v.lo, v.hi, 0x20), _mm256_permute2f128_ps(v.lo, v.hi, 0x31)};
+}
 }  // namespace
 
 template <WeightLayout L, int NT>
@@ -957,16 +975,26 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64
     for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
       for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
       V16 xv[NT];
-      for (int n = 0; n < NT; ++n) xv[n] = load_x(x + n * ldx, c, cols_);
+      for (int n = 0; n < NT; ++n) {
+        xv[n] = load_x(x + n * ldx, c, cols_);
+        if constexpr (L == WeightLayout::kE4M3) xv[n] = swap_middle_quarters(xv[n]);
+      }
       for (int i = 0; i < R; ++i) {
-        V16 w = load16<L>(p + i * CB);
-        if constexpr (L == WeightLayout::kE4M3) w = simd::mul(w, s[i]);
+        V16 w;
+        if constexpr (L == WeightLayout::kE4M3) {
+          w = simd::mul(e4m3_interleaved16(p + i * CB), s[i]);
+        } else {
+          w = load16<L>(p + i * CB);
+        }
         for (int n = 0; n < NT; ++n) acc[i][n] = simd::fmadd(w, xv[n], acc[i][n]);
       }
     }
   }
   for (int n = 0; n < NT; ++n) {
-    for (int i = 0; i < R; ++i) y[n * R + i] = simd::reduce_add(acc[i][n]);
+    for (int i = 0; i < R; ++i) {
+      if constexpr (L == WeightLayout::kE4M3) acc[i][n] = swap_middle_quarters(acc[i][n]);
+      y[n * R + i] = simd::reduce_add(acc[i][n]);
+    }
   }
 }
 
