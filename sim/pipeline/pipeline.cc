@@ -132,12 +132,11 @@ class Simulation {
   };
   void run_stages(int step, std::vector<Stage> stages, std::size_t i, std::function<void()> done);
   std::vector<Stage> training_stages(int step);
-  // A reward model's forward pass over the batch (verl timing_s/reward).
-  Stage reward_stage(const TrainBatch& b);
-  // The KL reference's forward pass on its own devices (verl timing_s/ref).
-  Stage reference_stage(const TrainBatch& b);
-  // PPO's critic: its values of every token, and its update.
-  Stage values_stage(const TrainBatch& b);
+  // One forward pass over the batch by a model other than the actor, on its group's devices:
+  // the reward model's (verl timing_s/reward), a separate reference's (timing_s/ref) or the
+  // critic's values (timing_s/values). Its activations (no gradients kept) live for the stage.
+  Stage forward_stage(Phase phase, const TrainerCostModel& model, const TrainMemory& m, Group group, const TrainBatch& b);
+  // PPO's critic's update.
   Stage critic_update_stage(const TrainBatch& b);
   // A model's update: its gradients, activations, logits and gather buffer live for the stage
   // (after `extra_bytes` tagged `extra_tag`, e.g. optimizer states brought in from the host).
@@ -441,7 +440,9 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   auto chain = [&](Group g) -> std::vector<Stage>& {
     return g == Group::kCritic ? critic : g == Group::kRewardModel ? reward : g == Group::kReference ? reference : actor;
   };
-  if (reward_ && reward_group_ != Group::kCritic) chain(reward_group_).push_back(reward_stage(b));
+  // The reward model scores every sequence; the critic gives every token's value.
+  auto reward_pass = [&] { return forward_stage(Phase::kReward, *reward_, reward_memory_, reward_group_, b); };
+  if (reward_ && reward_group_ != Group::kCritic) chain(reward_group_).push_back(reward_pass());
   const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
   {
     auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
@@ -449,14 +450,14 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
                           t.old_logprob > 0 ? f : nullptr});
   }
   if (reference_cost_) {
-    chain(reference_group_).push_back(reference_stage(b));
+    chain(reference_group_).push_back(forward_stage(Phase::kReference, *reference_cost_, reference_memory_, reference_group_, b));
   } else {
     auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
     actor.push_back(
         Stage{Phase::kReference, Role::kTraining, t.reference, t.reference > 0 ? a : nullptr, t.reference > 0 ? f : nullptr});
   }
-  if (critic_) chain(critic_group_).push_back(values_stage(b));
-  if (reward_ && reward_group_ == Group::kCritic) critic.push_back(reward_stage(b));
+  if (critic_) chain(critic_group_).push_back(forward_stage(Phase::kValues, *critic_, critic_memory_, critic_group_, b));
+  if (reward_ && reward_group_ == Group::kCritic) critic.push_back(reward_pass());
   // Ends a block: with separate groups, one stage of concurrent lanes (its phase is not recorded);
   // otherwise the actor's chain, which then holds every pass, in order.
   auto flush = [&] {
@@ -492,26 +493,10 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   return out;
 }
 
-Simulation::Stage Simulation::reward_stage(const TrainBatch& b) {
-  // The reward model scores every sequence: one forward pass (verl timing_s/reward).
-  const double seconds = reward_->phase_times(b).old_logprob;
-  auto [a, f] = transient(MemoryTag::kActivations, reward_memory_.activations / 2 + reward_memory_.logits / 2, reward_group_);
-  return Stage{Phase::kReward, Role::kTraining, seconds, a, f, reward_group_};
-}
-
-Simulation::Stage Simulation::reference_stage(const TrainBatch& b) {
-  // The initial policy's log-probs of every token: one forward pass on the reference's devices.
-  const double seconds = reference_cost_->phase_times(b).old_logprob;
-  auto [a, f] =
-      transient(MemoryTag::kActivations, reference_memory_.activations / 2 + reference_memory_.logits / 2, reference_group_);
-  return Stage{Phase::kReference, Role::kTraining, seconds, a, f, reference_group_};
-}
-
-Simulation::Stage Simulation::values_stage(const TrainBatch& b) {
-  // PPO's critic: its values of every token (verl timing_s/values).
-  const TrainMemory& cm = critic_memory_;
-  auto [a, f] = transient(MemoryTag::kActivations, cm.activations / 2 + cm.logits / 2, critic_group_);
-  return Stage{Phase::kValues, Role::kTraining, critic_->phase_times(b).old_logprob, a, f, critic_group_};
+Simulation::Stage Simulation::forward_stage(Phase phase, const TrainerCostModel& model, const TrainMemory& m, Group group,
+                                            const TrainBatch& b) {
+  auto [a, f] = transient(MemoryTag::kActivations, m.activations / 2 + m.logits / 2, group);
+  return Stage{phase, Role::kTraining, model.phase_times(b).old_logprob, a, f, group};
 }
 
 Simulation::Stage Simulation::critic_update_stage(const TrainBatch& b) {
