@@ -620,6 +620,24 @@ const std::array<std::uint16_t, 256>& e4m3_bf16_table() {
 }
 }  // namespace
 
+#ifdef RLSIM_SIMD16
+namespace {
+// The BF16 bits of a whole 4-bit chunk (16 bytes at p: element k in byte k's low nibble, k + 16
+// in its high nibble) into out[0..31]: each nibble looks up the low and the high byte of its
+// code's BF16 bits (PSHUFB on the 16-entry byte tables), and the two are interleaved into words.
+inline void nibble_chunk_bf16(const std::uint8_t* p, __m128i table_lo, __m128i table_hi, std::uint16_t* out) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i idx[2] = {_mm_and_si128(bytes, low4), _mm_and_si128(_mm_srli_epi16(bytes, 4), low4)};
+  for (int h = 0; h < 2; ++h) {
+    const __m128i lo = _mm_shuffle_epi8(table_lo, idx[h]), hi = _mm_shuffle_epi8(table_hi, idx[h]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * h), _mm_unpacklo_epi8(lo, hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * h + 8), _mm_unpackhi_epi8(lo, hi));
+  }
+}
+}  // namespace
+#endif
+
 void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint16_t* out, std::int64_t ld) const {
   if (!codes_in_bf16()) throw std::logic_error("PackedWeight::decode_rows_bf16: layout has no BF16 codes");
   const auto& e4m3 = e4m3_bf16_table();
@@ -641,6 +659,13 @@ void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint1
   }
   std::uint16_t nib[16];
   for (int c = 0; c < 16; ++c) nib[c] = bf16_bits(lut_[c]);
+#ifdef RLSIM_SIMD16
+  alignas(16) std::uint8_t lo_bytes[16], hi_bytes[16];  // the low and high byte of each code's BF16 bits
+  for (int c = 0; c < 16; ++c)
+    lo_bytes[c] = static_cast<std::uint8_t>(nib[c] & 0xFFu), hi_bytes[c] = static_cast<std::uint8_t>(nib[c] >> 8);
+  const __m128i nib_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(lo_bytes));
+  const __m128i nib_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(hi_bytes));
+#endif
   for (std::int64_t r = r0; r < r1; ++r) {
     std::uint16_t* o = out + (r - r0) * ld;
     std::fill(o + cols_, o + ld, std::uint16_t{0});
@@ -656,6 +681,12 @@ void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint1
           for (std::int64_t k = 0; k < n; ++k) oc[k] = e4m3[p[k]];
           break;
         default:  // kNibble: byte k holds element k (low nibble) and k + 16 (high nibble)
+#ifdef RLSIM_SIMD16
+          if (n == 32) {
+            nibble_chunk_bf16(p, nib_lo, nib_hi, oc);
+            break;
+          }
+#endif
           for (std::int64_t k = 0; k < n; ++k) oc[k] = nib[k < 16 ? p[k] & 0xFu : p[k - 16] >> 4u];
           break;
       }
