@@ -635,6 +635,30 @@ inline void nibble_chunk_bf16(const std::uint8_t* p, __m128i table_lo, __m128i t
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * h + 8), _mm_unpackhi_epi8(lo, hi));
   }
 }
+
+// The BF16 bits of 16 E4M3 codes at p into out[0..15], as e4m3_bf16_table() gives them. A normal
+// code (exponent field 1..15) is its magnitude bits moved up 4 with the exponent bias 7 -> 127
+// added (E4M3's 3 mantissa bits fit BF16's 7, OCP FP8 v1.0 sec. 5.3); a subnormal one (m x 2^-9,
+// m = 1..7) is normalised, looked up by PSHUFB in byte tables; zero stays 0; the NaN magnitude 0x7F
+// gives 0 as in the table; the sign goes to bit 15.
+inline void e4m3_chunk_bf16(const std::uint8_t* p, std::uint16_t* out) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i mag8 = _mm_and_si128(bytes, _mm_set1_epi8(0x7F));
+  // Subnormal magnitudes 0..7 (larger ones give lanes the blend below discards).
+  const __m128i sub_lo =
+      _mm_setr_epi8(0, 0, static_cast<char>(0x80), static_cast<char>(0xC0), 0, 0x20, 0x40, 0x60, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m128i sub_hi = _mm_setr_epi8(0, 0x3B, 0x3B, 0x3B, 0x3C, 0x3C, 0x3C, 0x3C, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m128i idx = _mm_and_si128(mag8, _mm_set1_epi8(0x0F));
+  const __m128i slo = _mm_shuffle_epi8(sub_lo, idx), shi = _mm_shuffle_epi8(sub_hi, idx);
+  const __m256i sub = _mm256_setr_m128i(_mm_unpacklo_epi8(slo, shi), _mm_unpackhi_epi8(slo, shi));
+  const __m256i mag = _mm256_cvtepu8_epi16(mag8);
+  const __m256i normal = _mm256_add_epi16(_mm256_slli_epi16(mag, 4), _mm256_set1_epi16(120 << 7));
+  const __m256i is_sub = _mm256_cmpgt_epi16(_mm256_set1_epi16(8), mag);
+  const __m256i is_nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
+  const __m256i value = _mm256_andnot_si256(is_nan, _mm256_blendv_epi8(normal, sub, is_sub));
+  const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(_mm256_cvtepu8_epi16(bytes), _mm256_set1_epi16(0x80)), 8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_or_si256(value, sign));
+}
 }  // namespace
 #endif
 
@@ -678,6 +702,12 @@ void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint1
           std::memcpy(oc, p, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
           break;
         case WeightLayout::kE4M3:
+#ifdef RLSIM_SIMD16
+          if (n == 16) {
+            e4m3_chunk_bf16(p, oc);
+            break;
+          }
+#endif
           for (std::int64_t k = 0; k < n; ++k) oc[k] = e4m3[p[k]];
           break;
         default:  // kNibble: byte k holds element k (low nibble) and k + 16 (high nibble)
