@@ -1108,13 +1108,16 @@ template <Element S, bool kPerHalf>
 template <bool kInt4>
 [[gnu::always_inline]] inline void nibble_values(const std::uint8_t* p, V16 lut, V16& lo, V16& hi) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i d0 = _mm256_cvtepu8_epi32(bytes), d1 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));
   if constexpr (kInt4) {
+    // Each byte sign-extended: its arithmetic shift right by 4 is the high code's value (the byte
+    // is 16 x high + the low nibble read unsigned); the low code sign-extends from bit 3.
+    const __m256i d0 = _mm256_cvtepi8_epi32(bytes), d1 = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(bytes, bytes));
     auto low = [](__m256i d) { return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 28), 28)); };
-    auto high = [](__m256i d) { return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 24), 28)); };
+    auto high = [](__m256i d) { return _mm256_cvtepi32_ps(_mm256_srai_epi32(d, 4)); };
     lo = {low(d0), low(d1)};
     hi = {high(d0), high(d1)};
   } else {
+    const __m256i d0 = _mm256_cvtepu8_epi32(bytes), d1 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));
     lo = {simd::lookup16(d0, lut), simd::lookup16(d1, lut)};
     hi = {simd::lookup16(_mm256_srli_epi32(d0, 4), lut), simd::lookup16(_mm256_srli_epi32(d1, 4), lut)};
   }
