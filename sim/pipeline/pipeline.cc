@@ -50,6 +50,10 @@ Scenario actor_scenario(const Scenario& s) {
   return a;
 }
 
+// The bytes a forward-only pass (old log-probs, reference, reward, values) holds while it runs:
+// no gradients are kept, so half of an update's peak activations and logits.
+double forward_only_bytes(const TrainMemory& m) { return m.activations / 2 + m.logits / 2; }
+
 // The device group a training-side model runs on.
 using Group = TrainerGroup;
 
@@ -443,7 +447,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
   // The reward model scores every sequence; the critic gives every token's value.
   auto reward_pass = [&] { return forward_stage(Phase::kReward, *reward_, reward_memory_, reward_group_, b); };
   if (reward_ && reward_group_ != Group::kCritic) chain(reward_group_).push_back(reward_pass());
-  const double fwd_act = m.activations / 2 + m.logits / 2;  // forward-only: no gradients kept
+  const double fwd_act = forward_only_bytes(m);
   {
     auto [a, f] = transient(MemoryTag::kActivations, fwd_act);
     actor.push_back(Stage{Phase::kOldLogprob, Role::kTraining, t.old_logprob, t.old_logprob > 0 ? a : nullptr,
@@ -495,7 +499,7 @@ std::vector<Simulation::Stage> Simulation::training_stages(int step) {
 
 Simulation::Stage Simulation::forward_stage(Phase phase, const TrainerCostModel& model, const TrainMemory& m, Group group,
                                             const TrainBatch& b) {
-  auto [a, f] = transient(MemoryTag::kActivations, m.activations / 2 + m.logits / 2, group);
+  auto [a, f] = transient(MemoryTag::kActivations, forward_only_bytes(m), group);
   return Stage{phase, Role::kTraining, model.phase_times(b).old_logprob, a, f, group};
 }
 
