@@ -398,11 +398,28 @@ std::size_t PackedWeight::loader_to_kernel() {
                  scale_element_ == Element::kFp8E4M3 && block_cols_ == 16 && cols_ % 32 == 0 &&
                  std::none_of(scale_data_.begin(), scale_data_.begin() + static_cast<std::ptrdiff_t>(kernel_scale_bytes()),
                               [](std::uint8_t b) { return b >= 0x80; });
+  int4_fma_ok_ = int4_fma_applies();
   return moved;
+}
+
+bool PackedWeight::int4_fma_applies() const {
+  if (layout_ != WeightLayout::kNibble || element_ != Element::kInt4 || !tile_scales_ || scale_element_ != Element::kBf16 ||
+      !(grid_cols_ == 1 || block_cols_ % 32 == 0))
+    return false;
+  // Every scale finite and below 2^120 in magnitude, so that 143 s and 136 s are finite: BF16
+  // exponent field under 127 + 120.
+  const std::size_t n = kernel_scale_bytes() / sizeof(std::uint16_t);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, scale_data_.data() + i * sizeof h, sizeof h);
+    if (((h >> 7) & 0xFFu) >= 127u + 120u) return false;
+  }
+  return true;
 }
 
 std::size_t PackedWeight::kernel_to_loader() {
   e2m1_dot_ok_ = false;
+  int4_fma_ok_ = false;
   return relayout(false);
 }
 
@@ -1178,7 +1195,90 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
   }
 }
 
+// The INT4 GEMV of one tile for one token (PackedWeight::simd_int4): the 32 codes of a chunk row
+// become FP32 without a conversion instruction. Each byte, its nibbles made offset-binary (XOR
+// 0x88: code + 8), is split into its two nibbles, and VPUNPCKL/HBW puts 0x43 above each one: the
+// BF16 bits of 128 + (code + 8). Moved to the upper half of a 32-bit lane (even 16-bit words by a
+// shift, odd ones by a mask) that is the FP32 value F = 136 + code, and F * s - 136 s (one FMA:
+// s a BF16 scale, so F * s and 136 s are exact and the difference, code x s, too) is the weight,
+// the same value as the sign-extension kernel's code x s. A 32-byte load holds two rows' chunk
+// rows (row 2P in the lower 128 bits, 2P + 1 in the upper), so each vector holds 4 columns of
+// each: columns {0, 2, 4, 6} + 8q + parity. x comes in that order (int4_activations) and the
+// accumulators are put back in column order before the reduction, so every lane does the same
+// products in the same order as nibble_tile_values: the same bits (16 vector operations per 64
+// codes before the multiply-adds, against 26).
+inline constexpr int kInt4ActivationFloats = 64;  // per 32-column chunk: 8 vectors of 8
+
+// xp[j * 64 + 8 m + l] = x[32 j + 8 (m / 2) + 2 (l % 4) + m % 2] (0 past cols) for every chunk j.
+void int4_activations(const float* x, std::int64_t cols, std::int64_t chunks, float* xp) {
+  for (std::int64_t j = 0; j < chunks; ++j) {
+    for (int m = 0; m < 8; ++m) {
+      for (int l = 0; l < 8; ++l) {
+        const std::int64_t c = 32 * j + 8 * (m / 2) + 2 * (l % 4) + m % 2;
+        xp[j * kInt4ActivationFloats + 8 * m + l] = c < cols ? x[c] : 0.0f;
+      }
+    }
+  }
+}
+
+// Rows 2P and 2P + 1 of a tile: p at the pair's first chunk row, scales[b * 4 + i] the BF16
+// scale of block b of tile row i, cpb chunks per block. y[0], y[1]: the two rows' sums.
+void int4_pair(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, const std::uint8_t* scales, int pair,
+               const float* xp, float* y) {
+  constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F), offset_binary = _mm256_set1_epi8(static_cast<char>(0x88));
+  const __m256i bf16_128 = _mm256_set1_epi8(0x43), upper_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i rows =
+      _mm256_setr_epi32(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1);
+  const __m256 k136 = _mm256_set1_ps(136.0f);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 s = k136, s136 = k136;
+  std::int64_t left = 0;
+  for (std::int64_t j = 0; j < chunks; ++j, p += 4 * CB, xp += kInt4ActivationFloats) {
+    if (pair == 0) prefetch(p + kPrefetchBytes);
+    if (left-- == 0) {
+      // The block's 4 row scales (BF16: a shift to FP32), this pair's two spread over 4 lanes each.
+      const __m128i b = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)));
+      s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(_mm_slli_epi32(b, 16))), rows);
+      s136 = _mm256_mul_ps(s, k136);
+      scales += 4 * sizeof(std::uint16_t);  // the block's 4 BF16 scales
+      left = cpb - 1;
+    }
+    const __m256i b = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), offset_binary);
+    const __m256i lo = _mm256_and_si256(b, low_nibble), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low_nibble);
+    const __m256i h[4] = {_mm256_unpacklo_epi8(lo, bf16_128), _mm256_unpackhi_epi8(lo, bf16_128),
+                          _mm256_unpacklo_epi8(hi, bf16_128), _mm256_unpackhi_epi8(hi, bf16_128)};
+    __m256 w[8];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      w[2 * q] = _mm256_fmsub_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h[q], 16)), s, s136);
+      w[2 * q + 1] = _mm256_fmsub_ps(_mm256_castsi256_ps(_mm256_and_si256(h[q], upper_half)), s, s136);
+    }
+    // Accumulator m: columns of w[m] (from the low nibbles) then those 16 further on (w[m + 4]).
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m)
+      acc[m] = _mm256_fmadd_ps(w[m + 4], _mm256_loadu_ps(xp + 8 * (m + 4)),
+                               _mm256_fmadd_ps(w[m], _mm256_loadu_ps(xp + 8 * m), acc[m]));
+  }
+  // Column order: acc[0] / acc[1] hold the even / odd columns of 0-7, acc[2] / acc[3] of 8-15.
+  const __m256 c03 = _mm256_unpacklo_ps(acc[0], acc[1]), c47 = _mm256_unpackhi_ps(acc[0], acc[1]);
+  const __m256 c811 = _mm256_unpacklo_ps(acc[2], acc[3]), c1215 = _mm256_unpackhi_ps(acc[2], acc[3]);
+  y[0] = simd::reduce_add({_mm256_permute2f128_ps(c03, c47, 0x20), _mm256_permute2f128_ps(c811, c1215, 0x20)});
+  y[1] = simd::reduce_add({_mm256_permute2f128_ps(c03, c47, 0x31), _mm256_permute2f128_ps(c811, c1215, 0x31)});
+}
+
 }  // namespace
+
+void PackedWeight::simd_int4(const float* xp, float* y, std::int64_t t) const {
+  constexpr int R = kTileRows;
+  const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
+  const std::uint8_t* scales = scale_data_.data() + block_index(t * R, 0) * sizeof(std::uint16_t);  // BF16 scales
+  const std::int64_t cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
+  for (int pair = 0; pair < R / 2; ++pair) int4_pair(p + 2 * pair * chunk_bytes_, chunks_, cpb, scales, pair, xp, y + 2 * pair);
+  if (tensor_scale_ != 1.0f) {
+    for (int i = 0; i < R; ++i) y[i] *= tensor_scale_;
+  }
+}
 #endif
 
 #ifdef RLSIM_SIMD16
@@ -1630,6 +1730,18 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
                                  simd_bf16_dot<1>(xb.data() + n * ldxb, ldxb, out, t);
                                }
                              });
+    return;
+  }
+#endif
+#ifdef RLSIM_AVX2
+  if (simd_ok_ && int4_fma_ok_ && tokens < 4) {
+    // One to three tokens (decode): simd_int4, each token's activations reordered once per call.
+    const std::int64_t ldxp = chunks_ * kInt4ActivationFloats;
+    thread_local std::vector<float> xp;
+    xp.resize(static_cast<std::size_t>(tokens * ldxp));
+    for (std::int64_t n = 0; n < tokens; ++n) int4_activations(x + n * cols_, cols_, chunks_, xp.data() + n * ldxp);
+    for_each_tile<kTileRows>(tokens, tokens, r0, r1, y, ldy,
+                             [&](std::int64_t n, bool, float* out, std::int64_t t) { simd_int4(xp.data() + n * ldxp, out, t); });
     return;
   }
 #endif

@@ -257,9 +257,12 @@ class PackedWeight {
   std::size_t kernel_scale_bytes() const;
   std::size_t loader_code_bytes() const;
   std::size_t loader_scale_bytes() const;
-  int scale_size() const;                                                  // bytes per stored scale
-  std::size_t block_index(std::int64_t r, std::int64_t b) const;           // kernel scale slot of row r, block column b
-  void check_fits(const QuantizedTensor& q) const;                         // throws when q cannot be stored (store_loader)
+  int scale_size() const;                                         // bytes per stored scale
+  std::size_t block_index(std::int64_t r, std::int64_t b) const;  // kernel scale slot of row r, block column b
+  void check_fits(const QuantizedTensor& q) const;                // throws when q cannot be stored (store_loader)
+  // INT4 codes, tile-ordered BF16 group scales whose blocks are whole 32-column chunks, each
+  // scale finite with |s| < 2^120: the AVX2 single-token INT4 kernel (simd_int4) applies.
+  bool int4_fma_applies() const;
   std::size_t relayout(bool to_kernel);                                    // loader_to_kernel / kernel_to_loader
   std::size_t offset(std::int64_t r, std::int64_t c) const;                // byte offset of (r, c)'s chunk row
   float scale(std::int64_t r, std::int64_t c) const;                       // decoded scale of the block holding (r, c)
@@ -274,6 +277,11 @@ class PackedWeight {
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
   template <int NT>
   void simd_tile(const float* x, float* y, std::int64_t tile) const;  // dispatch on the layout
+#ifdef RLSIM_AVX2
+  // INT4 with BF16 group scales (int4_fma_ok_), one token: y[i] for tile row i from the token's
+  // activations in int4_activations' order (kernels.cc); the bits of simd_nibble<1>.
+  void simd_int4(const float* xp, float* y, std::int64_t tile) const;
+#endif
   // kE4M3KMajor: rows [r0, r1) of NT tokens, y[n * ldy + r - r0] (kmajor_segment of each
   // segment, then kmajor_combine).
   template <int NT>
@@ -318,6 +326,7 @@ class PackedWeight {
   bool tile_scales_ = false;  // kNibble with 1 x N blocks: scales in tile order
   bool simd_ok_ = false;      // block shape fits the SIMD loops
   bool e2m1_dot_ok_ = false;  // the weight side of e2m1_dot_applies (set when the kernel layout is written)
+  bool int4_fma_ok_ = false;  // int4_fma_applies() (set when the kernel layout is written)
   float tensor_scale_ = 1.0f;
   float lut_[16] = {};                // kNibble: value of each 4-bit code
   const float* e4m3_luts_ = nullptr;  // kNibble with E4M3 scales: lut_ times every E4M3 scale (shared)

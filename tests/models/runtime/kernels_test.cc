@@ -280,6 +280,24 @@ TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
   }
 }
 
+TEST(Gemv, Int4WeightsNearFp32MaxKeepFiniteSums) {
+  // INT4 rows near FP32's largest values have BF16 group scales above 2^120; the single-token
+  // AVX2 kernel (weight = (136 + code) s - 136 s) would overflow 136 s there, so such weights take
+  // the sign-extension kernel: one token's sums equal a 4-token call's and stay finite.
+  const std::int64_t rows = 8, cols = 64;
+  std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 31, 0.02f);
+  for (std::int64_t c = 0; c < cols; ++c) w[static_cast<std::size_t>(3 * cols + c)] = (c % 2 ? -1.0f : 1.0f) * 2e38f;
+  const PackedWeight p(quantize(parse_format("int4/group32"), rows, cols, std::span<const float>(w)));
+  const std::vector<float> x = normal(static_cast<std::size_t>(4 * cols), 32, 1e-3f);
+  std::vector<float> four(static_cast<std::size_t>(4 * rows)), one(static_cast<std::size_t>(rows));
+  p.gemm_rows(x.data(), 4, four.data(), rows, 0, rows);
+  p.gemv_rows(x.data(), one.data(), 0, rows);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(std::isfinite(one[static_cast<std::size_t>(r)])) << "row " << r;
+    EXPECT_EQ(one[static_cast<std::size_t>(r)], four[static_cast<std::size_t>(r)]) << "row " << r;
+  }
+}
+
 // NVFP4 activations as codes (E2M1Activations): each token's codes times its block and tensor
 // scales are exactly the values round_to_format gives that token alone, and the bias cancels the
 // kernel's weight offset.
