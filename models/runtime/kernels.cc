@@ -1228,8 +1228,11 @@ void int4_pair(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, con
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
   const __m256i low_nibble = _mm256_set1_epi8(0x0F), offset_binary = _mm256_set1_epi8(static_cast<char>(0x88));
   const __m256i bf16_128 = _mm256_set1_epi8(0x43), upper_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  const __m256i rows =
-      _mm256_setr_epi32(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1);
+  // VPSHUFB control: the BF16 scale bytes of row 2P (lower 128 bits) and 2P + 1 (upper) into the
+  // upper halves of 32-bit lanes, zeros (index 0x80) below: their FP32 values.
+  const char r0 = static_cast<char>(4 * pair), r1 = static_cast<char>(4 * pair + 2), z = static_cast<char>(0x80);
+  const __m256i spread = _mm256_setr_epi8(z, z, r0, r0 + 1, z, z, r0, r0 + 1, z, z, r0, r0 + 1, z, z, r0, r0 + 1, z, z, r1,
+                                          r1 + 1, z, z, r1, r1 + 1, z, z, r1, r1 + 1, z, z, r1, r1 + 1);
   const __m256 k136 = _mm256_set1_ps(136.0f);
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   __m256 s = k136, s136 = k136;
@@ -1237,9 +1240,10 @@ void int4_pair(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, con
   for (std::int64_t j = 0; j < chunks; ++j, p += 4 * CB, xp += kInt4ActivationFloats) {
     if (pair == 0) prefetch(p + kPrefetchBytes);
     if (left-- == 0) {
-      // The block's 4 row scales (BF16: a shift to FP32), this pair's two spread over 4 lanes each.
-      const __m128i b = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)));
-      s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(_mm_slli_epi32(b, 16))), rows);
+      // The block's 4 BF16 row scales in every 64-bit lane, this pair's two spread over 4 lanes each.
+      std::int64_t four;
+      std::memcpy(&four, scales, sizeof four);
+      s = _mm256_castsi256_ps(_mm256_shuffle_epi8(_mm256_set1_epi64x(four), spread));
       s136 = _mm256_mul_ps(s, k136);
       scales += 4 * sizeof(std::uint16_t);  // the block's 4 BF16 scales
       left = cpb - 1;
