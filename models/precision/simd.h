@@ -9,6 +9,20 @@
 
 #include "models/precision/simd_target.h"
 
+namespace rlsim::models::simd {
+/// An E4M3 code in FP32 bits without a table: its byte sign-extended, shifted left by
+/// kE4M3Fp32Shift and masked with kE4M3Fp32Mask puts the sign at bit 31 and exponent and mantissa
+/// at bits 26..20, which read as an FP32 are 2^-120 (1 / kE4M3Fix) times the code's value,
+/// subnormals included (E4M3 bias 7 against FP32's 127: OCP FP8 v1.0 sec. 5.3). In 16-bit lanes
+/// (the upper half of those bits) the shift is 4 and the mask 0x87F0. Every E4M3 decode of the
+/// kernels (scalar, AVX-512 and AVX2) uses these.
+inline constexpr int kE4M3Fp32Shift = 20;
+inline constexpr std::uint32_t kE4M3Fp32Mask = 0x87F00000u;
+inline constexpr int kE4M3Fp16Shift = kE4M3Fp32Shift - 16;
+inline constexpr std::uint16_t kE4M3Fp16Mask = kE4M3Fp32Mask >> 16;
+inline constexpr float kE4M3Fix = 0x1p120f;
+}  // namespace rlsim::models::simd
+
 #ifdef RLSIM_AVX512
 // GCC 12's AVX-512 intrinsics initialise results with _mm512_undefined_*(), which -Wuninitialized
 // reports wherever they inline (GCC bug 105593, a false positive fixed in GCC 13). The pragma stays
@@ -73,13 +87,12 @@ inline V16 load16_f16(const void* p) {
   return {_mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p))),
           _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p) + 1))};
 }
-/// The E4M3 codes of 16 bytes as the kernels read them: each sign-extended byte << 20, masked to
-/// sign and bits 26..20, which is 2^-120 times the code's value (subnormals included); lanes 0-7
-/// from bytes 0-7.
+/// The E4M3 codes of 16 bytes as the kernels read them (kE4M3Fp32Mask above: 2^-120 times each
+/// code's value); lanes 0-7 from bytes 0-7.
 inline V16 e4m3_scaled_down16(__m128i bytes) {
-  const __m256i mask = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>(kE4M3Fp32Mask));
   auto half = [mask](__m128i b8) {
-    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(_mm256_cvtepi8_epi32(b8), 20), mask));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(_mm256_cvtepi8_epi32(b8), kE4M3Fp32Shift), mask));
   };
   return {half(bytes), half(_mm_unpackhi_epi64(bytes, bytes))};
 }

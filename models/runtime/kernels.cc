@@ -23,12 +23,13 @@
 namespace rlsim::models {
 namespace {
 
-// 2^120: an E4M3 code's bits placed in an FP32 (sign to bit 31, exponent and mantissa to bits
-// 26..20) read as 2^-120 times its value, subnormals included (E4M3 bias 7, FP32 bias 127).
-constexpr float kE4M3Fix = 1.329227995784916e36f;  // 2^120
+using simd::kE4M3Fix;
 
 // The value of an E4M3 code without NaN (0x7F / 0xFF are excluded at construction), exact.
-inline float e4m3_value(std::uint32_t c) { return std::bit_cast<float>(((c & 0x80u) << 24) | ((c & 0x7Fu) << 20)) * kE4M3Fix; }
+inline float e4m3_value(std::uint32_t c) {
+  const auto extended = static_cast<std::uint32_t>(static_cast<std::int32_t>(static_cast<std::int8_t>(c)));
+  return std::bit_cast<float>((extended << simd::kE4M3Fp32Shift) & simd::kE4M3Fp32Mask) * kE4M3Fix;
+}
 
 // The value of an E8M0 code other than 0xFF (NaN, excluded at construction): 2^(c - 127), code 0
 // the FP32 subnormal 2^-127.
@@ -822,10 +823,10 @@ inline __m512 load16(const std::uint8_t* q) {
   } else if constexpr (L == WeightLayout::kF16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
   } else {
-    // Sign-extended byte << 20: sign at bit 31, exponent and mantissa at bits 26..20 (2^-120
-    // times the E4M3 value, subnormals included); the caller folds the 2^120 into the scale.
-    const __m512i d = _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 20);
-    return _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0x87F00000u))));
+    // simd::kE4M3Fp32Mask's bits: 2^-120 times the E4M3 value; the caller folds the 2^120 into the scale.
+    const __m512i d =
+        _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), simd::kE4M3Fp32Shift);
+    return _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(simd::kE4M3Fp32Mask))));
   }
 }
 
@@ -1030,9 +1031,9 @@ inline V16 load_x(const float* x, std::int64_t c, std::int64_t cols) {
 // the sums put back in column order before the reduction, so every lane does the same products
 // as in column order (5 operations per 16 codes instead of 7).
 inline V16 e4m3_interleaved16(const std::uint8_t* q) {
-  const __m256i w16 =
-      _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), 4),
-                       _mm256_set1_epi16(static_cast<short>(0x87F0)));
+  const __m256i w16 = _mm256_and_si256(
+      _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), simd::kE4M3Fp16Shift),
+      _mm256_set1_epi16(static_cast<short>(simd::kE4M3Fp16Mask)));
   const __m256i zero = _mm256_setzero_si256();
   return {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w16)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w16))};
 }
@@ -1443,7 +1444,7 @@ struct KMajorPass {
 #ifdef RLSIM_AVX512
 template <int NT, int K, bool kFirst, bool kLast>
 void kmajor_pass(const KMajorPass& a) {
-  const __m512i emask = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
+  const __m512i emask = _mm512_set1_epi32(static_cast<int>(simd::kE4M3Fp32Mask));
   __m512 xb[K][NT];
   for (int j = 0; j < K; ++j) {
     for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(a.x[t * a.ldx + j] * kKMajorLift);
@@ -1455,7 +1456,7 @@ void kmajor_pass(const KMajorPass& a) {
     for (int j = 0; j < K; ++j) {
       const __m128i bytes =
           masked ? _mm_maskz_loadu_epi8(m, q + j * a.rows) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j * a.rows));
-      w[j] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20), emask));
+      w[j] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), simd::kE4M3Fp32Shift), emask));
     }
     __m512 s = _mm512_setzero_ps();
     if constexpr (kLast) {
@@ -2038,8 +2039,10 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
     std::memcpy(&b8, scales + 8 * j, sizeof b8);
     const __m512i sb = _mm512_set1_epi64(static_cast<long long>(b8));
     // Each lane's E4M3 scale bits at FP32 bits 26..20: 2^-120 times the scale (kE4M3Fix).
-    const __m512 sl = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_lo, sb), 20));
-    const __m512 sh = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_hi, sb), 20));
+    const __m512 sl =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_lo, sb), simd::kE4M3Fp32Shift));
+    const __m512 sh =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_hi, sb), simd::kE4M3Fp32Shift));
     for (int m = 0; m < NT; ++m) {
       const std::int64_t n = n0 + m;
       const std::int8_t* xc = x.codes.data() + n * x.ld + 32 * j;
@@ -2089,8 +2092,8 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
     const __m256i wl1 = _mm256_shuffle_epi8(table, _mm256_and_si256(v1, low4));
     const __m256i wh1 = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4));
     // The chunk's 8 E4M3 scale bytes at FP32 bits 26..20: 2^-120 times each scale (kE4M3Fix).
-    const __m256 s8 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * j))), 20));
+    const __m256 s8 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * j))), simd::kE4M3Fp32Shift));
     const simd::V16 sl{_mm256_permutevar8x32_ps(s8, rows01), _mm256_permutevar8x32_ps(s8, rows23)};
     const simd::V16 sh{_mm256_permutevar8x32_ps(s8, rows45), _mm256_permutevar8x32_ps(s8, rows67)};
     for (int m = 0; m < NT; ++m) {
