@@ -476,8 +476,14 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
   }
 }
 
-// Rows per kernel call: R x V sums in registers (24 of the 32 vector registers).
+// Rows per kernel call. AVX-512: R x V sums in registers (24 of the 32 vector registers). AVX2:
+// 4 rows x 16 tokens, 8 registers of sums beside 4 of activations and 2 of weights in the 16
+// (8 independent FMA chains; 3 rows gave 6).
+#ifdef RLSIM_AVX512
 constexpr int kRows = 6;
+#else
+constexpr int kRows = 4;
+#endif
 static_assert(kPanelRows % kRows == 0);
 
 template <int R, bool kScaled>
@@ -511,12 +517,7 @@ void run_bf16(int vectors, const std::uint16_t* w, std::int64_t ldw, const float
       return bf16_kernel<R, 4, kScaled>(w, ldw, ws, p, xt, xs, k0, k1, out);
   }
 #elif defined(RLSIM_AVX2)
-  static_assert(R % 3 == 0);
-  for (int v = 0; v < vectors; ++v) {
-    for (int i = 0; i < R; i += 3)
-      avx2::bf16_kernel<3>(w + i * ldw, ldw, ws + (kScaled ? i * p.nwb : 0), p, xt + 16 * v, xs + 16 * v, k0, k1,
-                           out + i * 64 + 16 * v, kScaled);
-  }
+  for (int v = 0; v < vectors; ++v) avx2::bf16_kernel<R>(w, ldw, ws, p, xt + 16 * v, xs + 16 * v, k0, k1, out + 16 * v, kScaled);
 #else
   bf16_kernel_scalar(R, vectors, w, ldw, ws, p, xt, xs, k0, k1, out);
 #endif
