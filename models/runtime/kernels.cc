@@ -404,6 +404,9 @@ std::size_t PackedWeight::loader_to_kernel() {
 }
 
 bool PackedWeight::int4_fma_applies() const {
+#ifndef RLSIM_AVX2
+  return false;  // only the AVX2 build has simd_int4
+#else
   if (layout_ != WeightLayout::kNibble || element_ != Element::kInt4 || !tile_scales_ || scale_element_ != Element::kBf16 ||
       !(grid_cols_ == 1 || block_cols_ % 32 == 0))
     return false;
@@ -416,6 +419,7 @@ bool PackedWeight::int4_fma_applies() const {
     if (((h >> 7) & 0xFFu) >= 127u + 120u) return false;
   }
   return true;
+#endif
 }
 
 std::size_t PackedWeight::kernel_to_loader() {
