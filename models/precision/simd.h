@@ -13,9 +13,9 @@ namespace rlsim::models::simd {
 /// An E4M3 code in FP32 bits without a table: its byte sign-extended, shifted left by
 /// kE4M3Fp32Shift and masked with kE4M3Fp32Mask puts the sign at bit 31 and exponent and mantissa
 /// at bits 26..20, which read as an FP32 are 2^-120 (1 / kE4M3Fix) times the code's value,
-/// subnormals included (E4M3 bias 7 against FP32's 127: OCP FP8 v1.0 sec. 5.3). In 16-bit lanes
-/// (the upper half of those bits) the shift is 4 and the mask 0x87F0. Every E4M3 decode of the
-/// kernels (scalar, AVX-512 and AVX2) uses these.
+/// subnormals included (E4M3's bias 7 against FP32's 127: OCP 8-bit Floating Point Specification
+/// (OFP8) rev. 1.0). In 16-bit lanes (the upper half of those bits) the shift is 4 and the mask
+/// 0x87F0. Every E4M3 decode of the kernels (scalar, AVX-512 and AVX2) uses these.
 inline constexpr int kE4M3Fp32Shift = 20;
 inline constexpr std::uint32_t kE4M3Fp32Mask = 0x87F00000u;
 inline constexpr int kE4M3Fp16Shift = kE4M3Fp32Shift - 16;

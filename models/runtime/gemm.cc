@@ -476,9 +476,9 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
   }
 }
 
-// Rows per kernel call. AVX-512: R x V sums in registers (24 of the 32 vector registers). AVX2:
-// 4 rows x 16 tokens, 8 registers of sums beside 4 of activations and 2 of weights in the 16
-// (8 independent FMA chains; 3 rows gave 6).
+// Rows per kernel call. AVX-512: R x V sums in registers (24 of the 32 vector registers). AVX2
+// (and the portable loops): 4 rows x 16 tokens, 8 registers of sums beside 4 of activations and 2
+// of weights in the 16 (8 independent FMA chains; 3 rows gave 6).
 #ifdef RLSIM_AVX512
 constexpr int kRows = 6;
 #else
