@@ -75,6 +75,13 @@ inline float reduce_add(V16 v) {
   return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1)));
 }
 
+/// The BF16 value in the low 16 bits of each 32-bit lane of v as FP32 (moved up: exact).
+inline __m256 bf16_low_halves(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+/// The BF16 value in the high 16 bits of each 32-bit lane of v as FP32 (the low bits cleared: exact).
+inline __m256 bf16_high_halves(__m256i v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
 /// 16 FP32 values from 16 BF16 bits at p (a shift: exact).
 inline V16 load16_bf16(const void* p) {
   const __m128i a = _mm_loadu_si128(static_cast<const __m128i*>(p));

@@ -375,9 +375,8 @@ using simd::V16;
 inline void load_pairs(const std::uint32_t* p, V16& lo, V16& hi) {
   const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8));
-  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  lo = {_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16))};
-  hi = {_mm256_castsi256_ps(_mm256_and_si256(a, hi_mask)), _mm256_castsi256_ps(_mm256_and_si256(b, hi_mask))};
+  lo = {simd::bf16_low_halves(a), simd::bf16_low_halves(b)};
+  hi = {simd::bf16_high_halves(a), simd::bf16_high_halves(b)};
 }
 
 // acc[i] += the pair products of columns [k0, k1) for R rows and one token vector.
@@ -392,8 +391,7 @@ inline void bf16_sums(V16 (&acc)[R], const std::uint16_t* w, std::int64_t ldw, c
       std::memcpy(&pair, w + i * ldw + 2 * kp, sizeof pair);
       // Broadcast the pair (one VPBROADCASTD from memory), then split it in the vector unit.
       const __m256i wv = _mm256_set1_epi32(static_cast<int>(pair));
-      const __m256 wl = _mm256_castsi256_ps(_mm256_slli_epi32(wv, 16));
-      const __m256 wh = _mm256_castsi256_ps(_mm256_and_si256(wv, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      const __m256 wl = simd::bf16_low_halves(wv), wh = simd::bf16_high_halves(wv);
       acc[i] = simd::fmadd(V16{wh, wh}, xh, simd::fmadd(V16{wl, wl}, xl, acc[i]));
     }
   }

@@ -660,7 +660,7 @@ inline void nibble_chunk_bf16(const std::uint8_t* p, __m128i table_lo, __m128i t
 
 // The BF16 bits of 16 E4M3 codes at p into out[0..15], as e4m3_bf16_table() gives them. A normal
 // code (exponent field 1..15) is its magnitude bits moved up 4 with the exponent bias 7 -> 127
-// added (E4M3's 3 mantissa bits fit BF16's 7, OCP FP8 v1.0 sec. 5.3); a subnormal one (m x 2^-9,
+// added (E4M3's 3 mantissa bits fit BF16's 7, OCP OFP8 rev. 1.0); a subnormal one (m x 2^-9,
 // m = 1..7) is normalised, looked up by PSHUFB in byte tables; zero stays 0; the NaN magnitude 0x7F
 // gives 0 as in the table; the sign goes to bit 15.
 inline void e4m3_chunk_bf16(const std::uint8_t* p, std::uint16_t* out) {
@@ -1232,7 +1232,7 @@ void int4_pair(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, con
                const float* xp, float* y) {
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
   const __m256i low_nibble = _mm256_set1_epi8(0x0F), offset_binary = _mm256_set1_epi8(static_cast<char>(0x88));
-  const __m256i bf16_128 = _mm256_set1_epi8(0x43), upper_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i bf16_128 = _mm256_set1_epi8(0x43);
   // VPSHUFB control: the BF16 scale bytes of row 2P (lower 128 bits) and 2P + 1 (upper) into the
   // upper halves of 32-bit lanes, zeros (index 0x80) below: their FP32 values.
   const char r0 = static_cast<char>(4 * pair), r1 = static_cast<char>(4 * pair + 2), z = static_cast<char>(0x80);
@@ -1260,8 +1260,8 @@ void int4_pair(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, con
     __m256 w[8];
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
-      w[2 * q] = _mm256_fmsub_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h[q], 16)), s, s136);
-      w[2 * q + 1] = _mm256_fmsub_ps(_mm256_castsi256_ps(_mm256_and_si256(h[q], upper_half)), s, s136);
+      w[2 * q] = _mm256_fmsub_ps(simd::bf16_low_halves(h[q]), s, s136);
+      w[2 * q + 1] = _mm256_fmsub_ps(simd::bf16_high_halves(h[q]), s, s136);
     }
     // Accumulator m: columns of w[m] (from the low nibbles) then those 16 further on (w[m + 4]).
 #pragma GCC unroll 4
@@ -1282,7 +1282,7 @@ void PackedWeight::simd_int4(const float* xp, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
   const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
   const std::uint8_t* scales = scale_data_.data() + block_index(t * R, 0) * sizeof(std::uint16_t);  // BF16 scales
-  const std::int64_t cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
+  const std::int64_t cpb = nibble_chunks_per_block();
   for (int pair = 0; pair < R / 2; ++pair) int4_pair(p + 2 * pair * chunk_bytes_, chunks_, cpb, scales, pair, xp, y + 2 * pair);
   if (tensor_scale_ != 1.0f) {
     for (int i = 0; i < R; ++i) y[i] *= tensor_scale_;
@@ -1302,7 +1302,7 @@ void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::
   sc.data = scaled_ ? scale_data_.data() : nullptr;
   sc.sbase = sbase;
   sc.stride = tile_scales_ ? kTileRows : 1;
-  sc.cpb = grid_cols_ == 1 ? chunks_ : block_cols_ / 32;
+  sc.cpb = nibble_chunks_per_block();
   sc.tensor = tensor_scale_;
   sc.e4m3_luts = e4m3_luts_;
   sc.int4_codes = element_ == Element::kInt4;

@@ -263,6 +263,8 @@ class PackedWeight {
   // INT4 codes, tile-ordered BF16 group scales whose blocks are whole 32-column chunks, each
   // scale finite with |s| < 2^120: the AVX2 single-token INT4 kernel (simd_int4) applies.
   bool int4_fma_applies() const;
+  // kNibble: 32-column chunks per scale block (all of a row's when one scale spans it).
+  std::int64_t nibble_chunks_per_block() const { return grid_cols_ == 1 ? chunks_ : block_cols_ / chunk_cols_; }
   std::size_t relayout(bool to_kernel);                                    // loader_to_kernel / kernel_to_loader
   std::size_t offset(std::int64_t r, std::int64_t c) const;                // byte offset of (r, c)'s chunk row
   float scale(std::int64_t r, std::int64_t c) const;                       // decoded scale of the block holding (r, c)
