@@ -47,7 +47,9 @@ torch.backends.cuda.matmul.allow_tf32 = False
 
 # Llama-3.1-8B (meta-llama/Llama-3.1-8B config.json).
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 4096, 32, 32, 8, 128, 14336, 128256
-L2_BYTES = 50 * 2**20  # H100 SXM L2 (H100 whitepaper); the rotation keeps operands out of it
+# The rotation keeps operands out of L2: the device's own L2 size where PyTorch reports it, else
+# the H100 SXM's 50 MiB (H100 whitepaper). The H200 has 60 MiB.
+L2_BYTES = max(50 * 2**20, getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
 
 
 def log(msg):
