@@ -2,10 +2,7 @@
 // models/calibration/measured/ (written by its gpu_rates.py, whose docstring says what each file
 // holds; its README says on what machine each was taken). Nothing in the built-in calibration was
 // fitted to them: these are held-out checks of the catalog devices and of the calibration fitted
-// to published RL runs.
-//   h100-sxm-2026-11-25: one NVIDIA H100 80GB HBM3, driver 580.159.04, PyTorch 2.11 + CUDA 13.0.
-//   h200-2026-11-27: one NVIDIA H200 (141 GB), driver 580.159.04, PyTorch 2.11 + CUDA 13.0. The
-//     calibration has no H200 record of its own and gives it the H100's fitted fractions.
+// to published RL runs (the H200 has no RL-run record and takes the H100's fitted fractions).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,8 +101,9 @@ TEST_P(MeasuredGpu, DecodeStepAgreesAcrossBatchAndPrecision) {
 }
 
 // What FP8 buys a decode step, the figure rlsim exists to price: the BF16 step over the FP8 step
-// at the same batch and context, modelled against measured (1.39x at b = 1 falling to 1.13x at
-// b = 128 with 2,048 positions, where the BF16 KV cache dominates). Within 10 % at every case.
+// at the same batch and context, modelled against measured (H100: 1.39x at b = 1 falling to 1.13x
+// at b = 128 with 2,048 positions, where the BF16 KV cache dominates; H200: 1.29x to 1.12x).
+// Within 10 % at every case.
 TEST_P(MeasuredGpu, Fp8DecodeSpeedupAgreesAcrossBatch) {
   const RolloutCostModel bf16 = RolloutCostModel::build(llama_on(GetParam(), "bf16"));
   const RolloutCostModel fp8 = RolloutCostModel::build(llama_on(GetParam(), "fp8-tensor"));
