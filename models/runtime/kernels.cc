@@ -408,7 +408,7 @@ bool PackedWeight::int4_fma_applies() const {
   return false;  // only the AVX2 build has simd_int4
 #else
   if (layout_ != WeightLayout::kNibble || element_ != Element::kInt4 || !tile_scales_ || scale_element_ != Element::kBf16 ||
-      !(grid_cols_ == 1 || block_cols_ % 32 == 0))
+      !(grid_cols_ == 1 || block_cols_ % chunk_cols_ == 0))
     return false;
   // Every scale finite and below 2^120 in magnitude, so that 143 s and 136 s are finite: BF16
   // exponent field under 127 + 120.
@@ -1226,31 +1226,34 @@ void int4_activations(const float* x, std::int64_t cols, std::int64_t chunks, fl
   }
 }
 
-// Rows 2P and 2P + 1 of a tile: p at the pair's first chunk row, scales[b * 4 + i] the BF16
-// scale of block b of tile row i, cpb chunks per block. y[0], y[1]: the two rows' sums.
+// Rows 2P and 2P + 1 of a tile of R rows: p at the pair's first chunk row, scales[b * R + i] the
+// BF16 scale of block b of tile row i, cpb chunks per block. y[0], y[1]: the two rows' sums.
+template <int R>
 void int4_pair(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, const std::uint8_t* scales, int pair,
                const float* xp, float* y) {
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kNibble);
+  static_assert(R * sizeof(std::uint16_t) == sizeof(std::int64_t), "a block's tile scales are read as one 64-bit word");
   const __m256i low_nibble = _mm256_set1_epi8(0x0F), offset_binary = _mm256_set1_epi8(static_cast<char>(0x88));
   const __m256i bf16_128 = _mm256_set1_epi8(0x43);
   // VPSHUFB control: the BF16 scale bytes of row 2P (lower 128 bits) and 2P + 1 (upper) into the
   // upper halves of 32-bit lanes, zeros (index 0x80) below: their FP32 values.
-  const char r0 = static_cast<char>(4 * pair), r1 = static_cast<char>(4 * pair + 2), z = static_cast<char>(0x80);
+  constexpr int SB = sizeof(std::uint16_t);  // bytes per BF16 scale
+  const char r0 = static_cast<char>(2 * pair * SB), r1 = static_cast<char>((2 * pair + 1) * SB), z = static_cast<char>(0x80);
   const __m256i spread = _mm256_setr_epi8(z, z, r0, r0 + 1, z, z, r0, r0 + 1, z, z, r0, r0 + 1, z, z, r0, r0 + 1, z, z, r1,
                                           r1 + 1, z, z, r1, r1 + 1, z, z, r1, r1 + 1, z, z, r1, r1 + 1);
   const __m256 k136 = _mm256_set1_ps(136.0f);
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   __m256 s = k136, s136 = k136;
   std::int64_t left = 0;
-  for (std::int64_t j = 0; j < chunks; ++j, p += 4 * CB, xp += kInt4ActivationFloats) {
+  for (std::int64_t j = 0; j < chunks; ++j, p += R * CB, xp += kInt4ActivationFloats) {
     if (pair == 0) prefetch(p + kPrefetchBytes);
     if (left-- == 0) {
-      // The block's 4 BF16 row scales in every 64-bit lane, this pair's two spread over 4 lanes each.
-      std::int64_t four;
-      std::memcpy(&four, scales, sizeof four);
-      s = _mm256_castsi256_ps(_mm256_shuffle_epi8(_mm256_set1_epi64x(four), spread));
+      // The block's R BF16 row scales in every 64-bit lane, this pair's two spread over 4 lanes each.
+      std::int64_t block;
+      std::memcpy(&block, scales, sizeof block);
+      s = _mm256_castsi256_ps(_mm256_shuffle_epi8(_mm256_set1_epi64x(block), spread));
       s136 = _mm256_mul_ps(s, k136);
-      scales += 4 * sizeof(std::uint16_t);  // the block's 4 BF16 scales
+      scales += R * SB;  // the block's R BF16 scales
       left = cpb - 1;
     }
     const __m256i b = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), offset_binary);
@@ -1283,7 +1286,8 @@ void PackedWeight::simd_int4(const float* xp, float* y, std::int64_t t) const {
   const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
   const std::uint8_t* scales = scale_data_.data() + block_index(t * R, 0) * sizeof(std::uint16_t);  // BF16 scales
   const std::int64_t cpb = nibble_chunks_per_block();
-  for (int pair = 0; pair < R / 2; ++pair) int4_pair(p + 2 * pair * chunk_bytes_, chunks_, cpb, scales, pair, xp, y + 2 * pair);
+  for (int pair = 0; pair < R / 2; ++pair)
+    int4_pair<R>(p + 2 * pair * chunk_bytes_, chunks_, cpb, scales, pair, xp, y + 2 * pair);
   if (tensor_scale_ != 1.0f) {
     for (int i = 0; i < R; ++i) y[i] *= tensor_scale_;
   }
