@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <ostream>
 
 #include "analysis/output_dir.h"
@@ -30,34 +31,46 @@ std::string truncate(const std::string& s, std::size_t width) { return s.size() 
 }  // namespace
 
 int cmd_verify(const VerifyOptions& o, std::ostream& out) {
-  models::PrecisionGraph train, infer;
-  std::string title;
-  const auto t_build = Clock::now();
-  if (!o.train_graphml.empty() || !o.infer_graphml.empty()) {
+  const bool from_graphml = !o.train_graphml.empty() || !o.infer_graphml.empty();
+  if (from_graphml) {
     if (o.train_graphml.empty() || o.infer_graphml.empty()) {
       throw sim::ScenarioError("rlsim verify: --train and --infer go together (training and inference GraphML files)");
     }
     if (!o.scenario.empty()) throw sim::ScenarioError("rlsim verify: give a scenario file or --train/--infer, not both");
-    train = models::read_graphml_file(o.train_graphml);
-    infer = models::read_graphml_file(o.infer_graphml);
+  } else if (o.scenario.empty()) {
+    throw sim::ScenarioError("rlsim verify: give a scenario file, or --train A.graphml --infer B.graphml");
+  }
+  const auto t_build = Clock::now();
+  std::optional<sim::Scenario> s;
+  std::optional<models::Recipe> rollout;
+  if (!from_graphml) {
+    s.emplace(sim::load_scenario(o.scenario, o.set));
+    rollout.emplace(analysis::rollout_recipe(*s));
+  }
+  // Each graph is initialised from the call that makes it: Boost 1.74's adjacency_list has no move
+  // constructor or move assignment, so assigning a returned graph would copy every operator and
+  // tensor and then free the temporary (two thirds of this command's time on DeepSeek-V3).
+  const models::PrecisionGraph train =
+      from_graphml ? models::read_graphml_file(o.train_graphml)
+                   : models::build_precision_graph(s->model, s->training.precision, models::GraphSide::kTraining);
+  const models::PrecisionGraph infer = from_graphml
+                                           ? models::read_graphml_file(o.infer_graphml)
+                                           : models::build_precision_graph(s->model, *rollout, models::GraphSide::kInference);
+  std::string title;
+  if (from_graphml) {
     title = fmt::format("{} vs {}", o.train_graphml, o.infer_graphml);
     if (!o.quiet) {
       out << fmt::format("rlsim verify: training {} ({}); inference {} ({})\n", o.train_graphml, graph_line(train),
                          o.infer_graphml, graph_line(infer));
     }
   } else {
-    if (o.scenario.empty())
-      throw sim::ScenarioError("rlsim verify: give a scenario file, or --train A.graphml --infer B.graphml");
-    const sim::Scenario s = sim::load_scenario(o.scenario, o.set);
-    const models::Recipe rollout = analysis::rollout_recipe(s);
-    train = models::build_precision_graph(s.model, s.training.precision, models::GraphSide::kTraining);
-    infer = models::build_precision_graph(s.model, rollout, models::GraphSide::kInference);
-    title = fmt::format("{}: training {} / rollout {} (KV {})", s.model.name, s.training.precision.name, rollout.name,
-                        rollout.kv_cache.str());
+    title = fmt::format("{}: training {} / rollout {} (KV {})", s->model.name, s->training.precision.name, rollout->name,
+                        rollout->kv_cache.str());
     if (!o.quiet) {
-      out << fmt::format("rlsim verify: {} ({})\n", s.name, o.scenario);
-      out << fmt::format("  model {}; training {}: forward + backward, {}; rollout {} with KV cache {}: {}\n", s.model.name,
-                         s.training.precision.name, graph_line(train), rollout.name, rollout.kv_cache.str(), graph_line(infer));
+      out << fmt::format("rlsim verify: {} ({})\n", s->name, o.scenario);
+      out << fmt::format("  model {}; training {}: forward + backward, {}; rollout {} with KV cache {}: {}\n", s->model.name,
+                         s->training.precision.name, graph_line(train), rollout->name, rollout->kv_cache.str(),
+                         graph_line(infer));
     }
   }
   const double build_s = since(t_build);
