@@ -148,9 +148,12 @@ std::string escape(const std::string& s) {
 }
 
 /// A name with its layer index replaced by '#' and its expert index by '*':
-/// "layers.12.mlp.experts.7.up_proj" -> "layers.#.mlp.experts.*.up_proj".
+/// "layers.12.mlp.experts.7.up_proj" -> "layers.#.mlp.experts.*.up_proj". `layer_at` is where
+/// the '#' is, npos when the name does not start with "layers.<n>." (a GraphML graph may name
+/// its operators otherwise, or hold a '#' of its own).
 struct Neutral {
   std::string name;
+  std::size_t layer_at = std::string::npos;
 };
 
 /// Replaces the digits after `marker` (which must be followed by digits and a '.') with `with`.
@@ -166,8 +169,9 @@ bool replace_index(std::string& name, std::string_view marker, std::string_view 
 }
 
 Neutral neutral_name(const std::string& name) {
+  constexpr std::string_view kLayers = "layers.";
   Neutral n{name};
-  if (n.name.starts_with("layers.")) replace_index(n.name, "layers.", "#", 0);
+  if (n.name.starts_with(kLayers) && replace_index(n.name, kLayers, "#", 0)) n.layer_at = kLayers.size();
   replace_index(n.name, ".experts.", "*", 0);
   return n;
 }
@@ -287,7 +291,9 @@ void write_dot(std::ostream& out, const PrecisionGraph& g, const DotMarks& marks
     }
     for (OpId v = 0; v < n; ++v) {
       label_of[v] = neutral[v].name;
-      if (g[v].layer >= 0) label_of[v].replace(label_of[v].find('#'), 1, group_label[g[v].layer]);
+      if (g[v].layer >= 0 && neutral[v].layer_at != std::string::npos) {
+        label_of[v].replace(neutral[v].layer_at, 1, group_label[g[v].layer]);
+      }
     }
   } else {
     for (OpId v = 0; v < n; ++v) label_of[v] = g[v].name;

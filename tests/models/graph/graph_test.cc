@@ -509,5 +509,25 @@ TEST(Dot, CollapsesIdenticalLayersAndMarksMismatchesInRed) {
   EXPECT_NE(moe.str().find("layers.0.mlp.gate_proj"), std::string::npos);  // the dense layer stays apart
 }
 
+// A GraphML graph need not name its layer operators "layers.<n>....": a framework's dump says
+// "model.layers.0.mlp.up_proj" (found by tests/fuzz/fuzz_graphml: the collapsed view looked for a
+// layer placeholder such names do not have and threw std::out_of_range, an internal error).
+TEST(Dot, DrawsLayerOperatorsNamedOtherwiseUnderTheirOwnNames) {
+  const std::string xml = std::string(kHead) + R"(<key id="l" for="node" attr.name="layer" attr.type="int"/>
+  <graph edgedefault="directed">
+    <node id="a"><data key="n">model.layers.0.mlp.up_proj.weight</data><data key="k">parameter</data><data key="l">0</data></node>
+    <node id="b"><data key="n">model.layers.0.mlp.up_proj</data><data key="k">linear</data><data key="l">0</data></node>
+    <node id="c"><data key="n">layers.1#.mlp.up_proj</data><data key="k">linear</data><data key="l">1</data></node>
+    <edge source="a" target="b"><data key="t">weight</data><data key="r">weight</data><data key="f">bf16</data></edge>
+    <edge source="b" target="c"><data key="t">input</data><data key="r">activation</data><data key="f">bf16</data></edge>
+  </graph></graphml>)";
+  std::istringstream in(xml);
+  const PrecisionGraph g = read_graphml(in, "dump.graphml");
+  std::ostringstream dot;
+  ASSERT_NO_THROW(write_dot(dot, g, {}));
+  EXPECT_NE(dot.str().find("model.layers.0.mlp.up_proj\\nlinear"), std::string::npos) << dot.str();
+  EXPECT_NE(dot.str().find("layers.1#.mlp.up_proj\\nlinear"), std::string::npos) << dot.str();
+}
+
 }  // namespace
 }  // namespace rlsim::models
