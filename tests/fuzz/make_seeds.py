@@ -99,4 +99,53 @@ put("quantize", "mxfp8.txt", "mxfp8 - 2,32\n" + " ".join(str((i % 7) - 3.5) for 
 put("quantize", "int4-group.txt", "int4 group32 1,64\n" + " ".join(str(i / 10) for i in range(64)) + "\n")
 put("quantize", "nvfp4.txt", "nvfp4 - -\n0.1 0.2 -6 6 12 1e-9 -1e9\n")
 put("quantize", "e8m0.txt", "e8m0 - -\n1 2 0.5 3 1e38 1e-38\n")
+# GraphML precision-flow graphs (rlsim verify --train/--infer), in write_graphml's form: one
+# attention block of layer 0 whose key goes through the KV cache, as training (no cache) and
+# inference (kv_write -> kv_read, FP8 cache) see it, and one with a fake-quantised weight.
+GRAPHML_KEYS = [("node", "name", "string"), ("node", "kind", "string"), ("node", "layer", "int"),
+                ("edge", "tensor", "string"), ("edge", "role", "string"), ("edge", "format", "string"),
+                ("edge", "mode", "string"), ("edge", "storage", "string"), ("edge", "compute", "string"),
+                ("edge", "accumulate", "string"), ("graph", "builder", "string"), ("graph", "side", "string")]
+
+
+def graphml(side, nodes, edges):
+    """nodes: (name, kind, layer); edges: (source, target, tensor, role, format, mode, storage)."""
+    key = {(f, n): "key%d" % i for i, (f, n, _) in enumerate(GRAPHML_KEYS)}
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>', '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">']
+    lines += ['  <key id="%s" for="%s" attr.name="%s" attr.type="%s" />' % (key[(f, n)], f, n, t) for f, n, t in GRAPHML_KEYS]
+    lines.append('  <graph id="G" edgedefault="directed">')
+    lines.append('    <data key="%s">rlsim</data><data key="%s">%s</data>' % (key[("graph", "builder")], key[("graph", "side")], side))
+    for i, (name, kind, layer) in enumerate(nodes):
+        lines.append('    <node id="n%d"><data key="%s">%s</data><data key="%s">%s</data><data key="%s">%d</data></node>' %
+                     (i, key[("node", "name")], name, key[("node", "kind")], kind, key[("node", "layer")], layer))
+    index = {n[0]: i for i, n in enumerate(nodes)}
+    for i, (src, dst, tensor, role, fmt, mode, storage) in enumerate(edges):
+        data = [("tensor", tensor), ("role", role), ("format", fmt), ("mode", mode), ("storage", storage),
+                ("compute", "fp32" if fmt == "bf16" else "fp8"), ("accumulate", "fp32")]
+        lines.append('    <edge id="e%d" source="n%d" target="n%d">%s</edge>' % (i, index[src], index[dst], "".join(
+            '<data key="%s">%s</data>' % (key[("edge", k)], v) for k, v in data)))
+    lines += ["  </graph>", "</graphml>", ""]
+    return "\n".join(lines)
+
+
+attn_nodes = [("layers.0.self_attn.k_proj.weight", "parameter", 0), ("layers.0.input_layernorm", "rmsnorm", 0),
+              ("layers.0.self_attn.k_proj", "linear", 0), ("layers.0.self_attn.q_proj.weight", "parameter", 0),
+              ("layers.0.self_attn.q_proj", "linear", 0), ("layers.0.self_attn.scores", "attention_scores", 0),
+              ("layers.0.self_attn.softmax", "softmax", 0)]
+attn_edges = [("layers.0.input_layernorm", "layers.0.self_attn.k_proj", "input", "activation", "fp8-e4m3/group1x128", "real", "fp8-e4m3"),
+              ("layers.0.self_attn.k_proj.weight", "layers.0.self_attn.k_proj", "weight", "weight", "fp8-e4m3/block128x128", "real", "fp8-e4m3"),
+              ("layers.0.input_layernorm", "layers.0.self_attn.q_proj", "input", "activation", "fp8-e4m3/group1x128", "real", "fp8-e4m3"),
+              ("layers.0.self_attn.q_proj.weight", "layers.0.self_attn.q_proj", "weight", "weight", "fp8-e4m3/block128x128", "real", "fp8-e4m3"),
+              ("layers.0.self_attn.q_proj", "layers.0.self_attn.scores", "query", "activation", "bf16", "real", "bf16"),
+              ("layers.0.self_attn.scores", "layers.0.self_attn.softmax", "input", "activation", "fp32", "real", "fp32")]
+put("graphml", "training.graphml", graphml("training", attn_nodes, attn_edges + [
+    ("layers.0.self_attn.k_proj", "layers.0.self_attn.scores", "key", "activation", "bf16", "real", "bf16")]))
+put("graphml", "inference-fp8-kv.graphml", graphml("inference", attn_nodes + [
+    ("layers.0.self_attn.k_cache_write", "kv_write", 0), ("layers.0.self_attn.k_cache_read", "kv_read", 0)], attn_edges + [
+    ("layers.0.self_attn.k_proj", "layers.0.self_attn.k_cache_write", "key", "activation", "bf16", "real", "bf16"),
+    ("layers.0.self_attn.k_cache_write", "layers.0.self_attn.k_cache_read", "key", "kv", "fp8-e4m3/tensor", "real", "fp8-e4m3"),
+    ("layers.0.self_attn.k_cache_read", "layers.0.self_attn.scores", "key", "kv", "fp8-e4m3/tensor", "real", "fp8-e4m3")]))
+put("graphml", "fake-quant.graphml", graphml("training", attn_nodes[:3], [
+    ("layers.0.input_layernorm", "layers.0.self_attn.k_proj", "input", "activation", "bf16", "real", "bf16"),
+    ("layers.0.self_attn.k_proj.weight", "layers.0.self_attn.k_proj", "weight", "weight", "int4/group32", "fake", "bf16")]))
 print("seeds written under", out)

@@ -1,0 +1,72 @@
+// A precision-flow graph as GraphML (`rlsim verify --train A.graphml --infer B.graphml`), through
+// everything the command does with it: read_graphml, then, for a graph it accepts, the check
+// against itself and against the training graph of a small built-in model (the name-anchored
+// pass, KV-cache contraction and the VF2 search), the mismatch groups, both DOT views and a
+// GraphML round trip, which must read back what it wrote (an abort otherwise: a bug).
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+
+#include "models/graph/build.h"
+#include "models/graph/io.h"
+#include "models/graph/verify.h"
+#include "models/llm/arch.h"
+#include "models/precision/recipe.h"
+#include "tests/fuzz/fuzz_util.h"
+
+namespace {
+using namespace rlsim::models;
+
+// Two decoder layers (one dense, one MoE with a shared expert) and GQA: every operator kind the builder makes, small enough
+// for VF2 to finish within the harness's budget.
+const PrecisionGraph& reference_training_graph() {
+  static const PrecisionGraph g = [] {
+    ModelArch a;
+    a.name = "fuzz-tiny-moe";
+    a.layers = 2;
+    a.hidden = 64;
+    a.intermediate = 128;
+    a.heads = 4;
+    a.kv_heads = 2;
+    a.head_dim = 16;
+    a.vocab = 100;
+    a.moe = MoeSpec{4, 2, 32, 1, 1};  // 4 experts, top-2, 1 shared expert, first layer dense
+    return build_precision_graph(a, builtin_recipe("fp8-block"), GraphSide::kTraining);
+  }();
+  return g;
+}
+
+void check(const PrecisionGraph& training, const PrecisionGraph& inference) {
+  VerifyOptions o;
+  o.vf2_budget_s = 0.05;  // a wrong embedding is as good as none here; a crash is what is sought
+  const VerifyResult r = verify(training, inference, o);
+  (void)group_mismatches(r.mismatches);
+  std::ostringstream dot;
+  write_dot(dot, training, mismatch_marks(r.mismatches, true));
+  write_dot(dot, inference, mismatch_marks(r.mismatches, false), DotOptions{true, "fuzz"});
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace rlsim;
+  std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
+  PrecisionGraph g;
+  if (!fuzz::accepts([&] {
+        const PrecisionGraph read = read_graphml(in, "fuzz.graphml");
+        g = read;
+      }))
+    return 0;
+  fuzz::accepts([&] { check(g, g); });
+  fuzz::accepts([&] { check(reference_training_graph(), g); });
+  std::stringstream xml;
+  write_graphml(xml, g);
+  PrecisionGraph back;
+  if (!fuzz::accepts([&] {
+        const PrecisionGraph read = read_graphml(xml, "round-trip.graphml");
+        back = read;
+      }) ||
+      boost::num_vertices(back) != boost::num_vertices(g) || boost::num_edges(back) != boost::num_edges(g)) {
+    std::abort();  // write_graphml wrote what read_graphml does not read back
+  }
+  return 0;
+}
