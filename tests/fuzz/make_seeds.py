@@ -148,4 +148,7 @@ put("graphml", "inference-fp8-kv.graphml", graphml("inference", attn_nodes + [
 put("graphml", "fake-quant.graphml", graphml("training", attn_nodes[:3], [
     ("layers.0.input_layernorm", "layers.0.self_attn.k_proj", "input", "activation", "bf16", "real", "bf16"),
     ("layers.0.self_attn.k_proj.weight", "layers.0.self_attn.k_proj", "weight", "weight", "int4/group32", "fake", "bf16")]))
+# Calibration files: the built-in one, and one that sets only a device's fractions.
+put("calibration", "default.yaml", read("models/calibration/default.yaml"))
+put("calibration", "one-device.yaml", "devices:\n  h100-sxm: {compute: 0.5, memory: 0.8}\n")
 print("seeds written under", out)
