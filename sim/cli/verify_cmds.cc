@@ -49,7 +49,7 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
   }
   // Each graph is initialised from the call that makes it: Boost 1.74's adjacency_list has no move
   // constructor or move assignment, so assigning a returned graph would copy every operator and
-  // tensor and then free the temporary (two thirds of this command's time on DeepSeek-V3).
+  // tensor and then free the temporary (a quarter of this command's time on DeepSeek-V3).
   const models::PrecisionGraph train =
       from_graphml ? models::read_graphml_file(o.train_graphml)
                    : models::build_precision_graph(s->model, s->training.precision, models::GraphSide::kTraining);

@@ -17,8 +17,8 @@
 namespace {
 using namespace rlsim::models;
 
-// Two decoder layers (one dense, one MoE with a shared expert) and GQA: every operator kind the builder makes, small enough
-// for VF2 to finish within the harness's budget.
+// Two decoder layers (one dense, one MoE with a shared expert), GQA and the backward pass: the
+// operators a training graph holds, few enough for VF2 to finish within the harness's budget.
 const PrecisionGraph& reference_training_graph() {
   static const PrecisionGraph g = [] {
     ModelArch a;
