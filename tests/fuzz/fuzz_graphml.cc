@@ -2,17 +2,16 @@
 // everything the command does with it: read_graphml, then, for a graph it accepts, the check
 // against itself and against the training graph of a small built-in model (the name-anchored
 // pass, KV-cache contraction and the VF2 search), the mismatch groups, both DOT views and a
-// GraphML round trip, which must read back what it wrote (an abort otherwise: a bug).
+// GraphML round trip, which must read back what it wrote (fuzz::fail otherwise: a bug).
 #include <cstdint>
-#include <cstdlib>
 #include <sstream>
 
 #include "models/graph/build.h"
 #include "models/graph/io.h"
 #include "models/graph/verify.h"
-#include "models/llm/arch.h"
 #include "models/precision/recipe.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/models/graph/tiny_archs.h"
 
 namespace {
 using namespace rlsim::models;
@@ -20,19 +19,8 @@ using namespace rlsim::models;
 // Two decoder layers (one dense, one MoE with a shared expert), GQA and the backward pass: the
 // operators a training graph holds, few enough for VF2 to finish within the harness's budget.
 const PrecisionGraph& reference_training_graph() {
-  static const PrecisionGraph g = [] {
-    ModelArch a;
-    a.name = "fuzz-tiny-moe";
-    a.layers = 2;
-    a.hidden = 64;
-    a.intermediate = 128;
-    a.heads = 4;
-    a.kv_heads = 2;
-    a.head_dim = 16;
-    a.vocab = 100;
-    a.moe = MoeSpec{4, 2, 32, 1, 1};  // 4 experts, top-2, 1 shared expert, first layer dense
-    return build_precision_graph(a, builtin_recipe("fp8-block"), GraphSide::kTraining);
-  }();
+  static const PrecisionGraph g =
+      build_precision_graph(tiny_archs::tiny_moe(), builtin_recipe("fp8-block"), GraphSide::kTraining);
   return g;
 }
 
@@ -66,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         back = read;
       }) ||
       boost::num_vertices(back) != boost::num_vertices(g) || boost::num_edges(back) != boost::num_edges(g)) {
-    std::abort();  // write_graphml wrote what read_graphml does not read back
+    fuzz::fail("write_graphml wrote what read_graphml does not read back:\n" + xml.str());
   }
   return 0;
 }

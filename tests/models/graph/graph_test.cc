@@ -13,6 +13,7 @@
 #include "models/graph/io.h"
 #include "models/graph/verify.h"
 #include "sim/scenario/scenario.h"
+#include "tests/models/graph/tiny_archs.h"
 
 namespace rlsim::models {
 namespace {
@@ -34,26 +35,8 @@ VerifyResult verify_scenario(const std::string& file) {
 const char* kDenseLinears[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
-/// A 2-layer GQA model small enough for VF2 in a unit test.
-ModelArch tiny_dense() {
-  ModelArch a;
-  a.name = "tiny-dense";
-  a.layers = 2;
-  a.hidden = 64;
-  a.intermediate = 128;
-  a.heads = 4;
-  a.kv_heads = 2;
-  a.head_dim = 16;
-  a.vocab = 100;
-  return a;
-}
-
-ModelArch tiny_moe() {
-  ModelArch a = tiny_dense();
-  a.name = "tiny-moe";
-  a.moe = MoeSpec{4, 2, 32, 1, 1};  // 4 experts, top-2, 1 shared expert, first layer dense
-  return a;
-}
+using tiny_archs::tiny_dense;
+using tiny_archs::tiny_moe;
 
 Recipe with_kv(Recipe r, const Format& kv) {
   r.kv_cache = kv;
