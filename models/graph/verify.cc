@@ -323,15 +323,15 @@ VerifyResult verify(const PrecisionGraph& training_in, const PrecisionGraph& inf
   const PrecisionGraph inf = contract_kv_cache(inference);
   const std::size_t n = boost::num_vertices(inf);
   // A training graph with KV-cache operators (one that emulates the rollout's cache) is contracted
-  // the same way; the usual training graph has none and is used as is.
-  std::optional<PrecisionGraph> train_contracted;
-  for (OpId v = 0; v < boost::num_vertices(training_in); ++v) {
-    if (training_in[v].kind == OpKind::kKvWrite || training_in[v].kind == OpKind::kKvRead) {
-      train_contracted = contract_kv_cache(training_in);
-      break;
-    }
+  // the same way; the usual training graph has none and is used as is. The contracted graph is
+  // initialised from contract_kv_cache's result, not assigned: Boost 1.74's adjacency_list has no
+  // move assignment, so an assignment would copy it.
+  bool training_has_kv = false;
+  for (OpId v = 0; v < boost::num_vertices(training_in) && !training_has_kv; ++v) {
+    training_has_kv = training_in[v].kind == OpKind::kKvWrite || training_in[v].kind == OpKind::kKvRead;
   }
-  const PrecisionGraph& training = train_contracted ? *train_contracted : training_in;
+  const PrecisionGraph train_contracted = training_has_kv ? contract_kv_cache(training_in) : PrecisionGraph{};
+  const PrecisionGraph& training = training_has_kv ? train_contracted : training_in;
 
   if (!options.force_vf2) {
     std::unordered_map<std::string_view, OpId> train_index, inf_index;
