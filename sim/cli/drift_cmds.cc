@@ -53,6 +53,7 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
 
 void merge_drift_file(DriftCliOptions& o) {
   const YAML::Node root = sim::load_yaml_file(o.file, "drift file");
+  sim::require_input_kind(root, sim::InputKind::kDrift, o.file);
   const sim::Source f{o.file, {}, "--set"};
   if (!root.IsMap()) f.fail(root, "", fmt::format("expected a mapping of drift keys ({})", fmt::join(drift_file_keys(), ", ")));
   sim::Map m(f, root, "");

@@ -429,6 +429,51 @@ YAML::Node load_yaml_file(const std::string& path, const std::string& what) {
   return parse_yaml_text(read_input_file(path, what), path);
 }
 
+namespace {
+
+struct InputKindInfo {
+  InputKind kind;
+  std::string_view name, command;
+  std::vector<std::string_view> telling_keys;  // top-level keys no other kind has
+  bool all_needed;                             // every telling key must be there (a study: base and sweep)
+};
+
+const std::vector<InputKindInfo>& input_kinds() {
+  static const std::vector<InputKindInfo> kinds = {
+      {InputKind::kScenario, "scenario", "run", {"cluster", "workload", "placement"}, false},
+      {InputKind::kStudy, "study file", "plan", {"base", "sweep"}, true},
+      {InputKind::kDrift, "drift file", "drift", {"pairs"}, false},
+      {InputKind::kTrain, "train file", "train", {"task", "training_precision"}, false},
+  };
+  return kinds;
+}
+
+// The telling keys of `k` that `root` has, when they mark it as that kind (empty otherwise).
+std::vector<std::string_view> telling_keys_in(const YAML::Node& root, const InputKindInfo& k) {
+  std::vector<std::string_view> found;
+  for (std::string_view key : k.telling_keys) {
+    if (root[std::string(key)]) found.push_back(key);
+  }
+  if (k.all_needed && found.size() != k.telling_keys.size()) found.clear();
+  return found;
+}
+
+}  // namespace
+
+void require_input_kind(const YAML::Node& root, InputKind expected, const std::string& path) {
+  if (!root.IsMap()) return;
+  const auto& kinds = input_kinds();
+  const auto want = std::find_if(kinds.begin(), kinds.end(), [&](const InputKindInfo& k) { return k.kind == expected; });
+  if (!telling_keys_in(root, *want).empty()) return;
+  for (const InputKindInfo& k : kinds) {
+    if (k.kind == expected) continue;
+    const std::vector<std::string_view> keys = telling_keys_in(root, k);
+    if (keys.empty()) continue;
+    throw ScenarioError(fmt::format("{}:1:1: this is a {} ({}:), not a {}; run it with `rlsim {} {}`", path, k.name,
+                                    fmt::join(keys, ":, "), want->name, k.command, path));
+  }
+}
+
 std::string read_input_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ScenarioError(fmt::format("{}: cannot open {} ({})", path, what, std::strerror(errno)));
@@ -1032,10 +1077,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   Source src{path, {}, override_label};
   YAML::Node root = load_yaml_file(path, "scenario file");
   if (!root.IsMap()) throw ScenarioError(path + ":1:1: a scenario must be a YAML mapping (see SCENARIO.md)");
-  if (root["base"] && root["sweep"]) {
-    throw ScenarioError(path + ":1:1: this is a study file (base: and sweep:), not a scenario; run it with `rlsim plan " + path +
-                        "`");
-  }
+  require_input_kind(root, InputKind::kScenario, path);
   for (const auto& o : overrides) apply_override(root, o, src);
   const fs::path base_dir = fs::path(path).parent_path();
 

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rlsim::sim {
 
@@ -27,5 +28,16 @@ void require_yaml_text(std::string_view text, const std::string& file);
 /// "PATH:LINE:COLUMN: YAML syntax error: ..." (1-based) when it does not parse, or
 /// require_yaml_text's error.
 YAML::Node load_yaml_file(const std::string& path, const std::string& what);
+
+/// The YAML input files rlsim reads, each by its own command: a scenario (`rlsim run`, `verify`,
+/// `validate`), a study (`rlsim plan`), a drift file (`rlsim drift`), a train file (`rlsim train`).
+enum class InputKind { kScenario, kStudy, kDrift, kTrain };
+
+/// Throws ScenarioError "PATH:1:1: this is a KIND (KEYS), not a WHAT; run it with `rlsim COMMAND
+/// PATH`" when the mapping `root` has top-level keys that only another kind has (a study's
+/// base and sweep; a drift file's pairs; a train file's task or training_precision; a scenario's
+/// cluster, workload or placement) and none of `expected`'s. Anything else (not a mapping, no
+/// telling keys) is left to the reader's own errors.
+void require_input_kind(const YAML::Node& root, InputKind expected, const std::string& path);
 
 }  // namespace rlsim::sim

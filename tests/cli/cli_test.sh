@@ -453,6 +453,18 @@ check "plan: a time without unit is bad input (2) at file:line:column" \
   test $? -eq 2 -a -n "$(grep "study_bad.yaml:4:30: 'constraints.max_step_time'" "$WORK/plan_bad.err")"
 "$RLSIM" run "$WORK/study.yaml" --out "$WORK/run_study" >/dev/null 2>"$WORK/run_study.err"
 check "run on a study file: exit 2, pointing to rlsim plan" test $? -eq 2 -a -n "$(grep 'rlsim plan' "$WORK/run_study.err")"
+# A file meant for another command: exit 2 naming that command, nothing written.
+while read -r cmd file other; do
+  "$RLSIM" "$cmd" "$SRC/scenarios/$file" --out "$WORK/wrong_kind" >/dev/null 2>"$WORK/wrong_kind.err"
+  check "$cmd on $file: exit 2, pointing to rlsim $other" \
+    test $? -eq 2 -a -n "$(grep -F "run it with \`rlsim $other $SRC/scenarios/$file\`" "$WORK/wrong_kind.err")"
+  check "... and writing nothing" test ! -e "$WORK/wrong_kind"
+done <<'KINDS'
+drift default.yaml run
+train drift-stories260k.yaml drift
+run train-lipogram-bf16.yaml train
+plan default.yaml run
+KINDS
 "$RLSIM" plan --help >"$WORK/plan_help.txt"
 check "plan --help lists --jobs, --set, --heatmap" bash -c "grep -q -- '--jobs' '$WORK/plan_help.txt' && grep -q -- '--set' '$WORK/plan_help.txt' && grep -q -- '--heatmap' '$WORK/plan_help.txt'"
 "$RLSIM" bench plan --repeat 1 >"$WORK/bench_plan.txt"

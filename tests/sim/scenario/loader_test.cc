@@ -7,6 +7,7 @@
 #include "models/runtime/model.h"
 #include "sim/scenario/calibration.h"
 #include "sim/scenario/scenario.h"
+#include "sim/scenario/study.h"
 #include "sim/scenario/units.h"
 
 namespace rlsim::sim {
@@ -55,9 +56,9 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
     load_scenario(t.path(), overrides);
   } catch (const ScenarioError& e) {
     std::string msg = e.what();
-    // Strip the temporary path so tests can compare the location.
-    const auto pos = msg.find(t.path());
-    if (pos != std::string::npos) msg.replace(pos, t.path().size(), "FILE");
+    // Strip the temporary path so tests can compare the location (and a command naming it).
+    for (auto pos = msg.find(t.path()); pos != std::string::npos; pos = msg.find(t.path(), pos))
+      msg.replace(pos, t.path().size(), "FILE");
     return msg;
   }
   return "no error";
@@ -104,6 +105,30 @@ TEST(Loader, UnknownKeyNamesFileLineColumn) {
   const std::string e = error_of(std::string(kMinimal) + "rollout:\n  tensor_paralel: 2\n");
   EXPECT_EQ(e.rfind("FILE:13:3: unknown key 'rollout.tensor_paralel'", 0), 0u) << e;
   EXPECT_NE(e.find("tensor_parallel"), std::string::npos) << "should list the valid keys: " << e;
+}
+
+// Each command's reader tells a file meant for another command by the keys only that kind has,
+// and names the command to run it with; a file with none of the telling keys (or with its own
+// kind's) gets the reader's own errors.
+TEST(Loader, FileOfAnotherCommandNamesThatCommand) {
+  EXPECT_EQ(error_of("name: d\nmodel: m.bin\npairs: [bf16:bf16]\n"),
+            "FILE:1:1: this is a drift file (pairs:), not a scenario; run it with `rlsim drift FILE`");
+  EXPECT_EQ(error_of("model: m.bin\ntask: lipogram-e\ntraining_precision: bf16\n"),
+            "FILE:1:1: this is a train file (task:, training_precision:), not a scenario; run it with `rlsim train FILE`");
+  EXPECT_EQ(error_of("base: b.yaml\nsweep: {}\n"),
+            "FILE:1:1: this is a study file (base:, sweep:), not a scenario; run it with `rlsim plan FILE`");
+  // base without sweep is not a study; pairs beside a scenario's own keys is the scenario's typo.
+  EXPECT_EQ(error_of("base: b.yaml\n" + std::string(kMinimal)).rfind("FILE:1:1: unknown key 'base'", 0), 0u);
+  EXPECT_EQ(error_of(std::string(kMinimal) + "pairs: 1\n").rfind("FILE:12:1: unknown key 'pairs'", 0), 0u);
+  TempScenario scenario(kMinimal);
+  try {
+    load_study(scenario.path());
+    ADD_FAILURE() << "a scenario read as a study";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              scenario.path() + ":1:1: this is a scenario (cluster:, workload:), not a study file; run it with `rlsim run " +
+                  scenario.path() + "`");
+  }
 }
 
 // YAML must be Unicode, and its strings reach JSON outputs: a byte that is not well-formed
