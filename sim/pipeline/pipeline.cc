@@ -176,6 +176,7 @@ class Simulation {
   }
   void record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end, Group group = Group::kActor);
   bool check_fit();
+  std::string colocated_oom_remedy(const MemoryLedger::Oom& o) const;
   void report_memory();
 
   const Scenario& s_;
@@ -926,6 +927,33 @@ void Simulation::run_async() {
   schedule.run();
 }
 
+// What a user can change when a colocated device runs out of memory while the engine runs with
+// the trainer's state resident beside it (the actor's and a critic's optimizer states, the actor's
+// and the reference's parameters): the keys that move that state to the host (those not set
+// already), and the engine's share of the device. Empty for any other out-of-memory.
+std::string Simulation::colocated_oom_remedy(const MemoryLedger::Oom& o) const {
+  if (!colocated() || o.phase != Role::kRollout) return "";
+  const auto bytes = [&](MemoryTag t) {
+    const auto it = o.breakdown.find(std::string(memory_tag_name(t)));
+    return it == o.breakdown.end() ? 0.0 : it->second;
+  };
+  std::vector<std::string> resident, keys;
+  if (const double b = bytes(MemoryTag::kOptimizer) + bytes(MemoryTag::kCriticOptimizer); b > 0) {
+    resident.push_back(fmt::format("optimizer states ({})", gb(b)));
+    keys.emplace_back("training.optimizer.offload");
+  }
+  if (const double b = bytes(MemoryTag::kTrainParams) + bytes(MemoryTag::kReferenceParams); b > 0) {
+    resident.push_back(fmt::format("parameters ({})", gb(b)));
+    if (!s_.training.param_offload) keys.emplace_back("training.param_offload");
+  }
+  if (resident.empty()) return "";
+  const std::string share =
+      fmt::format("a lower rollout.memory_utilization (now {}) leaves them room", s_.rollout.memory_utilization);
+  return fmt::format(
+      "; the trainer's {} stay on the device while the engine runs: {}", fmt::join(resident, " and "),
+      keys.empty() ? share : fmt::format("setting {} moves them to the host, or {}", fmt::join(keys, " and "), share));
+}
+
 // The first out-of-memory any ledger met, as a result, and the peaks per role.
 void Simulation::report_memory() {
   for (const auto& l : ledgers_) {
@@ -934,14 +962,14 @@ void Simulation::report_memory() {
       double total = 0;
       for (const auto& [_, b] : o.breakdown) total += b;
       const bool rollout_role = colocated() ? o.phase == Role::kRollout : &l == &ledgers_.front();
-      r_.oom = OomReport{
-          rollout_role ? Role::kRollout : Role::kTraining,
-          l.group(),
-          fmt::format("{} needs {} on a {} device during {} (allocating {} of '{}')", l.group(), gb(total), gb(o.capacity_bytes),
-                      o.phase ? role_name(*o.phase) : "init", gb(o.requested_bytes), memory_tag_name(o.tag)),
-          o.capacity_bytes,
-          total,
-          o.breakdown};
+      r_.oom = OomReport{rollout_role ? Role::kRollout : Role::kTraining,
+                         l.group(),
+                         fmt::format("{} needs {} on a {} device during {} (allocating {} of '{}'){}", l.group(), gb(total),
+                                     gb(o.capacity_bytes), o.phase ? role_name(*o.phase) : "init", gb(o.requested_bytes),
+                                     memory_tag_name(o.tag), colocated_oom_remedy(o)),
+                         o.capacity_bytes,
+                         total,
+                         o.breakdown};
     }
   }
   if (colocated()) {

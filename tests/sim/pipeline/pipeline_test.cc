@@ -425,6 +425,24 @@ TEST(Pipeline, ColocatedReservationOomIncludesTrainingState) {
   EXPECT_EQ(r.oom->role, Role::kRollout);
   EXPECT_GT(r.oom->breakdown.at("optimizer"), 0);
   EXPECT_GT(r.oom->required_bytes, r.oom->capacity_bytes);
+  // The reason names what to change: the keys that move the resident state to the host, and the
+  // engine's share; a key already set is not offered again.
+  EXPECT_NE(r.oom->reason.find("optimizer states"), std::string::npos) << r.oom->reason;
+  EXPECT_NE(r.oom->reason.find("setting training.optimizer.offload and training.param_offload moves them to the host, or a "
+                               "lower rollout.memory_utilization (now 0.95)"),
+            std::string::npos)
+      << r.oom->reason;
+  const SimResult p = simulate(load_text(kBase, {"rollout.memory_utilization=0.95", "training.param_offload=true"}), sink);
+  ASSERT_FALSE(p.fits());
+  EXPECT_EQ(p.oom->reason.find("training.param_offload"), std::string::npos) << p.oom->reason;
+  EXPECT_NE(p.oom->reason.find("setting training.optimizer.offload moves them"), std::string::npos) << p.oom->reason;
+  // A trainer out of memory on devices of its own gets no such advice: no engine runs beside it.
+  const SimResult d = simulate(load_text(kBase, {"model=qwen3-32b", "rollout.tensor_parallel=4", "placement.mode=disaggregated",
+                                                 "placement.rollout_devices=4", "placement.train_devices=4"}),
+                               sink);
+  ASSERT_FALSE(d.fits());
+  EXPECT_EQ(d.oom->role, Role::kTraining);
+  EXPECT_EQ(d.oom->reason.find("stay on the device"), std::string::npos) << d.oom->reason;
 }
 
 TEST(Pipeline, OneStepOffOverlapsRolloutAndTraining) {
