@@ -396,124 +396,96 @@ VerlLogLengths parse_verl_log(const std::string& text, const std::string& file) 
 
 namespace {
 
-// The algorithm section: verl's advantage estimator by name (gae trains a critic: PPO), the
-// critic's strategy and Megatron layout (verl's critic worker colocated with the actor's), and a
-// model-based reward when reward_model.enable is set. A critic or reward model checkpoint other
-// than the actor's is priced as the actor's model (a warning says so).
-void write_verl_algorithm(const Reader& r, const std::string& actor_path, ScenarioText& y, ImportedScenario& out) {
-  auto line = [&](const std::string& text, const std::string& key) { y.line(text, key.empty() ? "" : r.note(key)); };
-  const std::string adv = ascii_lower(r.value("algorithm.adv_estimator").text);
-  std::string name = "grpo";
-  if (adv == "gae") {
-    name = "ppo";
-  } else if (adv.starts_with("reinforce_plus_plus")) {
-    name = "reinforce++";
-  } else if (adv.starts_with("rloo")) {
-    name = "rloo";
-  } else if (adv != "grpo") {
-    out.warnings.push_back("algorithm.adv_estimator=" + adv +
-                           ": a critic-free estimator, priced as GRPO (advantages cost nothing rlsim models)");
+// The Megatron key that also turns on activation recomputation (read by the training section,
+// and so no override warning).
+constexpr const char* kRecomputeKey = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity";
+
+// What the section writers share: the launch's settings, the scenario being written (each line
+// commented with the verl key behind it) and the import's warnings.
+struct VerlWriter {
+  const VerlLaunch& launch;
+  const Reader& r;
+  const std::string& source;
+  ScenarioText& y;
+  ImportedScenario& out;
+
+  // A scenario line with the note of verl key `key` ("": no comment).
+  void line(const std::string& text, const std::string& key) const { y.line(text, key.empty() ? "" : r.note(key)); }
+  // fail_at at the line that set `key` (0: a verl default).
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const { fail_at(source, r.value(key).line, what); }
+};
+
+// name and model: the catalog model whose name the checkpoint path contains, else the config.json
+// given by --model-config. Returns the checkpoint path.
+std::string write_verl_model(const VerlWriter& w, const std::string& model_config) {
+  const std::string path = w.r.value("actor_rollout_ref.model.path").text;
+  const std::string model = catalog_model_for_path(path);
+  w.line(fmt::format("name: imported from {}", w.source), "");
+  if (!model.empty()) {
+    w.line("model: " + model, "actor_rollout_ref.model.path");
+  } else if (!model_config.empty()) {
+    w.line("model: {hf_config: " + model_config + "}", "actor_rollout_ref.model.path");
+  } else {
+    w.fail("actor_rollout_ref.model.path",
+           fmt::format("actor_rollout_ref.model.path={}: no catalog model matches '{}' (catalog: {}); give --model-config "
+                       "config.json",
+                       path, path, fmt::join(sim::catalog_model_names(), ", ")));
   }
-  const bool reward = r.boolean("reward_model.enable");
-  if (name == "grpo" && !reward) return;  // rlsim's default
-  line("algorithm:", "");
-  line("  name: " + name, "algorithm.adv_estimator");
-  // A checkpoint of a model the scenario runs (the critic under PPO, the reward model when enabled).
-  for (const auto& [model_key, used] :
-       {std::pair{"critic.model.path", name == "ppo"}, std::pair{"reward_model.model.path", reward}}) {
-    const std::string p = r.value(model_key).text;
-    if (used && !p.empty() && p != actor_path)
-      out.warnings.push_back(fmt::format("{}={}: not the actor's checkpoint; priced as the actor's model", model_key, p));
-  }
-  if (name == "ppo") {
-    const bool meg = r.value("critic.strategy").text == "megatron";
-    line(std::string("  critic:"), "");
-    line(std::string("    backend: ") + (meg ? "megatron" : "fsdp"), "critic.strategy");
-    const char* keys[][2] = {{"tensor_parallel", "critic.megatron.tensor_model_parallel_size"},
-                             {"pipeline_parallel", "critic.megatron.pipeline_model_parallel_size"},
-                             {"expert_parallel", "critic.megatron.expert_model_parallel_size"},
-                             {"context_parallel", "critic.megatron.context_parallel_size"}};
-    for (const auto& [ours, theirs] : keys) line(fmt::format("    {}: {}", ours, meg ? r.integer(theirs) : 1), meg ? theirs : "");
-  }
-  if (reward) line("  reward_model: {}", "reward_model.enable");
+  return path;
 }
 
-}  // namespace
+// Which entry point the launch runs: main_ppo's hybrid engine, or a recipe that gives the
+// rollout devices of its own.
+struct VerlEntry {
+  bool one_step_off = false, fully_async = false;
+  explicit VerlEntry(const VerlLaunch& l)
+      : one_step_off(l.entry.find("one_step_off") != std::string::npos),
+        fully_async(l.entry.find("fully_async") != std::string::npos) {}
+  bool colocated() const { return !one_step_off && !fully_async; }
+};
 
-ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
-                             const std::string& source, const VerlLogLengths* lengths) {
-  const Reader r(launch, source);
-  ImportedScenario out;
-  ScenarioText y;
-  auto line = [&](const std::string& text, const std::string& key) { y.line(text, key.empty() ? "" : r.note(key)); };
-  // Model.
-  const std::string path = r.value("actor_rollout_ref.model.path").text;
-  const std::string model = catalog_model_for_path(path);
-  line(fmt::format("name: imported from {}", source), "");
-  if (!model.empty()) {
-    line("model: " + model, "actor_rollout_ref.model.path");
-  } else if (!model_config.empty()) {
-    line("model: {hf_config: " + model_config + "}", "actor_rollout_ref.model.path");
-  } else {
-    fail_at(source, r.value("actor_rollout_ref.model.path").line,
-            fmt::format("actor_rollout_ref.model.path={}: no catalog model matches '{}' (catalog: {}); give --model-config "
-                        "config.json",
-                        path, path, fmt::join(sim::catalog_model_names(), ", ")));
-  }
-  // Cluster and placement: main_ppo's hybrid engine shares every device; the recipes give the
-  // rollout its own (rollout.nnodes x rollout.n_gpus_per_node).
-  const bool one_step_off = launch.entry.find("one_step_off") != std::string::npos;
-  const bool fully_async = launch.entry.find("fully_async") != std::string::npos;
+// cluster, placement and schedule: main_ppo's hybrid engine shares every device; the recipes give
+// the rollout its own (rollout.nnodes x rollout.n_gpus_per_node).
+void write_verl_cluster(const VerlWriter& w, const std::string& device, const VerlEntry& entry) {
+  const Reader& r = w.r;
   const std::int64_t nodes = r.integer("trainer.nnodes"), per_node = r.integer("trainer.n_gpus_per_node");
-  line("cluster:", "");
-  line("  device: " + device, "");
-  if (!one_step_off && !fully_async) {
-    line(fmt::format("  nodes: {}", nodes), "trainer.nnodes");
-    line(fmt::format("  devices_per_node: {}", per_node), "trainer.n_gpus_per_node");
-    line("placement: {mode: colocated}", "");
-  } else {
-    const std::int64_t rnodes = r.integer("rollout.nnodes"), rper = r.integer("rollout.n_gpus_per_node");
-    // As many trainer as rollout nodes, together no more than a node of 8 (the common node, as
-    // verl's one-step-off examples split one: 6 + 2): the two pools share the nodes; otherwise
-    // they are nodes of their own.
-    constexpr std::int64_t kCommonNodeSize = 8;
-    const bool shared = nodes == rnodes && per_node + rper <= kCommonNodeSize;
-    line(fmt::format("  nodes: {}", shared ? nodes : nodes + rnodes), "");
-    line(fmt::format("  devices_per_node: {}", shared ? per_node + rper : std::max(per_node, rper)), "");
-    if (!shared && per_node != rper)
-      out.warnings.push_back(fmt::format("trainer nodes have {} GPUs and rollout nodes {}: the cluster takes {} per node",
+  w.line("cluster:", "");
+  w.line("  device: " + device, "");
+  if (entry.colocated()) {
+    w.line(fmt::format("  nodes: {}", nodes), "trainer.nnodes");
+    w.line(fmt::format("  devices_per_node: {}", per_node), "trainer.n_gpus_per_node");
+    w.line("placement: {mode: colocated}", "");
+    return;
+  }
+  const std::int64_t rnodes = r.integer("rollout.nnodes"), rper = r.integer("rollout.n_gpus_per_node");
+  // As many trainer as rollout nodes, together no more than a node of 8 (the common node, as
+  // verl's one-step-off examples split one: 6 + 2): the two pools share the nodes; otherwise
+  // they are nodes of their own.
+  constexpr std::int64_t kCommonNodeSize = 8;
+  const bool shared = nodes == rnodes && per_node + rper <= kCommonNodeSize;
+  w.line(fmt::format("  nodes: {}", shared ? nodes : nodes + rnodes), "");
+  w.line(fmt::format("  devices_per_node: {}", shared ? per_node + rper : std::max(per_node, rper)), "");
+  if (!shared && per_node != rper)
+    w.out.warnings.push_back(fmt::format("trainer nodes have {} GPUs and rollout nodes {}: the cluster takes {} per node",
                                          per_node, rper, std::max(per_node, rper)));
-    line("placement:", "");
-    line("  mode: disaggregated", "");
-    line(fmt::format("  rollout_devices: {}", rnodes * rper), "rollout.n_gpus_per_node");
-    line(fmt::format("  train_devices: {}", nodes * per_node), "trainer.n_gpus_per_node");
-    if (one_step_off) {
-      line("schedule: {mode: one-step-off}", "");
-    } else {
-      line("schedule:", "");
-      line("  mode: async", "");
-      line(fmt::format("  staleness: {}", r.number("async_training.staleness_threshold")), "async_training.staleness_threshold");
-      line(fmt::format("  partial_rollout: {}", r.boolean("async_training.partial_rollout")), "async_training.partial_rollout");
-    }
-  }
-  // Workload: GRPO groups of n samples per prompt.
-  // Fully async: a trainer step takes require_batches mini-batches and the weights reach the
-  // rollout every trigger_parameter_sync_step steps; rlsim's step is one weight update.
-  const std::int64_t async_batches =
-      fully_async ? r.integer("async_training.require_batches") * r.integer("async_training.trigger_parameter_sync_step") : 1;
-  const std::int64_t prompts =
-      fully_async ? r.integer("actor_rollout_ref.actor.ppo_mini_batch_size") * async_batches : r.integer("data.train_batch_size");
-  const std::int64_t n = r.integer("actor_rollout_ref.rollout.n");
-  const std::int64_t max_prompt = r.integer("data.max_prompt_length"), max_response = r.integer("data.max_response_length");
-  line("workload:", "");
-  if (fully_async) {
-    y.line(fmt::format("  prompts_per_step: {}", prompts),
-           fmt::format("# ppo_mini_batch_size x require_batches x trigger_parameter_sync_step ({} x {})",
-                       r.integer("actor_rollout_ref.actor.ppo_mini_batch_size"), async_batches));
+  w.line("placement:", "");
+  w.line("  mode: disaggregated", "");
+  w.line(fmt::format("  rollout_devices: {}", rnodes * rper), "rollout.n_gpus_per_node");
+  w.line(fmt::format("  train_devices: {}", nodes * per_node), "trainer.n_gpus_per_node");
+  if (entry.one_step_off) {
+    w.line("schedule: {mode: one-step-off}", "");
   } else {
-    line(fmt::format("  prompts_per_step: {}", prompts), "data.train_batch_size");
+    w.line("schedule:", "");
+    w.line("  mode: async", "");
+    w.line(fmt::format("  staleness: {}", r.number("async_training.staleness_threshold")), "async_training.staleness_threshold");
+    w.line(fmt::format("  partial_rollout: {}", r.boolean("async_training.partial_rollout")), "async_training.partial_rollout");
   }
-  line(fmt::format("  samples_per_prompt: {}", n), "actor_rollout_ref.rollout.n");
+}
+
+// The length distributions: from a console log's means, maxima and clip ratio when one is given,
+// else assumed from the maximum lengths (a warning says so).
+void write_verl_lengths(const VerlWriter& w, const VerlLogLengths* lengths) {
+  const std::int64_t max_prompt = w.r.integer("data.max_prompt_length"), max_response = w.r.integer("data.max_response_length");
   if (lengths) {
     // The log's prompts: its mean, up to its max (a lognormal clipped at the max, sigma 0.8; a
     // uniform ending at the max when the mean is within 10 % of it); responses: a lognormal
@@ -523,133 +495,231 @@ ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device
                                                 lengths->prompt_mean, lengths->prompt_max, lengths->steps);
     if (lengths->prompt_mean > 0.9 * lengths->prompt_max) {
       const auto pmin = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(2 * lengths->prompt_mean)) - pmax);
-      y.line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", pmin, std::max(pmin, pmax)), prompt_note);
+      w.y.line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", pmin, std::max(pmin, pmax)), prompt_note);
     } else {
       const auto [pmedian, psigma] = fit_clipped_lognormal(lengths->prompt_mean, 0.0, static_cast<double>(pmax));
-      y.line(fmt::format("  prompt_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", pmedian, psigma, pmax),
-             prompt_note);
+      w.y.line(fmt::format("  prompt_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", pmedian, psigma, pmax),
+               prompt_note);
     }
     const auto [median, sigma] =
         fit_clipped_lognormal(std::min(lengths->response_mean, static_cast<double>(max_response)),
                               std::min(lengths->response_clip_ratio, 0.999), static_cast<double>(max_response));
-    y.line(fmt::format("  response_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", median, sigma,
-                       max_response),
-           fmt::format("# log: response_length/mean {:.1f}, /clip_ratio {:.3f}; cap: data.max_response_length",
-                       lengths->response_mean, lengths->response_clip_ratio));
-  } else {
-    line(fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", std::max<std::int64_t>(1, max_prompt / 4),
-                     max_prompt),
-         "data.max_prompt_length");
-    line(fmt::format("  response_tokens: {{dist: lognormal, median: {}, sigma: 0.8, max: {}}}",
+    w.y.line(fmt::format("  response_tokens: {{dist: lognormal, median: {:.1f}, sigma: {:.4f}, max: {}}}", median, sigma,
+                         max_response),
+             fmt::format("# log: response_length/mean {:.1f}, /clip_ratio {:.3f}; cap: data.max_response_length",
+                         lengths->response_mean, lengths->response_clip_ratio));
+    return;
+  }
+  w.line(
+      fmt::format("  prompt_tokens: {{dist: uniform, min: {}, max: {}}}", std::max<std::int64_t>(1, max_prompt / 4), max_prompt),
+      "data.max_prompt_length");
+  w.line(fmt::format("  response_tokens: {{dist: lognormal, median: {}, sigma: 0.8, max: {}}}",
                      std::max<std::int64_t>(1, max_response / 4), max_response),
          "data.max_response_length");
-    out.warnings.push_back(
-        "length distributions assumed (prompts uniform in [max/4, max], responses lognormal, median max/4, sigma 0.8, "
-        "truncated at max_response_length); --log sets them from a run's console log");
+  w.out.warnings.push_back(
+      "length distributions assumed (prompts uniform in [max/4, max], responses lognormal, median max/4, sigma 0.8, "
+      "truncated at max_response_length); --log sets them from a run's console log");
+}
+
+// workload: GRPO groups of n samples per prompt. Fully async: a trainer step takes
+// require_batches mini-batches and the weights reach the rollout every
+// trigger_parameter_sync_step steps; rlsim's step is one weight update. Returns the prompts per step.
+std::int64_t write_verl_workload(const VerlWriter& w, const VerlEntry& entry, const VerlLogLengths* lengths) {
+  const Reader& r = w.r;
+  const std::int64_t async_batches =
+      entry.fully_async ? r.integer("async_training.require_batches") * r.integer("async_training.trigger_parameter_sync_step")
+                        : 1;
+  const std::int64_t prompts = entry.fully_async ? r.integer("actor_rollout_ref.actor.ppo_mini_batch_size") * async_batches
+                                                 : r.integer("data.train_batch_size");
+  w.line("workload:", "");
+  if (entry.fully_async) {
+    w.y.line(fmt::format("  prompts_per_step: {}", prompts),
+             fmt::format("# ppo_mini_batch_size x require_batches x trigger_parameter_sync_step ({} x {})",
+                         r.integer("actor_rollout_ref.actor.ppo_mini_batch_size"), async_batches));
+  } else {
+    w.line(fmt::format("  prompts_per_step: {}", prompts), "data.train_batch_size");
   }
-  // Rollout.
+  w.line(fmt::format("  samples_per_prompt: {}", r.integer("actor_rollout_ref.rollout.n")), "actor_rollout_ref.rollout.n");
+  write_verl_lengths(w, lengths);
+  return prompts;
+}
+
+// rollout: the engine and its layout, memory share, sequence limit and CUDA graphs.
+void write_verl_rollout(const VerlWriter& w) {
+  const Reader& r = w.r;
   const std::string engine = ascii_lower(r.value("actor_rollout_ref.rollout.name").text);
   if (engine != "vllm" && engine != "sglang")
-    fail_at(source, r.value("actor_rollout_ref.rollout.name").line,
-            fmt::format("actor_rollout_ref.rollout.name={}: expected vllm or sglang", engine));
-  line("rollout:", "");
-  line("  engine: " + engine, "actor_rollout_ref.rollout.name");
-  line(fmt::format("  tensor_parallel: {}", r.integer("actor_rollout_ref.rollout.tensor_model_parallel_size")),
-       "actor_rollout_ref.rollout.tensor_model_parallel_size");
+    w.fail("actor_rollout_ref.rollout.name", fmt::format("actor_rollout_ref.rollout.name={}: expected vllm or sglang", engine));
+  w.line("rollout:", "");
+  w.line("  engine: " + engine, "actor_rollout_ref.rollout.name");
+  w.line(fmt::format("  tensor_parallel: {}", r.integer("actor_rollout_ref.rollout.tensor_model_parallel_size")),
+         "actor_rollout_ref.rollout.tensor_model_parallel_size");
   // Data-parallel attention and expert parallelism inside one engine (verl's rollout
   // data_parallel_size / expert_parallel_size, passed to vLLM / SGLang as --data-parallel-size and
   // --enable-expert-parallel): written only when set, so dense-model imports read as before.
-  if (r.integer("actor_rollout_ref.rollout.data_parallel_size") > 1)
-    line(fmt::format("  data_parallel: {}", r.integer("actor_rollout_ref.rollout.data_parallel_size")),
-         "actor_rollout_ref.rollout.data_parallel_size");
-  if (r.integer("actor_rollout_ref.rollout.expert_parallel_size") > 1)
-    line(fmt::format("  expert_parallel: {}", r.integer("actor_rollout_ref.rollout.expert_parallel_size")),
-         "actor_rollout_ref.rollout.expert_parallel_size");
-  line(fmt::format("  memory_utilization: {}", r.number("actor_rollout_ref.rollout.gpu_memory_utilization")),
-       "actor_rollout_ref.rollout.gpu_memory_utilization");
-  line(fmt::format("  max_num_seqs: {}", r.integer("actor_rollout_ref.rollout.max_num_seqs")),
-       "actor_rollout_ref.rollout.max_num_seqs");
-  line(fmt::format("  enforce_eager: {}", r.boolean("actor_rollout_ref.rollout.enforce_eager")),
-       "actor_rollout_ref.rollout.enforce_eager");
+  for (const auto& [ours, theirs] : {std::pair{"data_parallel", "actor_rollout_ref.rollout.data_parallel_size"},
+                                     std::pair{"expert_parallel", "actor_rollout_ref.rollout.expert_parallel_size"}}) {
+    if (r.integer(theirs) > 1) w.line(fmt::format("  {}: {}", ours, r.integer(theirs)), theirs);
+  }
+  w.line(fmt::format("  memory_utilization: {}", r.number("actor_rollout_ref.rollout.gpu_memory_utilization")),
+         "actor_rollout_ref.rollout.gpu_memory_utilization");
+  w.line(fmt::format("  max_num_seqs: {}", r.integer("actor_rollout_ref.rollout.max_num_seqs")),
+         "actor_rollout_ref.rollout.max_num_seqs");
+  w.line(fmt::format("  enforce_eager: {}", r.boolean("actor_rollout_ref.rollout.enforce_eager")),
+         "actor_rollout_ref.rollout.enforce_eager");
   // free_cache_engine: the engine sleeps while the trainer runs (level 1 offloads weights for vLLM).
   if (!r.boolean("actor_rollout_ref.rollout.free_cache_engine"))
-    out.warnings.push_back("actor_rollout_ref.rollout.free_cache_engine=false: rlsim's colocated engines always sleep");
-  // Training.
-  const bool meg = r.megatron();
-  line("training:", "");
-  line(std::string("  backend: ") + (meg ? "megatron" : "fsdp"), "actor_rollout_ref.actor.strategy");
-  if (meg) {
-    line(fmt::format("  tensor_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.tensor_model_parallel_size")),
-         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size");
-    line(fmt::format("  pipeline_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size")),
-         "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size");
-    line(fmt::format("  expert_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.expert_model_parallel_size")),
-         "actor_rollout_ref.actor.megatron.expert_model_parallel_size");
-    if (r.integer("actor_rollout_ref.actor.megatron.context_parallel_size") > 1)
-      line(fmt::format("  context_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.context_parallel_size")),
-           "actor_rollout_ref.actor.megatron.context_parallel_size");
-  }
+    w.out.warnings.push_back("actor_rollout_ref.rollout.free_cache_engine=false: rlsim's colocated engines always sleep");
+}
+
+// training's batching: mini-batches of the step's prompts, micro-batches by tokens (dynamic
+// batching) or by sequences, for the update and the log-prob passes.
+void write_verl_batching(const VerlWriter& w, std::int64_t prompts) {
+  const Reader& r = w.r;
   const std::int64_t mini = r.integer("actor_rollout_ref.actor.ppo_mini_batch_size");
   if (mini < 1 || prompts % mini != 0)
-    fail_at(source, r.value("actor_rollout_ref.actor.ppo_mini_batch_size").line,
-            fmt::format("actor_rollout_ref.actor.ppo_mini_batch_size={}{} must divide data.train_batch_size={}", mini,
-                        r.value("actor_rollout_ref.actor.ppo_mini_batch_size").set ? "" : " (verl default)", prompts));
-  line(fmt::format("  mini_batches: {}", prompts / mini), "actor_rollout_ref.actor.ppo_mini_batch_size");
-  line(fmt::format("  ppo_epochs: {}", r.integer("actor_rollout_ref.actor.ppo_epochs")), "actor_rollout_ref.actor.ppo_epochs");
+    w.fail("actor_rollout_ref.actor.ppo_mini_batch_size",
+           fmt::format("actor_rollout_ref.actor.ppo_mini_batch_size={}{} must divide data.train_batch_size={}", mini,
+                       r.value("actor_rollout_ref.actor.ppo_mini_batch_size").set ? "" : " (verl default)", prompts));
+  w.line(fmt::format("  mini_batches: {}", prompts / mini), "actor_rollout_ref.actor.ppo_mini_batch_size");
+  w.line(fmt::format("  ppo_epochs: {}", r.integer("actor_rollout_ref.actor.ppo_epochs")), "actor_rollout_ref.actor.ppo_epochs");
   const bool dynamic = r.boolean("actor_rollout_ref.actor.use_dynamic_bsz");
-  line(fmt::format("  dynamic_batching: {}", dynamic), "actor_rollout_ref.actor.use_dynamic_bsz");
-  line(fmt::format("  micro_batch_tokens: {}", r.integer("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")),
-       "actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
+  w.line(fmt::format("  dynamic_batching: {}", dynamic), "actor_rollout_ref.actor.use_dynamic_bsz");
+  w.line(fmt::format("  micro_batch_tokens: {}", r.integer("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")),
+         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
   if (dynamic)
-    line(fmt::format("  logprob_micro_batch_tokens: {}", r.integer("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")),
-         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu");
+    w.line(fmt::format("  logprob_micro_batch_tokens: {}", r.integer("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")),
+           "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu");
   if (r.has("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"))
-    line(fmt::format("  micro_batch_sequences: {}", r.integer("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")),
-         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
+    w.line(fmt::format("  micro_batch_sequences: {}", r.integer("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")),
+           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
   else if (!dynamic)
-    out.warnings.push_back(
+    w.out.warnings.push_back(
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is null with use_dynamic_bsz=false: "
         "verl requires one; rlsim's default (8) is used");
   if (r.has("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"))
-    line(fmt::format("  logprob_micro_batch_sequences: {}",
-                     r.integer("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")),
-         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu");
+    w.line(fmt::format("  logprob_micro_batch_sequences: {}",
+                       r.integer("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")),
+           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu");
+}
+
+// training: the backend and its Megatron layout, batching, recomputation, the KL reference and
+// offload.
+void write_verl_training(const VerlWriter& w, std::int64_t prompts) {
+  const Reader& r = w.r;
+  const bool meg = r.megatron();
+  w.line("training:", "");
+  w.line(std::string("  backend: ") + (meg ? "megatron" : "fsdp"), "actor_rollout_ref.actor.strategy");
+  if (meg) {
+    for (const auto& [ours, theirs] :
+         {std::pair{"tensor_parallel", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"},
+          std::pair{"pipeline_parallel", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"},
+          std::pair{"expert_parallel", "actor_rollout_ref.actor.megatron.expert_model_parallel_size"}})
+      w.line(fmt::format("  {}: {}", ours, r.integer(theirs)), theirs);
+    if (r.integer("actor_rollout_ref.actor.megatron.context_parallel_size") > 1)
+      w.line(fmt::format("  context_parallel: {}", r.integer("actor_rollout_ref.actor.megatron.context_parallel_size")),
+             "actor_rollout_ref.actor.megatron.context_parallel_size");
+  }
+  write_verl_batching(w, prompts);
   // Megatron also recomputes when the transformer config is overridden to full recompute.
-  const std::string recompute_key = "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity";
-  if (meg && ascii_lower(launch.get(recompute_key)) == "full") {
-    line("  activation_checkpointing: true", recompute_key);
+  if (meg && ascii_lower(w.launch.get(kRecomputeKey)) == "full") {
+    w.line("  activation_checkpointing: true", kRecomputeKey);
   } else {
-    line(fmt::format("  activation_checkpointing: {}", r.boolean("actor_rollout_ref.model.enable_gradient_checkpointing")),
-         "actor_rollout_ref.model.enable_gradient_checkpointing");
+    w.line(fmt::format("  activation_checkpointing: {}", r.boolean("actor_rollout_ref.model.enable_gradient_checkpointing")),
+           "actor_rollout_ref.model.enable_gradient_checkpointing");
   }
   const bool reference = r.boolean("actor_rollout_ref.actor.use_kl_loss") || r.boolean("algorithm.use_kl_in_reward");
-  line(fmt::format("  reference_model: {}", reference), "actor_rollout_ref.actor.use_kl_loss");
+  w.line(fmt::format("  reference_model: {}", reference), "actor_rollout_ref.actor.use_kl_loss");
   const std::string pre = meg ? "actor_rollout_ref.actor.megatron." : "actor_rollout_ref.actor.fsdp_config.";
-  line(fmt::format("  param_offload: {}", r.boolean(pre + "param_offload")), pre + "param_offload");
-  line(fmt::format("  optimizer: {{offload: {}}}", r.boolean(pre + "optimizer_offload")), pre + "optimizer_offload");
-  write_verl_algorithm(r, path, y, out);
-  if (meg && r.boolean("actor_rollout_ref.actor.megatron.grad_offload"))
-    out.warnings.push_back("actor_rollout_ref.actor.megatron.grad_offload=true: gradient offload is not modelled");
-  for (const ShellWord& w : launch.unread)
-    out.warnings.push_back(
+  w.line(fmt::format("  param_offload: {}", r.boolean(pre + "param_offload")), pre + "param_offload");
+  w.line(fmt::format("  optimizer: {{offload: {}}}", r.boolean(pre + "optimizer_offload")), pre + "optimizer_offload");
+}
+
+// The algorithm section: verl's advantage estimator by name (gae trains a critic: PPO), the
+// critic's strategy and Megatron layout (verl's critic worker colocated with the actor's), and a
+// model-based reward when reward_model.enable is set. A critic or reward model checkpoint other
+// than the actor's is priced as the actor's model (a warning says so).
+void write_verl_algorithm(const VerlWriter& w, const std::string& actor_path) {
+  const Reader& r = w.r;
+  const std::string adv = ascii_lower(r.value("algorithm.adv_estimator").text);
+  std::string name = "grpo";
+  if (adv == "gae") {
+    name = "ppo";
+  } else if (adv.starts_with("reinforce_plus_plus")) {
+    name = "reinforce++";
+  } else if (adv.starts_with("rloo")) {
+    name = "rloo";
+  } else if (adv != "grpo") {
+    w.out.warnings.push_back("algorithm.adv_estimator=" + adv +
+                             ": a critic-free estimator, priced as GRPO (advantages cost nothing rlsim models)");
+  }
+  const bool reward = r.boolean("reward_model.enable");
+  if (name == "grpo" && !reward) return;  // rlsim's default
+  w.line("algorithm:", "");
+  w.line("  name: " + name, "algorithm.adv_estimator");
+  // A checkpoint of a model the scenario runs (the critic under PPO, the reward model when enabled).
+  for (const auto& [model_key, used] :
+       {std::pair{"critic.model.path", name == "ppo"}, std::pair{"reward_model.model.path", reward}}) {
+    const std::string p = r.value(model_key).text;
+    if (used && !p.empty() && p != actor_path)
+      w.out.warnings.push_back(fmt::format("{}={}: not the actor's checkpoint; priced as the actor's model", model_key, p));
+  }
+  if (name == "ppo") {
+    const bool meg = r.value("critic.strategy").text == "megatron";
+    w.line(std::string("  critic:"), "");
+    w.line(std::string("    backend: ") + (meg ? "megatron" : "fsdp"), "critic.strategy");
+    const char* keys[][2] = {{"tensor_parallel", "critic.megatron.tensor_model_parallel_size"},
+                             {"pipeline_parallel", "critic.megatron.pipeline_model_parallel_size"},
+                             {"expert_parallel", "critic.megatron.expert_model_parallel_size"},
+                             {"context_parallel", "critic.megatron.context_parallel_size"}};
+    for (const auto& [ours, theirs] : keys)
+      w.line(fmt::format("    {}: {}", ours, meg ? r.integer(theirs) : 1), meg ? theirs : "");
+  }
+  if (reward) w.line("  reward_model: {}", "reward_model.enable");
+}
+
+// The warnings of what the import could not read or does not model, and the list of overrides
+// without effect on step time: every override is mapped, not modelled (a warning), or listed.
+void report_verl_overrides(const VerlWriter& w) {
+  if (w.r.megatron() && w.r.boolean("actor_rollout_ref.actor.megatron.grad_offload"))
+    w.out.warnings.push_back("actor_rollout_ref.actor.megatron.grad_offload=true: gradient offload is not modelled");
+  for (const ShellWord& word : w.launch.unread)
+    w.out.warnings.push_back(
         fmt::format("line {}: {} is not assigned in the script (a sourced file's or the environment's): "
                     "its overrides are not read; give them after the script as KEY=VALUE",
-                    w.line, w.text));
-  // Every override: mapped, not modelled (warning), or without effect (listed).
-  for (const auto& o : launch.overrides) {
+                    word.line, word.text));
+  for (const auto& o : w.launch.overrides) {
     const bool mapped =
         std::any_of(std::begin(kVerlDefaults), std::end(kVerlDefaults), [&](const VerlDefault& d) { return o.key == d.key; });
-    if (mapped || o.key == "actor_rollout_ref.model.path" || o.key == recompute_key) continue;
+    if (mapped || o.key == "actor_rollout_ref.model.path" || o.key == kRecomputeKey) continue;
     const bool no_effect = std::any_of(std::begin(kNoEffectPrefixes), std::end(kNoEffectPrefixes),
                                        [&](const char* p) { return o.key.starts_with(p); });
     const bool known = std::any_of(std::begin(kNotModelled), std::end(kNotModelled), [&](const char* k) { return o.key == k; });
     const std::string where = o.line > 0 ? fmt::format("line {}: ", o.line) : "";
     if (no_effect && !known) {
-      out.ignored.push_back(o.key);
+      w.out.ignored.push_back(o.key);
     } else {
-      out.warnings.push_back(fmt::format("{}{}={}: changes performance, not modelled by rlsim", where, o.key, o.value));
+      w.out.warnings.push_back(fmt::format("{}{}={}: changes performance, not modelled by rlsim", where, o.key, o.value));
     }
   }
+}
+
+}  // namespace
+
+ImportedScenario import_verl(const VerlLaunch& launch, const std::string& device, const std::string& model_config,
+                             const std::string& source, const VerlLogLengths* lengths) {
+  const Reader r(launch, source);
+  ImportedScenario out;
+  ScenarioText y;
+  const VerlWriter w{launch, r, source, y, out};
+  const VerlEntry entry(launch);
+  const std::string actor_path = write_verl_model(w, model_config);
+  write_verl_cluster(w, device, entry);
+  const std::int64_t prompts = write_verl_workload(w, entry, lengths);
+  write_verl_rollout(w);
+  write_verl_training(w, prompts);
+  write_verl_algorithm(w, actor_path);
+  report_verl_overrides(w);
   out.yaml = y.str();
   return out;
 }
