@@ -176,6 +176,10 @@ class Simulation {
   }
   void record_phase(int step, Phase phase, Role role, TimeNs start, TimeNs end, Group group = Group::kActor);
   bool check_fit();
+  void make_ledgers();
+  void size_training_memory();
+  void allocate_resident_state();
+  void collect_engine_stats();
   std::string colocated_oom_remedy(const MemoryLedger::Oom& o) const;
   void report_memory();
 
@@ -984,45 +988,39 @@ void Simulation::report_memory() {
   }
 }
 
-SimResult Simulation::run() {
-  const int devices = s_.cluster.devices();
-  r_.rollout_cost = RolloutCostModel::build(s_);
-  r_.engines = s_.placement.rollout_devices / s_.rollout.engine_devices();
+// One memory ledger per device group: the colocated devices, or the engines' and the trainer's,
+// and a critic's, a reward model's and a reference's own groups.
+void Simulation::make_ledgers() {
   const double capacity = s_.cluster.device.memory_bytes;
   if (colocated()) {
-    ledgers_.emplace_back(fmt::format("colocated ({} devices)", devices), capacity);
-  } else {
-    ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
-    ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
-    // A critic's, a reward model's and a reference's own groups.
-    for (const Group g : {Group::kCritic, Group::kRewardModel, Group::kReference}) {
-      if (critic_group_ != g && reward_group_ != g && reference_group_ != g) continue;
-      group_ledger_[static_cast<std::size_t>(g)] = ledgers_.size();
-      ledgers_.emplace_back(fmt::format("{} ({} devices)", group_name(g), group_devices(g)), capacity);
-      ledgers_.back().set_phase(Role::kTraining);
-    }
+    ledgers_.emplace_back(fmt::format("colocated ({} devices)", s_.cluster.devices()), capacity);
+    return;
   }
-  r_.sync =
-      trainer_.weight_sync(models::weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
-                           s_.rollout.tensor_parallel, r_.rollout_cost.wide_ep ? r_.rollout_cost.weight_bytes_per_device : 0.0);
+  ledgers_.emplace_back(fmt::format("rollout ({} devices)", s_.placement.rollout_devices), capacity);
+  ledgers_.emplace_back(fmt::format("training ({} devices)", s_.placement.train_devices), capacity);
+  for (const Group g : {Group::kCritic, Group::kRewardModel, Group::kReference}) {
+    if (critic_group_ != g && reward_group_ != g && reference_group_ != g) continue;
+    group_ledger_[static_cast<std::size_t>(g)] = ledgers_.size();
+    ledgers_.emplace_back(fmt::format("{} ({} devices)", group_name(g), group_devices(g)), capacity);
+    ledgers_.back().set_phase(Role::kTraining);
+  }
+}
+
+// Each step's batch shape (sync schedules: drawn now, the requests themselves again when the
+// step starts) and the training memory of the largest, for every model that trains or scores.
+void Simulation::size_training_memory() {
   const bool async = s_.schedule.mode == ScheduleMode::kAsync;
-  step_requests_.resize(static_cast<std::size_t>(s_.steps));
-  batches_.resize(static_cast<std::size_t>(s_.steps));
-  consumed_.resize(static_cast<std::size_t>(s_.steps));
-  r_.steps.resize(static_cast<std::size_t>(s_.steps));
   TrainBatch largest;
   for (int k = 0; k < s_.steps; ++k) {
     r_.steps[static_cast<std::size_t>(k)].step = k;
-    if (!async) {
-      // The batch shapes only: the requests themselves are drawn again when the step starts.
-      std::vector<Request> reqs = sample_requests(k);
-      std::vector<Request*> ptrs;
-      ptrs.reserve(reqs.size());
-      for (auto& q : reqs) ptrs.push_back(&q);
-      batches_[static_cast<std::size_t>(k)] = batch_of(ptrs);
-      largest.max_sequence = std::max(largest.max_sequence, batches_[static_cast<std::size_t>(k)].max_sequence);
-      largest.padded_row = std::max(largest.padded_row, batches_[static_cast<std::size_t>(k)].padded_row);
-    }
+    if (async) continue;
+    std::vector<Request> reqs = sample_requests(k);
+    std::vector<Request*> ptrs;
+    ptrs.reserve(reqs.size());
+    for (auto& q : reqs) ptrs.push_back(&q);
+    const TrainBatch& b = batches_[static_cast<std::size_t>(k)] = batch_of(ptrs);
+    largest.max_sequence = std::max(largest.max_sequence, b.max_sequence);
+    largest.padded_row = std::max(largest.padded_row, b.padded_row);
   }
   if (async) {
     // Batches are formed as groups finish: size the activation peak for the longest possible sequence.
@@ -1033,28 +1031,19 @@ SimResult Simulation::run() {
   if (critic_) critic_memory_ = critic_->memory(largest);
   if (reward_) reward_memory_ = reward_->memory(largest);
   if (reference_cost_) reference_memory_ = reference_cost_->memory(largest);
+}
 
-  if (!check_fit()) {
-    r_.ledgers = std::move(ledgers_);
-    r_.steps.clear();
-    return std::move(r_);
-  }
-  for (int e = 0; e < r_.engines; ++e) {
-    engines_.push_back(std::make_unique<RolloutEngine>(r_.rollout_cost, queue_, sink_, e, r_.kv_capacity_tokens,
-                                                       s_.rollout.engine_max_seqs(), s_.output.trace && e < kMaxTracedEngines,
-                                                       s_.rollout.generate_batch));
-  }
-  r_.engine_busy_s.assign(static_cast<std::size_t>(r_.engines), 0.0);
-  // Resident training state from t = 0: parameters, reference parameters, optimizer states (the
-  // latter on the host when optimizer.offload is set, brought in around the actor update;
-  // parameters on the host when training.param_offload is set, brought in for training and sync).
+// What is resident from t = 0: the actor's parameters and optimizer states (the latter on the
+// host when optimizer.offload is set, brought in around the actor update; parameters on the host
+// when training.param_offload is set, brought in for training and sync), the critic, reward model
+// and reference on their devices (the critic's optimizer states on the host when the actor's
+// are), and a disaggregated engine's weights, KV-cache pool and buffers.
+void Simulation::allocate_resident_state() {
   auto& tl = train_ledger();
   tl.set_phase(Role::kTraining);
   if (!s_.training.param_offload) allocate_params();
   const bool optimizer_resident = !s_.training.optimizer.offload && !trainer_.cpu_optimizer();
   if (optimizer_resident) optimizer_ = tl.allocate(0, MemoryTag::kOptimizer, r_.train_memory.optimizer);
-  // The critic and the reward model stay resident on their devices (their optimizer states on the
-  // host when the actor's are).
   if (critic_) {
     auto& cl = ledger(critic_group_);
     cl.allocate(0, MemoryTag::kCriticParams, critic_memory_.params);
@@ -1068,7 +1057,48 @@ SimResult Simulation::run() {
     rollout_ledger().allocate(0, MemoryTag::kKvCache, kv_pool_bytes_);
     rollout_ledger().allocate(0, MemoryTag::kRolloutBuffers, s_.rollout.activation_buffer_bytes);
   }
+}
 
+// Stops every engine at the end of the last step (async: work in flight is cut there), so busy
+// time is accounted up to the wall-clock end, and adds up the engines' statistics.
+void Simulation::collect_engine_stats() {
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    engines_[e]->pause();
+    const auto& st = engines_[e]->stats();
+    r_.engine_busy_s[e] += st.busy_s;
+    r_.max_running = std::max(r_.max_running, st.max_running);
+    r_.kv_limited = r_.kv_limited || st.kv_limited;
+    r_.decode_memory_bound_s += st.memory_bound_s;
+    r_.decode_compute_bound_s += st.compute_bound_s;
+    r_.tokens_generated += st.tokens_generated;
+    r_.tokens_recomputed += st.tokens_recomputed;
+  }
+}
+
+SimResult Simulation::run() {
+  r_.rollout_cost = RolloutCostModel::build(s_);
+  r_.engines = s_.placement.rollout_devices / s_.rollout.engine_devices();
+  make_ledgers();
+  r_.sync =
+      trainer_.weight_sync(models::weight_bytes(s_.model, s_.rollout.precision), s_.placement.rollout_devices,
+                           s_.rollout.tensor_parallel, r_.rollout_cost.wide_ep ? r_.rollout_cost.weight_bytes_per_device : 0.0);
+  step_requests_.resize(static_cast<std::size_t>(s_.steps));
+  batches_.resize(static_cast<std::size_t>(s_.steps));
+  consumed_.resize(static_cast<std::size_t>(s_.steps));
+  r_.steps.resize(static_cast<std::size_t>(s_.steps));
+  size_training_memory();
+  if (!check_fit()) {
+    r_.ledgers = std::move(ledgers_);
+    r_.steps.clear();
+    return std::move(r_);
+  }
+  for (int e = 0; e < r_.engines; ++e) {
+    engines_.push_back(std::make_unique<RolloutEngine>(r_.rollout_cost, queue_, sink_, e, r_.kv_capacity_tokens,
+                                                       s_.rollout.engine_max_seqs(), s_.output.trace && e < kMaxTracedEngines,
+                                                       s_.rollout.generate_batch));
+  }
+  r_.engine_busy_s.assign(static_cast<std::size_t>(r_.engines), 0.0);
+  allocate_resident_state();
   switch (s_.schedule.mode) {
     case ScheduleMode::kSync:
       run_sync_schedule();
@@ -1082,23 +1112,9 @@ SimResult Simulation::run() {
   }
   r_.events = queue_.events_run();
   r_.wall_s = r_.steps.empty() ? 0.0 : to_seconds(r_.steps.back().end);
-  // Stop every engine at the end of the last step (async: work in flight is cut there), so busy
-  // time is accounted up to the wall-clock end.
-  for (std::size_t e = 0; e < engines_.size(); ++e) {
-    engines_[e]->pause();
-    const auto& st = engines_[e]->stats();
-    r_.engine_busy_s[e] += st.busy_s;
-    r_.max_running = std::max(r_.max_running, st.max_running);
-    r_.kv_limited = r_.kv_limited || st.kv_limited;
-    r_.decode_memory_bound_s += st.memory_bound_s;
-    r_.decode_compute_bound_s += st.compute_bound_s;
-    r_.tokens_generated += st.tokens_generated;
-    r_.tokens_recomputed += st.tokens_recomputed;
-  }
+  collect_engine_stats();
   // Tear-down: release what stays resident across steps, so every allocation has its free.
-  for (auto& l : ledgers_) {
-    l.free_all(queue_.now());
-  }
+  for (auto& l : ledgers_) l.free_all(queue_.now());
   report_memory();
   release_steps(s_.steps - 1);
   r_.ledgers = std::move(ledgers_);
