@@ -494,74 +494,96 @@ void Transformer::store_kv(MatrixRM& kv) const {
   if (attention_ != Element::kFp32) round_to_format(kv.data(), kv.rows(), kv.cols(), Format{attention_, {}});
 }
 
-MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only) const {
+void Transformer::attention_block(const Layer& l, const MatrixRM& xb, int first_pos, const std::vector<float>& rope_cs,
+                                  MatrixRM& kc, MatrixRM& vc, MatrixRM& out) const {
   const TransformerConfig& c = config_;
-  const Eigen::Index T = x.rows(), hd = c.head_dim;
+  const Eigen::Index T = xb.rows(), hd = c.head_dim;
+  const Format attn_fmt{attention_, {}};
+  MatrixRM q, k, v;
+  linears({{&l.q, &q}, {&l.k, &k}, {&l.v, &v}}, xb);
+  round_hidden(q);
+  round_hidden(k);
+  round_hidden(v);
+  if (c.qk_norm) {
+    for (MatrixRM* m : {&q, &k}) {
+      const VectorF& nw = m == &q ? l.q_norm : l.k_norm;
+      Eigen::Map<MatrixRM> heads(m->data(), m->rows() * (m->cols() / hd), hd);
+      MatrixRM tmp = heads;
+      rmsnorm(tmp, nw);
+      heads = tmp;
+      round_hidden(*m);
+    }
+  }
+  rope(q, c.heads, rope_cs);
+  rope(k, c.kv_heads, rope_cs);
+  round_hidden(q);
+  round_hidden(k);
+  if (attention_ != Element::kFp32) round_to_format(q.data(), q.rows(), q.cols(), attn_fmt);
+  store_kv(k);
+  store_kv(v);
+  kc.middleRows(first_pos, T) = k;
+  vc.middleRows(first_pos, T) = v;
+
+  out.resize(T, static_cast<Eigen::Index>(c.heads) * hd);
+  if (kernels_ == KernelMode::kBatchInvariant) {
+    attention_fixed_order(q, kc, vc, first_pos, out);
+    return;
+  }
+  // Tasks of (head, block of query rows) in parallel for a prefill, each writing its own block of
+  // `out`; a block's queries see positions up to its last row only (causal), so the blocks of a
+  // head cost more the later they are and are handed out dynamically. A decode step's heads are
+  // too small to be worth a parallel region.
   const int group = c.heads / c.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Format attn_fmt{attention_, {}};
-  const std::vector<float> rope_cs = rope_table(first_pos, T);  // every layer's q and k rotate alike
+  const Eigen::Index rows_per_task = T > 1 ? kAttentionRows : 1;
+  const Eigen::Index blocks = (T + rows_per_task - 1) / rows_per_task;
+#pragma omp parallel for schedule(dynamic) if (T > 1)
+  for (Eigen::Index task = 0; task < c.heads * blocks; ++task) {
+    const int h = static_cast<int>(task / blocks);
+    const Eigen::Index t0 = (task % blocks) * rows_per_task, n = std::min(rows_per_task, T - t0);
+    const Eigen::Index g = h / group, seen = first_pos + t0 + n;  // positions any of the block's queries sees
+    MatrixRM s(n, seen);
+    s.noalias() = q.block(t0, h * hd, n, hd) * kc.block(0, g * hd, seen, hd).transpose();
+    for (Eigen::Index t = 0; t < n; ++t) {
+      const Eigen::Index visible = first_pos + t0 + t + 1;  // causal: positions 0..first_pos + t0 + t
+      float* row = s.row(t).data();
+      for (Eigen::Index j = 0; j < visible; ++j) row[j] *= scale;
+      softmax_row(row, visible);
+      for (Eigen::Index j = visible; j < seen; ++j) row[j] = 0;
+    }
+    if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
+    if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
+    out.block(t0, h * hd, n, hd).noalias() = s * vc.block(0, g * hd, seen, hd);
+  }
+}
+
+void Transformer::feed_forward(const Layer& l, const MatrixRM& xb, MatrixRM& d) const {
+  if (config_.experts > 0) {
+    moe(l, xb, d);
+    return;
+  }
+  MatrixRM gt, up;
+  linears({{&l.gate, &gt}, {&l.up, &up}}, xb);
+  round_hidden(gt);
+  round_hidden(up);
+#pragma omp parallel for schedule(static) if (gt.size() >= (1 << 16))
+  for (Eigen::Index i = 0; i < gt.size(); ++i) {
+    const float a = gt.data()[i];
+    gt.data()[i] = a / (1.0f + std::exp(-a)) * up.data()[i];
+  }
+  round_hidden(gt);
+  d = linear(l.down, gt);
+}
+
+MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only) const {
+  const std::vector<float> rope_cs = rope_table(first_pos, x.rows());  // every layer's q and k rotate alike
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     MatrixRM xb = x;
     rmsnorm(xb, l.attn_norm);
     round_hidden(xb);
-    MatrixRM q, k, v;
-    linears({{&l.q, &q}, {&l.k, &k}, {&l.v, &v}}, xb);
-    round_hidden(q);
-    round_hidden(k);
-    round_hidden(v);
-    if (c.qk_norm) {
-      for (MatrixRM* m : {&q, &k}) {
-        const VectorF& nw = m == &q ? l.q_norm : l.k_norm;
-        Eigen::Map<MatrixRM> heads(m->data(), m->rows() * (m->cols() / hd), hd);
-        MatrixRM tmp = heads;
-        rmsnorm(tmp, nw);
-        heads = tmp;
-        round_hidden(*m);
-      }
-    }
-    rope(q, c.heads, rope_cs);
-    rope(k, c.kv_heads, rope_cs);
-    round_hidden(q);
-    round_hidden(k);
-    if (attention_ != Element::kFp32) round_to_format(q.data(), q.rows(), q.cols(), attn_fmt);
-    store_kv(k);
-    store_kv(v);
-    MatrixRM& kc = k_cache[li];
-    MatrixRM& vc = v_cache[li];
-    kc.middleRows(first_pos, T) = k;
-    vc.middleRows(first_pos, T) = v;
-
-    MatrixRM out(T, static_cast<Eigen::Index>(c.heads) * hd);
-    if (kernels_ == KernelMode::kBatchInvariant) {
-      attention_fixed_order(q, kc, vc, first_pos, out);
-    } else {
-      // Tasks of (head, block of query rows) in parallel for a prefill, each writing its own
-      // block of `out`; a block's queries see positions up to its last row only (causal), so the
-      // blocks of a head cost more the later they are and are handed out dynamically. A decode
-      // step's heads are too small to be worth a parallel region.
-      const Eigen::Index rows_per_task = T > 1 ? kAttentionRows : 1;
-      const Eigen::Index blocks = (T + rows_per_task - 1) / rows_per_task;
-#pragma omp parallel for schedule(dynamic) if (T > 1)
-      for (Eigen::Index task = 0; task < c.heads * blocks; ++task) {
-        const int h = static_cast<int>(task / blocks);
-        const Eigen::Index t0 = (task % blocks) * rows_per_task, n = std::min(rows_per_task, T - t0);
-        const Eigen::Index g = h / group, seen = first_pos + t0 + n;  // positions any of the block's queries sees
-        MatrixRM s(n, seen);
-        s.noalias() = q.block(t0, h * hd, n, hd) * kc.block(0, g * hd, seen, hd).transpose();
-        for (Eigen::Index t = 0; t < n; ++t) {
-          const Eigen::Index visible = first_pos + t0 + t + 1;  // causal: positions 0..first_pos + t0 + t
-          float* row = s.row(t).data();
-          for (Eigen::Index j = 0; j < visible; ++j) row[j] *= scale;
-          softmax_row(row, visible);
-          for (Eigen::Index j = visible; j < seen; ++j) row[j] = 0;
-        }
-        if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
-        if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
-        out.block(t0, h * hd, n, hd).noalias() = s * vc.block(0, g * hd, seen, hd);
-      }
-    }
+    MatrixRM out;
+    attention_block(l, xb, first_pos, rope_cs, k_cache[li], v_cache[li], out);
     round_hidden(out);
     MatrixRM o = linear(l.o, out);
     round_hidden(o);
@@ -572,21 +594,7 @@ MatrixRM Transformer::forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cach
     rmsnorm(xb, l.ffn_norm);
     round_hidden(xb);
     MatrixRM d;
-    if (c.experts > 0) {
-      moe(l, xb, d);
-    } else {
-      MatrixRM gt, up;
-      linears({{&l.gate, &gt}, {&l.up, &up}}, xb);
-      round_hidden(gt);
-      round_hidden(up);
-#pragma omp parallel for schedule(static) if (gt.size() >= (1 << 16))
-      for (Eigen::Index i = 0; i < gt.size(); ++i) {
-        const float a = gt.data()[i];
-        gt.data()[i] = a / (1.0f + std::exp(-a)) * up.data()[i];
-      }
-      round_hidden(gt);
-      d = linear(l.down, gt);
-    }
+    feed_forward(l, xb, d);
     round_hidden(d);
     x += d;
     round_hidden(x);

@@ -172,6 +172,14 @@ class Transformer {
   std::vector<float> rope_table(int first_pos, Eigen::Index rows) const;
   void rope(MatrixRM& x, int heads, const std::vector<float>& table) const;  // in place, rows are positions
   void store_kv(MatrixRM& kv) const;                                         // round to the KV-cache format
+  /// Self-attention of layer l on xb [T, dim] (normed) at positions first_pos..: q, k, v, their
+  /// norms and RoPE (rope_cs: rope_table(first_pos, T)), k and v rounded to the KV-cache format
+  /// into rows first_pos.. of kc and vc [max_seq, kv_dim], causal attention over the caches into
+  /// out [T, heads * head_dim] (before the output projection).
+  void attention_block(const Layer& l, const MatrixRM& xb, int first_pos, const std::vector<float>& rope_cs, MatrixRM& kc,
+                       MatrixRM& vc, MatrixRM& out) const;
+  /// The FFN of layer l on xb [T, dim] (normed) into d [T, dim]: SwiGLU, or the MoE block.
+  void feed_forward(const Layer& l, const MatrixRM& xb, MatrixRM& d) const;
   /// Logits of every row of x, or of the last row only when `last_only`.
   MatrixRM forward_layers(MatrixRM x, int first_pos, MatrixRM* k_cache, MatrixRM* v_cache, bool last_only = false) const;
   /// Batch-invariant attention of queries q [T, heads * head_dim] at positions first_pos.. over
