@@ -903,110 +903,122 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
 }
 
 // training: backend, recipe, parallelism, batching, offload, optimizer and cost overrides.
+// training.padding, and the rules it brings: fixed micro-batches, and lengths the workload bounds.
+void parse_training_padding(const Source& src, Map& m, Scenario& s) {
+  auto& t = s.training;
+  t.padding = m.choice<TrainPadding>(
+      "padding", t.padding,
+      {{"none", TrainPadding::kNone}, {"micro_batch", TrainPadding::kMicroBatch}, {"max_length", TrainPadding::kMaxLength}});
+  if (t.padding != TrainPadding::kNone && t.dynamic_batching) {
+    src.fail(m.get("padding"), "training.padding",
+             "training.padding pads fixed micro-batches: it needs training.dynamic_batching: false (verl's use_dynamic_bsz "
+             "needs use_remove_padding)");
+  }
+  if (t.padding != TrainPadding::kMaxLength) return;
+  for (const auto& [d, key] :
+       {std::pair{&s.workload.prompt_tokens, "prompt_tokens"}, {&s.workload.response_tokens, "response_tokens"}}) {
+    if (d->kind == LengthDist::Kind::kLognormal && d->max <= 0) {
+      src.fail(m.get("padding"), "training.padding",
+               fmt::format("training.padding: max_length pads to the longest length the workload allows: give "
+                           "workload.{} a max (the framework's max_prompt_length / response_length)",
+                           key));
+    }
+  }
+}
+
+// training.optimizer: the optimizer, its state format and where its states and step live.
+void parse_training_optimizer(const Source& src, Map& m, OptimizerConfig& opt) {
+  if (!m.has("optimizer")) return;
+  Map o(src, m.get("optimizer"), "training.optimizer");
+  opt.name = o.choice<std::string>("name", opt.name, {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
+  opt.state = o.choice<Element>("state", opt.state, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
+  opt.offload = o.boolean("offload", opt.offload);
+  opt.cpu_adam = o.boolean("cpu_adam", opt.cpu_adam);
+  opt.cpu_adam_kernel = o.choice<CpuAdamKernel>("cpu_adam_kernel", opt.cpu_adam_kernel,
+                                                {{"torch", CpuAdamKernel::kTorch}, {"deepspeed", CpuAdamKernel::kDeepSpeed}});
+  o.finish({"name", "state", "offload", "cpu_adam", "cpu_adam_kernel"});
+  if (o.has("cpu_adam_kernel") && !opt.cpu_adam) {
+    src.fail(o.get("cpu_adam_kernel"), "training.optimizer.cpu_adam_kernel",
+             "training.optimizer.cpu_adam_kernel is only valid with cpu_adam: true");
+  }
+  if (opt.offload && opt.cpu_adam) {
+    src.fail(o.node(), "training.optimizer",
+             "training.optimizer: offload (states to host between updates, step on the device) and cpu_adam (states on "
+             "the host, step on the CPU) are alternatives; set one");
+  }
+}
+
+// training.efficiency and training.step_overhead: a scenario's own values over the calibration's.
+void parse_training_overrides(const Source& src, Map& m, Scenario& s) {
+  auto& ov = s.cost_overrides;
+  if (m.has("efficiency")) {
+    Map e(src, m.get("efficiency"), "training.efficiency");
+    ov.train_memory = optional_fraction(e, "memory");
+    ov.train_compute = optional_fraction(e, "compute");
+    ov.train_moe_compute = optional_fraction(e, "moe_compute");
+    ov.train_forward = optional_fraction(e, "forward");
+    ov.train_comm = optional_fraction(e, "comm");
+    if (e.has("attention_compute")) s.training.efficiency.attention_compute = *optional_fraction(e, "attention_compute");
+    e.finish({"memory", "compute", "moe_compute", "forward", "comm", "attention_compute"});
+  }
+  ov.step_overhead_s = optional_quantity(m, "step_overhead");
+}
+
 void parse_training_section(const Source& src, Map& top, Scenario& s) {
   auto& t = s.training;
   t.precision = models::builtin_recipe("bf16");
-  if (top.has("training")) {
-    Map m(src, top.get("training"), "training");
-    t.backend = m.choice<TrainingBackend>("backend", t.backend,
-                                          {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
-    if (m.has("precision")) t.precision = parse_recipe(src, m.get("precision"), "training.precision");
-    t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", t.tensor_parallel, 1, 4096));
-    t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", t.pipeline_parallel, 1, 4096));
-    t.expert_parallel = static_cast<int>(m.integer("expert_parallel", t.expert_parallel, 1, 4096));
-    t.context_parallel = static_cast<int>(m.integer("context_parallel", t.context_parallel, 1, 4096));
-    t.expert_tensor_parallel = static_cast<int>(m.integer("expert_tensor_parallel", t.expert_tensor_parallel, 1, 4096));
-    t.virtual_pipeline = static_cast<int>(m.integer("virtual_pipeline", t.virtual_pipeline, 1, 4096));
-    t.sequence_parallel = m.boolean("sequence_parallel", t.sequence_parallel);
-    t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", t.ppo_epochs, 1, 100));
-    t.mini_batches = static_cast<int>(m.integer("mini_batches", t.mini_batches, 1, 1 << 20));
-    t.dynamic_batching = m.boolean("dynamic_batching", t.dynamic_batching);
-    t.micro_batch_tokens = m.integer("micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
-    t.logprob_micro_batch_tokens = m.integer("logprob_micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
-    t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
-    t.logprob_micro_batch_sequences =
-        static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
-    t.padding = m.choice<TrainPadding>(
-        "padding", t.padding,
-        {{"none", TrainPadding::kNone}, {"micro_batch", TrainPadding::kMicroBatch}, {"max_length", TrainPadding::kMaxLength}});
-    if (t.padding != TrainPadding::kNone && t.dynamic_batching) {
-      src.fail(m.get("padding"), "training.padding",
-               "training.padding pads fixed micro-batches: it needs training.dynamic_batching: false (verl's use_dynamic_bsz "
-               "needs use_remove_padding)");
-    }
-    if (t.padding == TrainPadding::kMaxLength) {
-      for (const auto& [d, key] :
-           {std::pair{&s.workload.prompt_tokens, "prompt_tokens"}, {&s.workload.response_tokens, "response_tokens"}}) {
-        if (d->kind == LengthDist::Kind::kLognormal && d->max <= 0) {
-          src.fail(m.get("padding"), "training.padding",
-                   fmt::format("training.padding: max_length pads to the longest length the workload allows: give "
-                               "workload.{} a max (the framework's max_prompt_length / response_length)",
-                               key));
-        }
-      }
-    }
-    t.recompute_old_logprob = m.boolean("recompute_old_logprob", t.recompute_old_logprob);
-    t.reference_model = m.boolean("reference_model", t.reference_model);
-    t.activation_checkpointing = m.boolean("activation_checkpointing", t.activation_checkpointing);
-    t.param_offload = m.boolean("param_offload", t.param_offload);
-    if (m.has("optimizer")) {
-      Map o(src, m.get("optimizer"), "training.optimizer");
-      t.optimizer.name = o.choice<std::string>("name", t.optimizer.name, {{"adam", "adam"}, {"adamw", "adamw"}, {"sgd", "sgd"}});
-      t.optimizer.state = o.choice<Element>("state", t.optimizer.state, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
-      t.optimizer.offload = o.boolean("offload", t.optimizer.offload);
-      t.optimizer.cpu_adam = o.boolean("cpu_adam", t.optimizer.cpu_adam);
-      t.optimizer.cpu_adam_kernel =
-          o.choice<CpuAdamKernel>("cpu_adam_kernel", t.optimizer.cpu_adam_kernel,
-                                  {{"torch", CpuAdamKernel::kTorch}, {"deepspeed", CpuAdamKernel::kDeepSpeed}});
-      o.finish({"name", "state", "offload", "cpu_adam", "cpu_adam_kernel"});
-      if (o.has("cpu_adam_kernel") && !t.optimizer.cpu_adam) {
-        src.fail(o.get("cpu_adam_kernel"), "training.optimizer.cpu_adam_kernel",
-                 "training.optimizer.cpu_adam_kernel is only valid with cpu_adam: true");
-      }
-      if (t.optimizer.offload && t.optimizer.cpu_adam) {
-        src.fail(o.node(), "training.optimizer",
-                 "training.optimizer: offload (states to host between updates, step on the device) and cpu_adam (states on "
-                 "the host, step on the CPU) are alternatives; set one");
-      }
-    }
-    auto& ov = s.cost_overrides;
-    if (m.has("efficiency")) {
-      Map e(src, m.get("efficiency"), "training.efficiency");
-      ov.train_memory = optional_fraction(e, "memory");
-      ov.train_compute = optional_fraction(e, "compute");
-      ov.train_moe_compute = optional_fraction(e, "moe_compute");
-      ov.train_forward = optional_fraction(e, "forward");
-      ov.train_comm = optional_fraction(e, "comm");
-      if (e.has("attention_compute")) t.efficiency.attention_compute = *optional_fraction(e, "attention_compute");
-      e.finish({"memory", "compute", "moe_compute", "forward", "comm", "attention_compute"});
-    }
-    ov.step_overhead_s = optional_quantity(m, "step_overhead");
-    m.finish({"backend",
-              "precision",
-              "tensor_parallel",
-              "pipeline_parallel",
-              "expert_parallel",
-              "context_parallel",
-              "expert_tensor_parallel",
-              "virtual_pipeline",
-              "sequence_parallel",
-              "ppo_epochs",
-              "mini_batches",
-              "dynamic_batching",
-              "micro_batch_tokens",
-              "logprob_micro_batch_tokens",
-              "micro_batch_sequences",
-              "logprob_micro_batch_sequences",
-              "padding",
-              "recompute_old_logprob",
-              "reference_model",
-              "activation_checkpointing",
-              "param_offload",
-              "optimizer",
-              "efficiency",
-              "step_overhead"});
-    check_training_layout(src, m, "training", t, s.placement.train_devices, s.model);
-  }
+  if (!top.has("training")) return;
+  Map m(src, top.get("training"), "training");
+  t.backend = m.choice<TrainingBackend>("backend", t.backend,
+                                        {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
+  if (m.has("precision")) t.precision = parse_recipe(src, m.get("precision"), "training.precision");
+  t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", t.tensor_parallel, 1, 4096));
+  t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", t.pipeline_parallel, 1, 4096));
+  t.expert_parallel = static_cast<int>(m.integer("expert_parallel", t.expert_parallel, 1, 4096));
+  t.context_parallel = static_cast<int>(m.integer("context_parallel", t.context_parallel, 1, 4096));
+  t.expert_tensor_parallel = static_cast<int>(m.integer("expert_tensor_parallel", t.expert_tensor_parallel, 1, 4096));
+  t.virtual_pipeline = static_cast<int>(m.integer("virtual_pipeline", t.virtual_pipeline, 1, 4096));
+  t.sequence_parallel = m.boolean("sequence_parallel", t.sequence_parallel);
+  t.ppo_epochs = static_cast<int>(m.integer("ppo_epochs", t.ppo_epochs, 1, 100));
+  t.mini_batches = static_cast<int>(m.integer("mini_batches", t.mini_batches, 1, 1 << 20));
+  t.dynamic_batching = m.boolean("dynamic_batching", t.dynamic_batching);
+  t.micro_batch_tokens = m.integer("micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
+  t.logprob_micro_batch_tokens = m.integer("logprob_micro_batch_tokens", t.micro_batch_tokens, 1, 1LL << 40);
+  t.micro_batch_sequences = static_cast<int>(m.integer("micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
+  t.logprob_micro_batch_sequences =
+      static_cast<int>(m.integer("logprob_micro_batch_sequences", t.micro_batch_sequences, 1, 1 << 20));
+  parse_training_padding(src, m, s);
+  t.recompute_old_logprob = m.boolean("recompute_old_logprob", t.recompute_old_logprob);
+  t.reference_model = m.boolean("reference_model", t.reference_model);
+  t.activation_checkpointing = m.boolean("activation_checkpointing", t.activation_checkpointing);
+  t.param_offload = m.boolean("param_offload", t.param_offload);
+  parse_training_optimizer(src, m, t.optimizer);
+  parse_training_overrides(src, m, s);
+  m.finish({"backend",
+            "precision",
+            "tensor_parallel",
+            "pipeline_parallel",
+            "expert_parallel",
+            "context_parallel",
+            "expert_tensor_parallel",
+            "virtual_pipeline",
+            "sequence_parallel",
+            "ppo_epochs",
+            "mini_batches",
+            "dynamic_batching",
+            "micro_batch_tokens",
+            "logprob_micro_batch_tokens",
+            "micro_batch_sequences",
+            "logprob_micro_batch_sequences",
+            "padding",
+            "recompute_old_logprob",
+            "reference_model",
+            "activation_checkpointing",
+            "param_offload",
+            "optimizer",
+            "efficiency",
+            "step_overhead"});
+  check_training_layout(src, m, "training", t, s.placement.train_devices, s.model);
 }
 
 // Every recipe's GEMMs need a tensor-core rate on the device (after fallback to wider types).
