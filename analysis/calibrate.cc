@@ -169,7 +169,7 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
                    }});
   }
   for (const auto b : backends) {
-    const std::string n = b == sim::TrainingBackend::kFsdp ? "fsdp" : "megatron";
+    const std::string& n = sim::name_in(sim::backend_names(), b);
     out.push_back({"training." + n + ".dense", 0.2, 1.0, 0.65, "", [b](sim::Calibration& c) -> double& {
                      return b == sim::TrainingBackend::kFsdp ? c.fsdp.dense : c.megatron.dense;
                    }});
@@ -178,7 +178,7 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
                    }});
   }
   for (const auto b : moe_backends) {
-    const std::string n = b == sim::TrainingBackend::kFsdp ? "fsdp" : "megatron";
+    const std::string& n = sim::name_in(sim::backend_names(), b);
     out.push_back({"training." + n + ".moe", 0.05, 1.0, 0.35, "", [b](sim::Calibration& c) -> double& {
                      return b == sim::TrainingBackend::kFsdp ? c.fsdp.moe : c.megatron.moe;
                    }});
@@ -189,7 +189,7 @@ std::vector<CalibrationParameter> calibration_parameters(const std::vector<Valid
       return engine.*field;
     });
   };
-  auto engine_name = [](sim::RolloutEngineKind e) { return std::string(e == sim::RolloutEngineKind::kVllm ? "vllm" : "sglang"); };
+  auto engine_name = [](sim::RolloutEngineKind e) { return sim::name_in(sim::engine_names(), e); };
   for (const auto e : engines) {
     out.push_back({"rollout." + engine_name(e) + ".compute", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::compute)});
     out.push_back(

@@ -609,7 +609,8 @@ void write_verl_training(const VerlWriter& w, std::int64_t prompts) {
   const Reader& r = w.r;
   const bool meg = r.megatron();
   w.line("training:", "");
-  w.line(std::string("  backend: ") + (meg ? "megatron" : "fsdp"), "actor_rollout_ref.actor.strategy");
+  const sim::TrainingBackend backend = meg ? sim::TrainingBackend::kMegatron : sim::TrainingBackend::kFsdp;
+  w.line("  backend: " + sim::name_in(sim::backend_names(), backend), "actor_rollout_ref.actor.strategy");
   if (meg) {
     for (const auto& [ours, theirs] :
          {std::pair{"tensor_parallel", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"},
@@ -667,7 +668,8 @@ void write_verl_algorithm(const VerlWriter& w, const std::string& actor_path) {
   if (name == "ppo") {
     const bool meg = r.value("critic.strategy").text == "megatron";
     w.line(std::string("  critic:"), "");
-    w.line(std::string("    backend: ") + (meg ? "megatron" : "fsdp"), "critic.strategy");
+    const sim::TrainingBackend backend = meg ? sim::TrainingBackend::kMegatron : sim::TrainingBackend::kFsdp;
+    w.line("    backend: " + sim::name_in(sim::backend_names(), backend), "critic.strategy");
     const char* keys[][2] = {{"tensor_parallel", "critic.megatron.tensor_model_parallel_size"},
                              {"pipeline_parallel", "critic.megatron.pipeline_model_parallel_size"},
                              {"expert_parallel", "critic.megatron.expert_model_parallel_size"},

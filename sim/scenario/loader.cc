@@ -493,30 +493,58 @@ std::string InputLocation::prefix() const {
   return out;
 }
 
-std::string_view schedule_name(ScheduleMode m) {
-  switch (m) {
-    case ScheduleMode::kSync:
-      return "sync";
-    case ScheduleMode::kOneStepOff:
-      return "one-step-off";
-    case ScheduleMode::kAsync:
-      return "async";
-  }
-  return "?";
+const NameTable<ScheduleMode>& schedule_names() {
+  static const NameTable<ScheduleMode> t{
+      {"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}};
+  return t;
 }
 
-std::string_view placement_name(PlacementMode m) { return m == PlacementMode::kColocated ? "colocated" : "disaggregated"; }
+const NameTable<PlacementMode>& placement_names() {
+  static const NameTable<PlacementMode> t{{"colocated", PlacementMode::kColocated},
+                                          {"disaggregated", PlacementMode::kDisaggregated}};
+  return t;
+}
 
-std::string_view aux_placement_name(AuxPlacement p) {
-  switch (p) {
-    case AuxPlacement::kActor:
-      return "actor";
-    case AuxPlacement::kCritic:
-      return "critic";
-    case AuxPlacement::kSeparate:
-      return "separate";
-  }
-  return "?";
+const NameTable<RolloutEngineKind>& engine_names() {
+  static const NameTable<RolloutEngineKind> t{{"vllm", RolloutEngineKind::kVllm}, {"sglang", RolloutEngineKind::kSglang}};
+  return t;
+}
+
+const NameTable<TrainingBackend>& backend_names() {
+  static const NameTable<TrainingBackend> t{{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}};
+  return t;
+}
+
+const NameTable<TrainPadding>& padding_names() {
+  static const NameTable<TrainPadding> t{
+      {"none", TrainPadding::kNone}, {"micro_batch", TrainPadding::kMicroBatch}, {"max_length", TrainPadding::kMaxLength}};
+  return t;
+}
+
+const NameTable<CpuAdamKernel>& cpu_adam_kernel_names() {
+  static const NameTable<CpuAdamKernel> t{{"torch", CpuAdamKernel::kTorch}, {"deepspeed", CpuAdamKernel::kDeepSpeed}};
+  return t;
+}
+
+const NameTable<Algorithm>& algorithm_names() {
+  static const NameTable<Algorithm> t{{"grpo", Algorithm::kGrpo},
+                                      {"ppo", Algorithm::kPpo},
+                                      {"reinforce++", Algorithm::kReinforcePlusPlus},
+                                      {"rloo", Algorithm::kRloo}};
+  return t;
+}
+
+const NameTable<AuxPlacement>& aux_placement_names() {
+  static const NameTable<AuxPlacement> t{
+      {"actor", AuxPlacement::kActor}, {"critic", AuxPlacement::kCritic}, {"separate", AuxPlacement::kSeparate}};
+  return t;
+}
+
+const NameTable<WeightSyncMethod>& weight_sync_names() {
+  static const NameTable<WeightSyncMethod> t{{"auto", WeightSyncMethod::kAuto},
+                                             {"cuda-ipc", WeightSyncMethod::kCudaIpc},
+                                             {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}};
+  return t;
 }
 
 models::Device catalog_device(const std::string& name) {
@@ -606,9 +634,7 @@ void parse_placement_section(const Source& src, Map& top, Scenario& s) {
   s.placement.train_devices = devices;
   if (top.has("placement")) {
     Map p(src, top.get("placement"), "placement");
-    s.placement.mode =
-        p.choice<PlacementMode>("mode", PlacementMode::kColocated,
-                                {{"colocated", PlacementMode::kColocated}, {"disaggregated", PlacementMode::kDisaggregated}});
+    s.placement.mode = p.choice<PlacementMode>("mode", PlacementMode::kColocated, placement_names());
     if (s.placement.mode == PlacementMode::kDisaggregated) {
       s.placement.rollout_devices = static_cast<int>(p.integer("rollout_devices", s.placement.rollout_devices, 1, devices, true));
       s.placement.train_devices = static_cast<int>(p.integer("train_devices", s.placement.train_devices, 1, devices, true));
@@ -630,9 +656,7 @@ void parse_placement_section(const Source& src, Map& top, Scenario& s) {
 void parse_schedule_section(const Source& src, Map& top, Scenario& s) {
   if (top.has("schedule")) {
     Map p(src, top.get("schedule"), "schedule");
-    s.schedule.mode = p.choice<ScheduleMode>(
-        "mode", s.schedule.mode,
-        {{"sync", ScheduleMode::kSync}, {"one-step-off", ScheduleMode::kOneStepOff}, {"async", ScheduleMode::kAsync}});
+    s.schedule.mode = p.choice<ScheduleMode>("mode", s.schedule.mode, schedule_names());
     // SCENARIO.md's range is a fraction of a batch (verl's staleness_threshold, 0-1); rlsim also
     // takes whole batches ahead up to 16, AReaL's max_head_offpolicyness (eta <= 16 in its blog).
     s.schedule.staleness = p.number("staleness", s.schedule.staleness, 0.0, kMaxStaleness);
@@ -668,8 +692,7 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
   std::optional<Map> m;
   if (top.has("rollout")) m.emplace(src, top.get("rollout"), "rollout");
   if (m) {
-    r.engine = m->choice<RolloutEngineKind>("engine", r.engine,
-                                            {{"vllm", RolloutEngineKind::kVllm}, {"sglang", RolloutEngineKind::kSglang}});
+    r.engine = m->choice<RolloutEngineKind>("engine", r.engine, engine_names());
     r.tensor_parallel = static_cast<int>(m->integer("tensor_parallel", r.tensor_parallel, 1, 4096));
     r.data_parallel = static_cast<int>(m->integer("data_parallel", r.data_parallel, 1, 4096));
     r.expert_parallel = static_cast<int>(m->integer("expert_parallel", r.expert_parallel, 1, 4096));
@@ -815,8 +838,7 @@ void parse_aux_placement(const Source& src, Map& am, const std::string& path, co
 
 // A critic's or reward model's own backend and parallel sizes (the training section's unless set).
 void parse_aux_layout(Map& am, ParallelLayout& l) {
-  l.backend = am.choice<TrainingBackend>("backend", l.backend,
-                                         {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
+  l.backend = am.choice<TrainingBackend>("backend", l.backend, backend_names());
   l.tensor_parallel = static_cast<int>(am.integer("tensor_parallel", l.tensor_parallel, 1, 4096));
   l.pipeline_parallel = static_cast<int>(am.integer("pipeline_parallel", l.pipeline_parallel, 1, 4096));
   l.expert_parallel = static_cast<int>(am.integer("expert_parallel", l.expert_parallel, 1, 4096));
@@ -833,11 +855,7 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
   auto& a = s.algorithm;
   if (!top.has("algorithm")) return;
   Map m(src, top.get("algorithm"), "algorithm");
-  a.name = m.choice<Algorithm>("name", a.name,
-                               {{"grpo", Algorithm::kGrpo},
-                                {"ppo", Algorithm::kPpo},
-                                {"reinforce++", Algorithm::kReinforcePlusPlus},
-                                {"rloo", Algorithm::kRloo}});
+  a.name = m.choice<Algorithm>("name", a.name, algorithm_names());
   int separate_devices = 0;  // of the critic's, reward model's and reference's own groups
   // The reference is the initial policy: the actor's model and precision, never its own.
   auto aux = [&](const char* key, bool own_model = true) {
@@ -850,9 +868,11 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
     Map am(src, m.get(key), path);
     if (own_model && am.has("model")) c.model = parse_model_node(src, am.get("model"), path + ".model", base_dir);
     if (own_model && am.has("precision")) c.precision = parse_recipe(src, am.get("precision"), path + ".precision");
-    std::vector<std::pair<std::string, AuxPlacement>> places{{"actor", AuxPlacement::kActor},
-                                                             {"separate", AuxPlacement::kSeparate}};
-    if (std::string_view(key) == "reward_model") places.insert(places.begin() + 1, {"critic", AuxPlacement::kCritic});
+    // Only a reward model may sit on the critic's devices.
+    NameTable<AuxPlacement> places;
+    for (const auto& p : aux_placement_names()) {
+      if (p.second != AuxPlacement::kCritic || std::string_view(key) == "reward_model") places.push_back(p);
+    }
     c.placement = am.choice<AuxPlacement>("placement", c.placement, places);
     parse_aux_placement(src, am, path, s, c);
     separate_devices += c.devices;
@@ -906,9 +926,7 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
 // training.padding, and the rules it brings: fixed micro-batches, and lengths the workload bounds.
 void parse_training_padding(const Source& src, Map& m, Scenario& s) {
   auto& t = s.training;
-  t.padding = m.choice<TrainPadding>(
-      "padding", t.padding,
-      {{"none", TrainPadding::kNone}, {"micro_batch", TrainPadding::kMicroBatch}, {"max_length", TrainPadding::kMaxLength}});
+  t.padding = m.choice<TrainPadding>("padding", t.padding, padding_names());
   if (t.padding != TrainPadding::kNone && t.dynamic_batching) {
     src.fail(m.get("padding"), "training.padding",
              "training.padding pads fixed micro-batches: it needs training.dynamic_batching: false (verl's use_dynamic_bsz "
@@ -934,8 +952,7 @@ void parse_training_optimizer(const Source& src, Map& m, OptimizerConfig& opt) {
   opt.state = o.choice<Element>("state", opt.state, {{"fp32", Element::kFp32}, {"bf16", Element::kBf16}});
   opt.offload = o.boolean("offload", opt.offload);
   opt.cpu_adam = o.boolean("cpu_adam", opt.cpu_adam);
-  opt.cpu_adam_kernel = o.choice<CpuAdamKernel>("cpu_adam_kernel", opt.cpu_adam_kernel,
-                                                {{"torch", CpuAdamKernel::kTorch}, {"deepspeed", CpuAdamKernel::kDeepSpeed}});
+  opt.cpu_adam_kernel = o.choice<CpuAdamKernel>("cpu_adam_kernel", opt.cpu_adam_kernel, cpu_adam_kernel_names());
   o.finish({"name", "state", "offload", "cpu_adam", "cpu_adam_kernel"});
   if (o.has("cpu_adam_kernel") && !opt.cpu_adam) {
     src.fail(o.get("cpu_adam_kernel"), "training.optimizer.cpu_adam_kernel",
@@ -969,8 +986,7 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
   t.precision = models::builtin_recipe("bf16");
   if (!top.has("training")) return;
   Map m(src, top.get("training"), "training");
-  t.backend = m.choice<TrainingBackend>("backend", t.backend,
-                                        {{"fsdp", TrainingBackend::kFsdp}, {"megatron", TrainingBackend::kMegatron}});
+  t.backend = m.choice<TrainingBackend>("backend", t.backend, backend_names());
   if (m.has("precision")) t.precision = parse_recipe(src, m.get("precision"), "training.precision");
   t.tensor_parallel = static_cast<int>(m.integer("tensor_parallel", t.tensor_parallel, 1, 4096));
   t.pipeline_parallel = static_cast<int>(m.integer("pipeline_parallel", t.pipeline_parallel, 1, 4096));
@@ -1053,10 +1069,7 @@ void check_device_rates(const Source& src, const YAML::Node& root, const Scenari
 void parse_weight_sync_section(const Source& src, Map& top, Scenario& s) {
   if (top.has("weight_sync")) {
     Map m(src, top.get("weight_sync"), "weight_sync");
-    s.weight_sync.method = m.choice<WeightSyncMethod>("method", s.weight_sync.method,
-                                                      {{"auto", WeightSyncMethod::kAuto},
-                                                       {"cuda-ipc", WeightSyncMethod::kCudaIpc},
-                                                       {"nccl-broadcast", WeightSyncMethod::kNcclBroadcast}});
+    s.weight_sync.method = m.choice<WeightSyncMethod>("method", s.weight_sync.method, weight_sync_names());
     s.weight_sync.bucket_bytes = m.quantity("bucket", s.weight_sync.bucket_bytes, Dimension::kBytes);
     s.cost_overrides.sync_per_matrix_s = optional_quantity(m, "per_matrix");
     if (s.weight_sync.bucket_bytes < 1e6)

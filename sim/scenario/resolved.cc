@@ -155,7 +155,7 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::EndMap;
   const auto& r = s.rollout;
   e << YAML::Key << "rollout" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "engine" << YAML::Value << (r.engine == RolloutEngineKind::kVllm ? "vllm" : "sglang");
+  e << YAML::Key << "engine" << YAML::Value << name_in(engine_names(), r.engine);
   e << YAML::Key << "tensor_parallel" << YAML::Value << r.tensor_parallel << YAML::Key << "data_parallel" << YAML::Value
     << r.data_parallel << YAML::Key << "expert_parallel" << YAML::Value << r.expert_parallel;
   recipe(e, "precision", r.precision);
@@ -173,7 +173,7 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::EndMap;
   const auto& t = s.training;
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "backend" << YAML::Value << (t.backend == TrainingBackend::kFsdp ? "fsdp" : "megatron");
+  e << YAML::Key << "backend" << YAML::Value << name_in(backend_names(), t.backend);
   recipe(e, "precision", t.precision);
   e << YAML::Key << "tensor_parallel" << YAML::Value << t.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value
     << t.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << t.expert_parallel << YAML::Key
@@ -184,10 +184,7 @@ std::string resolved_yaml(const Scenario& s) {
     << t.dynamic_batching << YAML::Key << "micro_batch_tokens" << YAML::Value << t.micro_batch_tokens << YAML::Key
     << "logprob_micro_batch_tokens" << YAML::Value << t.logprob_micro_batch_tokens << YAML::Key << "micro_batch_sequences"
     << YAML::Value << t.micro_batch_sequences << YAML::Key << "logprob_micro_batch_sequences" << YAML::Value
-    << t.logprob_micro_batch_sequences << YAML::Key << "padding" << YAML::Value
-    << (t.padding == TrainPadding::kNone         ? "none"
-        : t.padding == TrainPadding::kMicroBatch ? "micro_batch"
-                                                 : "max_length")
+    << t.logprob_micro_batch_sequences << YAML::Key << "padding" << YAML::Value << name_in(padding_names(), t.padding)
     << YAML::Key << "recompute_old_logprob" << YAML::Value << t.recompute_old_logprob << YAML::Key << "reference_model"
     << YAML::Value << t.reference_model << YAML::Key << "activation_checkpointing" << YAML::Value << t.activation_checkpointing
     << YAML::Key << "param_offload" << YAML::Value << t.param_offload;
@@ -195,8 +192,7 @@ std::string resolved_yaml(const Scenario& s) {
     << t.optimizer.name << YAML::Key << "state" << YAML::Value << std::string(models::traits(t.optimizer.state).name) << YAML::Key
     << "offload" << YAML::Value << t.optimizer.offload << YAML::Key << "cpu_adam" << YAML::Value << t.optimizer.cpu_adam;
   if (t.optimizer.cpu_adam) {
-    e << YAML::Key << "cpu_adam_kernel" << YAML::Value
-      << (t.optimizer.cpu_adam_kernel == CpuAdamKernel::kTorch ? "torch" : "deepspeed");
+    e << YAML::Key << "cpu_adam_kernel" << YAML::Value << name_in(cpu_adam_kernel_names(), t.optimizer.cpu_adam_kernel);
   }
   e << YAML::EndMap;
   efficiency(e, t.efficiency, true);
@@ -204,10 +200,7 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::EndMap;
   const auto& a = s.algorithm;
   e << YAML::Key << "algorithm" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value
-    << (a.name == Algorithm::kGrpo                ? "grpo"
-        : a.name == Algorithm::kPpo               ? "ppo"
-        : a.name == Algorithm::kReinforcePlusPlus ? "reinforce++"
-                                                  : "rloo");
+    << name_in(algorithm_names(), a.name);
   using Aux = std::pair<const char*, const std::optional<AuxModelConfig>*>;
   for (const auto& [key, aux] :
        {Aux{"critic", &a.critic}, Aux{"reward_model", &a.reward_model}, Aux{"reference", &a.reference}}) {
@@ -221,17 +214,15 @@ std::string resolved_yaml(const Scenario& s) {
     e << YAML::Key << "placement" << YAML::Value << std::string(aux_placement_name((*aux)->placement));
     if ((*aux)->placement == AuxPlacement::kSeparate) e << YAML::Key << "devices" << YAML::Value << (*aux)->devices;
     const ParallelLayout& l = (*aux)->layout;
-    e << YAML::Key << "backend" << YAML::Value << (l.backend == TrainingBackend::kFsdp ? "fsdp" : "megatron") << YAML::Key
-      << "tensor_parallel" << YAML::Value << l.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value
-      << l.pipeline_parallel << YAML::Key << "expert_parallel" << YAML::Value << l.expert_parallel << YAML::Key
-      << "context_parallel" << YAML::Value << l.context_parallel << YAML::Key << "expert_tensor_parallel" << YAML::Value
-      << l.expert_tensor_parallel << YAML::Key << "virtual_pipeline" << YAML::Value << l.virtual_pipeline;
+    e << YAML::Key << "backend" << YAML::Value << name_in(backend_names(), l.backend) << YAML::Key << "tensor_parallel"
+      << YAML::Value << l.tensor_parallel << YAML::Key << "pipeline_parallel" << YAML::Value << l.pipeline_parallel << YAML::Key
+      << "expert_parallel" << YAML::Value << l.expert_parallel << YAML::Key << "context_parallel" << YAML::Value
+      << l.context_parallel << YAML::Key << "expert_tensor_parallel" << YAML::Value << l.expert_tensor_parallel << YAML::Key
+      << "virtual_pipeline" << YAML::Value << l.virtual_pipeline;
     e << YAML::EndMap;
   }
   e << YAML::EndMap;
-  const char* method = s.weight_sync.method == WeightSyncMethod::kAuto      ? "auto"
-                       : s.weight_sync.method == WeightSyncMethod::kCudaIpc ? "cuda-ipc"
-                                                                            : "nccl-broadcast";
+  const std::string& method = name_in(weight_sync_names(), s.weight_sync.method);
   e << YAML::Key << "weight_sync" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "method" << YAML::Value << method
     << YAML::Key << "bucket" << YAML::Value << fmt::format("{:g} MiB", s.weight_sync.bucket_bytes / 1048576.0) << YAML::Key
     << "per_matrix" << YAML::Value << fmt::format("{} s", s.weight_sync.per_matrix_s) << YAML::EndMap;

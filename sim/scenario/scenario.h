@@ -368,8 +368,33 @@ std::vector<std::string> catalog_model_names();
 /// DeepSeek-V3 / Kimi-K2 keys). Throws ScenarioError naming the file and the missing key.
 models::ModelArch model_from_hf_config(const std::string& path);
 
-std::string_view schedule_name(ScheduleMode m);
-std::string_view placement_name(PlacementMode m);
-std::string_view aux_placement_name(AuxPlacement p);  // "actor", "critic", "separate"
+/// The scenario file's name of each value of an enumeration, in the order its errors list them:
+/// the one table the loader reads (Map::choice) and --print-config, the outputs and the importers
+/// write.
+template <typename E>
+using NameTable = std::vector<std::pair<std::string, E>>;
+const NameTable<ScheduleMode>& schedule_names();          // sync, one-step-off, async
+const NameTable<PlacementMode>& placement_names();        // colocated, disaggregated
+const NameTable<RolloutEngineKind>& engine_names();       // vllm, sglang
+const NameTable<TrainingBackend>& backend_names();        // fsdp, megatron
+const NameTable<TrainPadding>& padding_names();           // none, micro_batch, max_length
+const NameTable<CpuAdamKernel>& cpu_adam_kernel_names();  // torch, deepspeed
+const NameTable<Algorithm>& algorithm_names();            // grpo, ppo, reinforce++, rloo
+const NameTable<AuxPlacement>& aux_placement_names();     // actor, critic, separate
+const NameTable<WeightSyncMethod>& weight_sync_names();   // auto, cuda-ipc, nccl-broadcast
+
+/// The name of `v` in table `t`. std::logic_error when the table has none (a value outside the
+/// enumeration: a bug).
+template <typename E>
+const std::string& name_in(const NameTable<E>& t, E v) {
+  for (const auto& [name, value] : t) {
+    if (value == v) return name;
+  }
+  throw std::logic_error("name_in: a value with no name in its table");
+}
+
+inline std::string_view schedule_name(ScheduleMode m) { return name_in(schedule_names(), m); }
+inline std::string_view placement_name(PlacementMode m) { return name_in(placement_names(), m); }
+inline std::string_view aux_placement_name(AuxPlacement p) { return name_in(aux_placement_names(), p); }
 
 }  // namespace rlsim::sim
