@@ -8,16 +8,17 @@
 namespace rlsim::sim {
 namespace {
 
+// A quantity in the unit --print-config writes for its dimension.
 std::string q(double v, Dimension d) {
   switch (d) {
     case Dimension::kBytes:
-      return fmt::format("{:g} GB", v / 1e9);
+      return quantity_in(v, d, "GB");
     case Dimension::kBandwidth:
-      return fmt::format("{:g} GB/s", v / 1e9);
+      return quantity_in(v, d, "GB/s");
     case Dimension::kTime:
-      return fmt::format("{:g} us", v * 1e6);
+      return quantity_in(v, d, "us");
     case Dimension::kFlops:
-      return fmt::format("{:g} TFLOPS", v / 1e12);
+      return quantity_in(v, d, "TFLOPS");
   }
   return {};
 }
@@ -114,15 +115,8 @@ void model(YAML::Emitter& e, const models::ModelArch& m) {
   e << YAML::EndMap;
 }
 
-}  // namespace
-
-std::string resolved_yaml(const Scenario& s) {
-  YAML::Emitter e;
-  e << YAML::BeginMap;
-  e << YAML::Key << "name" << YAML::Value << s.name;
-  e << YAML::Key << "seed" << YAML::Value << s.seed;
-  e << YAML::Key << "steps" << YAML::Value << s.steps;
-  model(e, s.model);
+// cluster (the device in full, nodes, links), placement and schedule.
+void cluster_placement_schedule(YAML::Emitter& e, const Scenario& s) {
   const auto& d = s.cluster.device;
   e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "device" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << d.name << YAML::Key
@@ -148,11 +142,19 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "schedule" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
     << std::string(schedule_name(s.schedule.mode)) << YAML::Key << "staleness" << YAML::Value << num(s.schedule.staleness)
     << YAML::Key << "partial_rollout" << YAML::Value << s.schedule.partial_rollout << YAML::EndMap;
+}
+
+// workload: prompts, samples and the length distributions.
+void workload(YAML::Emitter& e, const Scenario& s) {
   e << YAML::Key << "workload" << YAML::Value << YAML::BeginMap << YAML::Key << "prompts_per_step" << YAML::Value
     << s.workload.prompts_per_step << YAML::Key << "samples_per_prompt" << YAML::Value << s.workload.samples_per_prompt;
   dist(e, "prompt_tokens", s.workload.prompt_tokens);
   dist(e, "response_tokens", s.workload.response_tokens);
   e << YAML::EndMap;
+}
+
+// rollout: the engine, its layout, precision, limits and overheads.
+void rollout(YAML::Emitter& e, const Scenario& s) {
   const auto& r = s.rollout;
   e << YAML::Key << "rollout" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "engine" << YAML::Value << name_in(engine_names(), r.engine);
@@ -171,6 +173,10 @@ std::string resolved_yaml(const Scenario& s) {
     << q(r.sequence_overhead_s, Dimension::kTime) << YAML::EndMap;
   efficiency(e, r.efficiency, false);
   e << YAML::EndMap;
+}
+
+// training: backend, precision, layout, batching, optimizer and efficiency.
+void training(YAML::Emitter& e, const Scenario& s) {
   const auto& t = s.training;
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "backend" << YAML::Value << name_in(backend_names(), t.backend);
@@ -198,6 +204,10 @@ std::string resolved_yaml(const Scenario& s) {
   efficiency(e, t.efficiency, true);
   e << YAML::Key << "step_overhead" << YAML::Value << q(t.step_overhead_s, Dimension::kTime);
   e << YAML::EndMap;
+}
+
+// algorithm: its name, and the critic, reward model and reference with their own layouts.
+void algorithm(YAML::Emitter& e, const Scenario& s) {
   const auto& a = s.algorithm;
   e << YAML::Key << "algorithm" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value
     << name_in(algorithm_names(), a.name);
@@ -222,13 +232,34 @@ std::string resolved_yaml(const Scenario& s) {
     e << YAML::EndMap;
   }
   e << YAML::EndMap;
+}
+
+// weight_sync and output.
+void sync_and_output(YAML::Emitter& e, const Scenario& s) {
   const std::string& method = name_in(weight_sync_names(), s.weight_sync.method);
   e << YAML::Key << "weight_sync" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "method" << YAML::Value << method
-    << YAML::Key << "bucket" << YAML::Value << fmt::format("{:g} MiB", s.weight_sync.bucket_bytes / 1048576.0) << YAML::Key
+    << YAML::Key << "bucket" << YAML::Value << quantity_in(s.weight_sync.bucket_bytes, Dimension::kBytes, "MiB") << YAML::Key
     << "per_matrix" << YAML::Value << fmt::format("{} s", s.weight_sync.per_matrix_s) << YAML::EndMap;
   e << YAML::Key << "output" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << s.output.dir
     << YAML::Key << "plots" << YAML::Value << s.output.plots << YAML::Key << "trace" << YAML::Value << s.output.trace << YAML::Key
     << "trace_max_iterations" << YAML::Value << s.output.trace_max_iterations << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string resolved_yaml(const Scenario& s) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << s.name;
+  e << YAML::Key << "seed" << YAML::Value << s.seed;
+  e << YAML::Key << "steps" << YAML::Value << s.steps;
+  model(e, s.model);
+  cluster_placement_schedule(e, s);
+  workload(e, s);
+  rollout(e, s);
+  training(e, s);
+  algorithm(e, s);
+  sync_and_output(e, s);
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -86,6 +86,13 @@ double parse_quantity(std::string_view text, Dimension dim) {
   throw std::invalid_argument("'" + std::string(text) + "': unknown unit '" + std::string(unit) + "', " + expect);
 }
 
+std::string quantity_in(double value, Dimension dim, std::string_view unit) {
+  for (const auto& [name, factor] : units_of(dim)) {
+    if (unit == name) return fmt::format("{:g} {}", value / factor, name);
+  }
+  throw std::invalid_argument("quantity_in: unknown unit '" + std::string(unit) + "' (" + unit_examples(dim) + ")");
+}
+
 std::string format_quantity(double value, Dimension dim) {
   switch (dim) {
     case Dimension::kBytes:

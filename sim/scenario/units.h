@@ -20,6 +20,11 @@ double parse_quantity(std::string_view text, Dimension dim);
 /// The accepted units of a dimension, for error messages.
 std::string unit_examples(Dimension dim);
 
+/// `value` (SI base units) in the named `unit` of `dim`, as "{:g} UNIT" (6 significant digits:
+/// "96 GB", "64 MiB", "2 us"), text parse_quantity reads. std::invalid_argument for a unit `dim`
+/// does not accept.
+std::string quantity_in(double value, Dimension dim, std::string_view unit);
+
 /// Formats a value in a readable unit ("80.0 GB", "3.35 TB/s", "1.50 ms", "989 TFLOPS").
 std::string format_quantity(double value, Dimension dim);
 

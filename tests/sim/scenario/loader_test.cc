@@ -77,6 +77,12 @@ TEST(Units, ParseQuantities) {
   EXPECT_THROW(parse_quantity("96 GB/s", Dimension::kBytes), std::invalid_argument);  // wrong dimension
   EXPECT_THROW(parse_quantity("-1 GB", Dimension::kBytes), std::invalid_argument);
   EXPECT_THROW(parse_quantity("GB", Dimension::kBytes), std::invalid_argument);
+  // Written in a named unit, read back to the same value.
+  EXPECT_EQ(quantity_in(512.0 * 1024 * 1024, Dimension::kBytes, "MiB"), "512 MiB");
+  EXPECT_EQ(quantity_in(2e-6, Dimension::kTime, "us"), "2 us");
+  EXPECT_EQ(quantity_in(4.8e12, Dimension::kBandwidth, "GB/s"), "4800 GB/s");
+  EXPECT_DOUBLE_EQ(parse_quantity(quantity_in(989e12, Dimension::kFlops, "TFLOPS"), Dimension::kFlops), 989e12);
+  EXPECT_THROW(quantity_in(1.0, Dimension::kBytes, "GB/s"), std::invalid_argument);  // not a unit of bytes
 }
 
 TEST(Loader, MinimalScenarioGetsDefaults) {
