@@ -109,6 +109,7 @@ const std::vector<std::string>& train_file_keys() {
                                                 "group_size",
                                                 "response_tokens",
                                                 "steps",
+                                                "train_ranks",
                                                 "learning_rate",
                                                 "temperature",
                                                 "tis_cap",

@@ -390,6 +390,13 @@ sed -e 's/^steps: .*/steps: 2/' -e 's/^group_size: .*/group_size: 2/' -e "s|\.\.
 "$RLSIM" train "$WORK/train_bi.yaml" --out "$WORK/train_bi" -q --no-plots
 awk -F, 'NR > 1 && ($5 != 0 || $7 != 1) {bad++} END {exit !(NR == 3 && bad == 0)}' "$WORK/train_bi/train_bi/seed1/steps.csv"
 check "train: batch-invariant FP32 pair is bitwise on-policy (max |delta logp| 0, importance weights 1)" test $? -eq 0
+# train_ranks (README: the trainer's data-parallel ranks) is a key of the file; the first step's
+# rollouts come before any update, so they do not depend on it.
+{ sed -e 's/^steps: .*/steps: 2/' "$WORK/train.yaml"; echo "train_ranks: 1"; } >"$WORK/train_r1.yaml"
+"$RLSIM" train "$WORK/train_r1.yaml" --out "$WORK/train_r1" -q --no-plots
+check "train: train_ranks is read (exit 0, run.json says 1)" grep -q '"train_ranks": *1' "$WORK/train_r1/train_r1/seed1/run.json"
+check "train: ... and its step-1 rewards equal the two-rank run's (the same rollouts)" bash -c \
+  "cmp -s <(sed -n 2p '$WORK/train1/train/seed1/steps.csv' | cut -d, -f2) <(sed -n 2p '$WORK/train_r1/train_r1/seed1/steps.csv' | cut -d, -f2)"
 sed 's/^group_size: .*/group_sise: 8/' "$WORK/train.yaml" >"$WORK/train_bad.yaml"
 "$RLSIM" train "$WORK/train_bad.yaml" >/dev/null 2>"$WORK/train_bad.err"
 check "train: unknown key is bad input (2) at file:line:column" \
