@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +80,10 @@ class Map {
   bool has(const std::string& key) const { return static_cast<bool>(node_[key]); }
 
   YAML::Node get(const std::string& key) {
+    // A key read after finish() must be one finish() accepted: else every file that sets it
+    // would be rejected as unknown (a reader's bug, not bad input).
+    if (finished_ && !read_.count(key) && std::find(declared_.begin(), declared_.end(), key) == declared_.end())
+      throw std::logic_error("Map: key '" + child_path(path_, key) + "' read after finish() without being one of its keys");
     read_.insert(key);
     return node_[key];
   }
@@ -99,8 +104,10 @@ class Map {
     return key.Scalar();
   }
 
-  // Rejects keys that were never read, listing the valid ones.
-  void finish(const std::vector<std::string>& valid) const {
+  // Rejects keys that were never read, listing the valid ones; keys read later must be among them.
+  void finish(const std::vector<std::string>& valid) {
+    finished_ = true;
+    declared_ = valid;
     for (const auto& kv : node_) {
       const auto key = key_of(kv.first);
       if (!read_.count(key) && std::find(valid.begin(), valid.end(), key) == valid.end()) {
@@ -194,6 +201,8 @@ class Map {
   YAML::Node node_;
   std::string path_;
   std::set<std::string> read_;
+  bool finished_ = false;
+  std::vector<std::string> declared_;  // finish()'s keys
 };
 
 }  // namespace rlsim::sim
