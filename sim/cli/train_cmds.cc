@@ -24,13 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TrainFile {
-  std::string name;
-  std::string model, tokenizer;  // resolved against the train file's folder
-  analysis::GrpoOptions grpo;
-  std::string out;
-};
-
 models::RuntimePrecision precision_value(sim::Map& m, const std::string& key) {
   const std::string name = m.str(key, "fp32");
   try {
@@ -39,6 +32,8 @@ models::RuntimePrecision precision_value(sim::Map& m, const std::string& key) {
     m.src().fail(m.get(key), m.path(key), fmt::format("'{}': {}", m.path(key), e.what()));
   }
 }
+
+}  // namespace
 
 TrainFile read_train_file(const std::string& path) {
   const YAML::Node root = sim::load_yaml_file(path, "train file");
@@ -71,6 +66,8 @@ TrainFile read_train_file(const std::string& path) {
   f.out = m.str("out", "out/" + fs::path(path).stem().string());
   return f;
 }
+
+namespace {
 
 nlohmann::json run_json(const TrainFile& f, const std::vector<analysis::GrpoStep>& steps) {
   const auto& g = f.grpo;

@@ -7,7 +7,22 @@
 #include <string>
 #include <vector>
 
+#include "analysis/grpo.h"
+
 namespace rlsim::cli {
+
+/// One train file as read: the loop's options, its model and tokenizer paths (resolved against
+/// the file's folder) and its output directory.
+struct TrainFile {
+  std::string name;
+  std::string model, tokenizer;
+  analysis::GrpoOptions grpo;
+  std::string out;
+};
+
+/// Reads the train file at `path` (keys: train_file_keys()). Throws sim::ScenarioError (exit 2)
+/// at file:line:column for bad input, naming the command a file of another kind is for.
+TrainFile read_train_file(const std::string& path);
 
 /// Options of `rlsim train`; set ones override the train files' keys.
 struct TrainCliOptions {

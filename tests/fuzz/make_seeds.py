@@ -26,8 +26,8 @@ def read(path):
 # Scenarios, and one with --set overrides.
 for p in sorted(glob.glob("scenarios/*.yaml") + glob.glob("scenarios/validation/*.yaml")):
     text = read(p)
-    if b"\nbase:" in b"\n" + text or b"\npairs:" in b"\n" + text:
-        continue  # studies and drift files have their own harnesses
+    if b"\nbase:" in b"\n" + text or b"\npairs:" in b"\n" + text or b"\ntask:" in b"\n" + text:
+        continue  # studies, drift and train files have their own harnesses
     put("scenario", os.path.basename(p), text)
 put("scenario", "default-with-set.yaml",
     read("scenarios/default.yaml") + b"\n#--set\nrollout.precision=int4-w4a16-g32\nworkload.prompts_per_step=3\nsteps=2\n")
@@ -39,6 +39,14 @@ for p in sorted(glob.glob("scenarios/study-*.yaml")):
 # Drift files.
 for p in sorted(glob.glob("scenarios/drift-*.yaml")):
     put("drift_file", os.path.basename(p), read(p))
+
+# Train files, and one setting every key.
+for p in sorted(glob.glob("scenarios/train-*.yaml")):
+    put("train_file", os.path.basename(p), read(p))
+put("train_file", "every-key.yaml",
+    "name: n\nmodel: m.bin\ntokenizer: t.bin\ntask: lipogram-e\ntraining_precision: fp8-block\nrollout_precision: nvfp4\n"
+    "batch_invariant: true\nprompts_per_step: 2\ngroup_size: 2\nresponse_tokens: 8\nsteps: 1\ntrain_ranks: 1\n"
+    "learning_rate: 1.0e-3\ntemperature: 0.7\ntis_cap: 2\nseed: 3\nout: o\n")
 
 # Length CSVs.
 put("length_csv", "plain.csv", "prompt_tokens,response_tokens\n120,900\n340,1500\n80,8000\n")
