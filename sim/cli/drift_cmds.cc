@@ -52,8 +52,7 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
 }  // namespace
 
 void merge_drift_file(DriftCliOptions& o) {
-  const YAML::Node root = sim::load_yaml_file(o.file, "drift file");
-  sim::require_input_kind(root, sim::InputKind::kDrift, o.file);
+  const YAML::Node root = sim::load_input_file(o.file, sim::InputKind::kDrift);
   const sim::Source f{o.file, {}, "--set"};
   if (!root.IsMap()) f.fail(root, "", fmt::format("expected a mapping of drift keys ({})", fmt::join(drift_file_keys(), ", ")));
   sim::Map m(f, root, "");

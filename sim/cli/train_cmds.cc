@@ -36,8 +36,7 @@ models::RuntimePrecision precision_value(sim::Map& m, const std::string& key) {
 }  // namespace
 
 TrainFile read_train_file(const std::string& path) {
-  const YAML::Node root = sim::load_yaml_file(path, "train file");
-  sim::require_input_kind(root, sim::InputKind::kTrain, path);
+  const YAML::Node root = sim::load_input_file(path, sim::InputKind::kTrain);
   const sim::Source src{path, {}, "--set"};
   if (!root.IsMap()) src.fail(root, "", "a train file must be a YAML mapping (see rlsim train --help)");
   sim::Map m(src, root, "");

@@ -434,16 +434,17 @@ namespace {
 struct InputKindInfo {
   InputKind kind;
   std::string_view name, command;
+  std::string what;                            // the file as load_yaml_file's messages name it
   std::vector<std::string_view> telling_keys;  // top-level keys no other kind has
   bool all_needed;                             // every telling key must be there (a study: base and sweep)
 };
 
 const std::vector<InputKindInfo>& input_kinds() {
   static const std::vector<InputKindInfo> kinds = {
-      {InputKind::kScenario, "scenario", "run", {"cluster", "workload", "placement"}, false},
-      {InputKind::kStudy, "study file", "plan", {"base", "sweep"}, true},
-      {InputKind::kDrift, "drift file", "drift", {"pairs"}, false},
-      {InputKind::kTrain, "train file", "train", {"task", "training_precision"}, false},
+      {InputKind::kScenario, "scenario", "run", "scenario file", {"cluster", "workload", "placement"}, false},
+      {InputKind::kStudy, "study file", "plan", "study file", {"base", "sweep"}, true},
+      {InputKind::kDrift, "drift file", "drift", "drift file", {"pairs"}, false},
+      {InputKind::kTrain, "train file", "train", "train file", {"task", "training_precision"}, false},
   };
   return kinds;
 }
@@ -458,20 +459,31 @@ std::vector<std::string_view> telling_keys_in(const YAML::Node& root, const Inpu
   return found;
 }
 
-}  // namespace
+const InputKindInfo& input_kind(InputKind kind) {
+  const auto& kinds = input_kinds();
+  return *std::find_if(kinds.begin(), kinds.end(), [&](const InputKindInfo& k) { return k.kind == kind; });
+}
 
+// Throws when `root` is a mapping with telling keys of another kind and none of `expected`'s.
 void require_input_kind(const YAML::Node& root, InputKind expected, const std::string& path) {
   if (!root.IsMap()) return;
-  const auto& kinds = input_kinds();
-  const auto want = std::find_if(kinds.begin(), kinds.end(), [&](const InputKindInfo& k) { return k.kind == expected; });
-  if (!telling_keys_in(root, *want).empty()) return;
-  for (const InputKindInfo& k : kinds) {
+  const InputKindInfo& want = input_kind(expected);
+  if (!telling_keys_in(root, want).empty()) return;
+  for (const InputKindInfo& k : input_kinds()) {
     if (k.kind == expected) continue;
     const std::vector<std::string_view> keys = telling_keys_in(root, k);
     if (keys.empty()) continue;
     throw ScenarioError(fmt::format("{}:1:1: this is a {} ({}:), not a {}; run it with `rlsim {} {}`", path, k.name,
-                                    fmt::join(keys, ":, "), want->name, k.command, path));
+                                    fmt::join(keys, ":, "), want.name, k.command, path));
   }
+}
+
+}  // namespace
+
+YAML::Node load_input_file(const std::string& path, InputKind kind) {
+  YAML::Node root = load_yaml_file(path, input_kind(kind).what);
+  require_input_kind(root, kind, path);
+  return root;
 }
 
 std::string read_input_file(const std::string& path, const std::string& what) {
@@ -1100,9 +1112,8 @@ void parse_output_section(const Source& src, Map& top, const std::string& path, 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides, const std::string& override_label,
                        const Calibration* calibration) {
   Source src{path, {}, override_label};
-  YAML::Node root = load_yaml_file(path, "scenario file");
+  YAML::Node root = load_input_file(path, InputKind::kScenario);
   if (!root.IsMap()) throw ScenarioError(path + ":1:1: a scenario must be a YAML mapping (see SCENARIO.md)");
-  require_input_kind(root, InputKind::kScenario, path);
   for (const auto& o : overrides) apply_override(root, o, src);
   const fs::path base_dir = fs::path(path).parent_path();
 

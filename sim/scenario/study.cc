@@ -241,8 +241,7 @@ int Study::axis_index(const std::string& name) const {
 
 Study load_study(const std::string& path) {
   const Source src{path, {}, "--set"};
-  const YAML::Node node = load_yaml_file(path, "study file");
-  require_input_kind(node, InputKind::kStudy, path);
+  const YAML::Node node = load_input_file(path, InputKind::kStudy);
   if (!node.IsMap()) src.fail(node, "", "a study must be a YAML mapping with base: and sweep: (see SCENARIO.md, Study files)");
   Map root(src, node, "");
   root.finish({"name", "base", "sweep", "objective", "constraints", "plots", "output"});

@@ -33,11 +33,12 @@ YAML::Node load_yaml_file(const std::string& path, const std::string& what);
 /// `validate`), a study (`rlsim plan`), a drift file (`rlsim drift`), a train file (`rlsim train`).
 enum class InputKind { kScenario, kStudy, kDrift, kTrain };
 
-/// Throws ScenarioError "PATH:1:1: this is a KIND (KEYS), not a WHAT; run it with `rlsim COMMAND
-/// PATH`" when the mapping `root` has top-level keys that only another kind has (a study's
-/// base and sweep; a drift file's pairs; a train file's task or training_precision; a scenario's
-/// cluster, workload or placement) and none of `expected`'s. Anything else (not a mapping, no
-/// telling keys) is left to the reader's own errors.
-void require_input_kind(const YAML::Node& root, InputKind expected, const std::string& path);
+/// Reads and parses the input file `path` of `kind` (load_yaml_file, the file named as its kind:
+/// "scenario file", "study file", ...). Also throws ScenarioError "PATH:1:1: this is a KIND (KEYS),
+/// not a WHAT; run it with `rlsim COMMAND PATH`" when the file is a mapping with top-level keys
+/// only another kind has (a study's base and sweep; a drift file's pairs; a train file's task or
+/// training_precision; a scenario's cluster, workload or placement) and none of `kind`'s.
+/// Anything else (not a mapping, no telling keys) is left to the reader's own errors.
+YAML::Node load_input_file(const std::string& path, InputKind kind);
 
 }  // namespace rlsim::sim
