@@ -125,11 +125,15 @@ double TrainerCostModel::pass_s(const TrainBatch& b, double flop_factor, double 
   const double eff = t.efficiency.comm;
   const double mb = micro_batches_per_device(b, rs_passes > 0);
   if (t.backend == TrainingBackend::kFsdp) {
-    x = mb * (ag_passes * all_gather_s(params_ * widths_.sync, devices_, dp_link_, eff) +
-              rs_passes * reduce_scatter_s(params_ * widths_.gradient, devices_, dp_link_, eff));
+    const double reduces = mb * rs_passes * reduce_scatter_s(params_ * widths_.gradient, devices_, dp_link_, eff);
+    x = mb * ag_passes * all_gather_s(params_ * widths_.sync, devices_, dp_link_, eff) + reduces;
+    double pass = std::max(c, x);
+    // ZeRO-Offload: each reduced gradient partition is accumulated in host memory, on the stream
+    // of the reduce-scatters, from the backward's start (after the pass's first forward) on.
+    if (rs_passes > 0 && zero_offload()) pass = std::max(pass, c / flop_factor + reduces + host_gradient_accumulation_s(mb));
     *compute += c;
-    *comm += std::max(0.0, x - c);
-    return std::max(c, x);
+    *comm += pass - c;
+    return pass;
   }
   // Megatron: TP all-reduces are on the critical path; DP gradient all-reduce once per update.
   const int tp = t.tensor_parallel, pp = t.pipeline_parallel, cp = t.context_parallel;
@@ -330,6 +334,12 @@ bool TrainerCostModel::cpu_optimizer() const { return s_.training.optimizer.cpu_
 
 bool TrainerCostModel::zero_offload() const {
   return cpu_optimizer() && s_.training.optimizer.cpu_adam_kernel == CpuAdamKernel::kDeepSpeed;
+}
+
+double TrainerCostModel::host_gradient_accumulation_s(double micro_batches) const {
+  const double partition_bytes = params_ / devices_ * widths_.gradient;
+  const auto& host = s_.cluster.host_link;
+  return micro_batches * 2.0 * (partition_bytes / host.bandwidth_bytes_per_s + host.latency_s);
 }
 
 double TrainerCostModel::cpu_optimizer_s() const {

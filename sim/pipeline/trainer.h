@@ -133,6 +133,17 @@ class TrainerCostModel {
   /// which runs under ZeRO-Offload (Ren et al. 2021, sec. 4.1). The device then holds one
   /// layer's gradients (TrainMemory::grads) instead of its whole shard's.
   bool zero_offload() const;
+  /// ZeRO-Offload's gradient accumulation over `micro_batches` micro-batches of an update, in
+  /// seconds of host-link time per device: the gradient-accumulation buffer of the device's
+  /// partition lives in pinned host memory (DeepSpeed ZeRO-3 with offload_optimizer,
+  /// stage3.py grad_partitions_flat_buffer, in data_types.grad_accum_dtype: FP32 in OpenRLHF's
+  /// DeepSpeed config), and each micro-batch's reduced partition goes to the host and comes back
+  /// to the device for the next micro-batch's addition ("copy first to src device, do the
+  /// addition there, then move back to dst", stage3.py partition_grads): two copies of
+  /// params / devices x gradient width per micro-batch. The boundary copy into the FP32 master's
+  /// gradient is cpu_optimizer_s's. Queued behind the reduce-scatters on their stream, so a pass
+  /// ends no earlier than its first forward + reduce-scatters + these copies.
+  double host_gradient_accumulation_s(double micro_batches) const;
 
   int devices() const { return devices_; }
   /// FLOPs of one forward-only pass over the batch: 2 x matmul parameters x its linear tokens

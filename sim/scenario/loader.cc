@@ -770,6 +770,17 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
 // context parallel, expert parallel and interleaving need the Megatron backend, PP at most the
 // layers. `section` names the keys' section ("training", "algorithm.critic"); the model runs on
 // `devices` devices. Each error names the rule broken.
+// DeepSpeed's CPU Adam runs under ZeRO-Offload, which rlsim prices on the fsdp backend (ZeRO-3);
+// Megatron-Core's optimizer_cpu_offload steps with torch's CPU Adam.
+void check_cpu_adam_kernel(const Source& src, Map& m, const std::string& section, TrainingBackend backend,
+                           const OptimizerConfig& opt) {
+  if (!opt.cpu_adam || opt.cpu_adam_kernel != CpuAdamKernel::kDeepSpeed || backend != TrainingBackend::kMegatron) return;
+  src.fail(m.has("backend") ? m.get("backend") : m.node(), section + ".backend",
+           section +
+               ".backend: megatron with training.optimizer.cpu_adam_kernel: deepspeed; DeepSpeedCPUAdam runs under "
+               "ZeRO-Offload (backend: fsdp), Megatron-Core's optimizer_cpu_offload uses cpu_adam_kernel: torch");
+}
+
 void check_training_layout(const Source& src, Map& m, const std::string& section, const ParallelLayout& t, int devices,
                            const models::ModelArch& model) {
   const auto at = [&](const char* key) { return m.has(key) ? m.get(key) : m.node(); };  // the key, or the section
@@ -900,6 +911,7 @@ void parse_algorithm_section(const Source& src, Map& top, const fs::path& base_d
     if (c.placement == AuxPlacement::kCritic && a.critic && a.critic->placement == AuxPlacement::kSeparate)
       devices = a.critic->devices;
     check_training_layout(src, am, path, c.layout, devices, c.model);
+    check_cpu_adam_kernel(src, am, path, c.layout.backend, s.training.optimizer);
     return c;
   };
   if (a.name == Algorithm::kPpo) {
@@ -1047,6 +1059,7 @@ void parse_training_section(const Source& src, Map& top, Scenario& s) {
             "efficiency",
             "step_overhead"});
   check_training_layout(src, m, "training", t, s.placement.train_devices, s.model);
+  check_cpu_adam_kernel(src, m, "training", t.backend, t.optimizer);
 }
 
 // Every recipe's GEMMs need a tensor-core rate on the device (after fallback to wider types).

@@ -1010,6 +1010,47 @@ TEST(Placement, OptimizerOffloadAndCpuAdamAreDistinct) {
   EXPECT_DOUBLE_EQ(tds.memory(TrainBatch{}).params, tc.memory(TrainBatch{}).params);
 }
 
+// ZeRO-Offload accumulates gradients in host memory: every micro-batch of the update sends the
+// device's FP32 gradient partition to the host and brings it back (DeepSpeed stage3.py
+// partition_grads). Over a slow host link those copies, queued behind the reduce-scatters from the
+// backward's start on, set the update's length; over a fast one they hide behind the backward.
+TEST(Placement, ZeroOffloadAccumulatesGradientsOnTheHostEveryMicroBatch) {
+  const std::vector<std::string> fixed = {"training.dynamic_batching=false", "training.micro_batch_sequences=2",
+                                          "training.mini_batches=2"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), fixed.begin(), fixed.end());
+    return load_text(kBase, sets);
+  };
+  const std::string slow = "cluster.host_link={bandwidth: 0.5 GB/s, latency: 10 us}";
+  const Scenario ds = with({"training.optimizer={cpu_adam: true, cpu_adam_kernel: deepspeed}", slow});
+  const Scenario torch = with({"training.optimizer={cpu_adam: true, cpu_adam_kernel: torch}", slow});
+  const TrainerCostModel tds(ds), ttorch(torch);
+  TrainBatch b;
+  b.sequences = 128;
+  b.tokens = 128 * 1500.0;
+  b.max_sequence = 1500;
+  b.attention_flops = 0;
+  // 128 sequences / 2 mini-batches / 8 devices / 2 per micro-batch: 4 a mini-batch, 8 in all.
+  const double mb = tds.micro_batches_per_device(b, true);
+  ASSERT_EQ(mb, 8.0);
+  const double partition = static_cast<double>(ds.model.params().total()) / tds.devices() * 4.0;  // FP32
+  EXPECT_NEAR(tds.host_gradient_accumulation_s(mb), mb * 2.0 * (partition / 0.5e9 + 10e-6), 1e-9);
+  const double factor = ds.training.activation_checkpointing ? 4.0 : 3.0;
+  const double first_forward = tds.compute_s(b, factor) / factor;
+  const TrainTimes a = tds.phase_times(b), t = ttorch.phase_times(b);
+  // The copies (~100 s) outlast everything else, so the pass is forward + reduce-scatters + copies.
+  EXPECT_GT(a.actor_update, first_forward + tds.host_gradient_accumulation_s(mb));
+  EXPECT_LT(a.actor_update, first_forward + tds.host_gradient_accumulation_s(mb) + t.actor_update);
+  EXPECT_GT(a.actor_update, 2.0 * t.actor_update);
+  // Forward-only passes send no gradients.
+  EXPECT_DOUBLE_EQ(a.old_logprob, t.old_logprob);
+  // Over the catalog's host link (PCIe Gen5) the 16 copies of 4.1 GB hide behind the backward.
+  const Scenario ds_fast = with({"training.optimizer={cpu_adam: true, cpu_adam_kernel: deepspeed}"});
+  const Scenario torch_fast = with({"training.optimizer={cpu_adam: true, cpu_adam_kernel: torch}"});
+  EXPECT_DOUBLE_EQ(TrainerCostModel(ds_fast).phase_times(b).actor_update,
+                   TrainerCostModel(torch_fast).phase_times(b).actor_update);
+}
+
 // The fixed per-step overhead is a phase of its own at the end of every step.
 TEST(Pipeline, StepOverheadIsAPhaseOfEveryStep) {
   const Scenario a = load_text(kBase, {"training.step_overhead=2 s"});

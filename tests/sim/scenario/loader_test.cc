@@ -204,6 +204,16 @@ TEST(Loader, BadValuesAreLocated) {
   EXPECT_NE(error_of(std::string(kMinimal) + "rollout: {expert_parallel: 2, tensor_parallel: 2}\n").find("needs an MoE model"),
             std::string::npos);
   EXPECT_NE(error_of("name: [unclosed\n").find("YAML syntax error"), std::string::npos);
+  // DeepSpeed's CPU Adam belongs to ZeRO-Offload (fsdp), in the training section and in a critic.
+  const std::string ds = "training: {backend: megatron, optimizer: {cpu_adam: true, cpu_adam_kernel: deepspeed}}\n";
+  EXPECT_EQ(error_of(std::string(kMinimal) + ds).rfind("FILE:12:21: training.backend: megatron with", 0), 0u)
+      << error_of(std::string(kMinimal) + ds);
+  EXPECT_EQ(error_of(std::string(kMinimal) + "training: {optimizer: {cpu_adam: true, cpu_adam_kernel: deepspeed}}\n"),
+            "no error");
+  EXPECT_NE(error_of(std::string(kMinimal) + "training: {optimizer: {cpu_adam: true, cpu_adam_kernel: deepspeed}}\n"
+                                             "algorithm: {name: ppo, critic: {backend: megatron}}\n")
+                .find("algorithm.critic.backend: megatron with training.optimizer.cpu_adam_kernel: deepspeed"),
+            std::string::npos);
 }
 
 TEST(Loader, RecipeNeedsAComputeRateOnTheDevice) {
