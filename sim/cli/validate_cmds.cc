@@ -106,6 +106,101 @@ void print_before_after(std::ostream& out, const std::vector<analysis::FigureOut
   }
 }
 
+// The leave-one-out outcome of the fit's figure `f`, or null when the fit left none.
+const analysis::FigureOutcome* loo_of(const analysis::CalibrationFit& fit, const analysis::FigureOutcome& f) {
+  const auto it =
+      std::find_if(fit.loo.begin(), fit.loo.end(), [&](const auto& l) { return l.record == f.record && l.figure == f.figure; });
+  return it == fit.loo.end() ? nullptr : &*it;
+}
+
+// Where parameter i's figures come from, joined with ", " (empty when no record constrains it).
+std::string constrained_by(const analysis::CalibrationFit& fit, std::size_t i) {
+  return fmt::format("{}", fmt::join(fit.constrained_by[i], ", "));
+}
+
+// The comment lines at the head of calibration.yaml: the records fitted and each parameter's value.
+std::vector<std::string> calibration_header(const std::vector<analysis::ValidationRecord>& records,
+                                            const std::vector<analysis::CalibrationParameter>& params,
+                                            const analysis::CalibrationFit& fit) {
+  std::vector<std::string> names;
+  for (const auto& r : records) names.push_back(r.name);
+  std::vector<std::string> header{
+      "rlsim calibration: the cost model's free parameters (sim/scenario/calibration.h), fitted by `rlsim calibrate`",
+      fmt::format(
+          "over {} validation records ({} time figures; least squares on log error with a weak prior, Eigen LM):", records.size(),
+          std::count_if(fit.outcomes.begin(), fit.outcomes.end(), [](const auto& x) { return x.is_time; })),
+      "  " + fmt::format("{}", fmt::join(names, ", "))};
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    header.push_back(fmt::format("{} = {} (bounds {} .. {}, prior {}; constrained by: {})", params[i].name,
+                                 show_param(params[i], fit.values[i]), show_param(params[i], params[i].lower),
+                                 show_param(params[i], params[i].upper), show_param(params[i], params[i].prior),
+                                 fit.constrained_by[i].empty() ? "no record (stays near its prior)" : constrained_by(fit, i)));
+  }
+  header.push_back("Devices, backends and engines not listed keep the 'other' values and the defaults below.");
+  return header;
+}
+
+// parameters.csv: one row per fitted parameter.
+std::string parameters_csv(const std::vector<analysis::CalibrationParameter>& params, const analysis::CalibrationFit& fit) {
+  std::string csv = "parameter,value,lower,upper,prior,constrained_by\n";
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    csv += fmt::format("{},{:.6g},{:.6g},{:.6g},{:.6g},{}\n", params[i].name, fit.values[i], params[i].lower, params[i].upper,
+                       params[i].prior, analysis::csv_field(constrained_by(fit, i)));
+  }
+  return csv;
+}
+
+// records.csv: every time figure at the fitted values and from its leave-one-out refit.
+std::string records_csv(const analysis::CalibrationFit& fit) {
+  std::string csv = "record,figure,published,fit_predicted,fit_error,loo_predicted,loo_error\n";
+  for (const auto& f : fit.outcomes) {
+    if (!f.is_time) continue;
+    const analysis::FigureOutcome* l = loo_of(fit, f);
+    csv +=
+        fmt::format("{},{},{:.6g},{:.6g},{:.4f},{},{}\n", f.record, f.figure, f.published, f.predicted, f.error,
+                    l == nullptr ? "" : fmt::format("{:.6g}", l->predicted), l == nullptr ? "" : fmt::format("{:.4f}", l->error));
+  }
+  return csv;
+}
+
+// The console tables: each parameter, then each time figure (and ratio figure) with its errors.
+void print_fit(std::ostream& out, const std::vector<analysis::CalibrationParameter>& params,
+               const analysis::CalibrationFit& fit) {
+  out << fmt::format("{:<36} {:>12} {:>12} {:>12} {:>12}  {}\n", "parameter", "fitted", "lower", "upper", "prior",
+                     "constrained by");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    out << fmt::format("{:<36} {:>12} {:>12} {:>12} {:>12}  {}\n", params[i].name, show_param(params[i], fit.values[i]),
+                       show_param(params[i], params[i].lower), show_param(params[i], params[i].upper),
+                       show_param(params[i], params[i].prior), fit.constrained_by[i].empty() ? "-" : constrained_by(fit, i));
+  }
+  out << fmt::format("\n{:<44} {:<34} {:>11} {:>9} {:>9}\n", "record", "time figure", "published", "fit err", "LOO err");
+  for (const auto& f : fit.outcomes) {
+    if (!f.is_time && f.figure.find(" / ") == std::string::npos) continue;
+    const analysis::FigureOutcome* l = loo_of(fit, f);
+    out << fmt::format("{:<44} {:<34} {:>11.4g} {:>+8.1f}% {:>9}\n", f.record, f.figure, f.published, 100 * f.error,
+                       l == nullptr ? "-" : fmt::format("{:+.1f}%", 100 * l->error));
+  }
+}
+
+// The closing lines: the fit's step-time errors, and the leave-one-out ones when there are any.
+void print_fit_errors(std::ostream& out, const analysis::CalibrationFit& fit) {
+  const auto st = analysis::validation_stats(fit.outcomes);
+  std::vector<double> loo_step;
+  for (const auto& l : fit.loo) {
+    if (l.figure == "step_time") loo_step.push_back(std::abs(l.error));
+  }
+  std::sort(loo_step.begin(), loo_step.end());
+  const double loo_median = loo_step.empty()      ? 0.0
+                            : loo_step.size() % 2 ? loo_step[loo_step.size() / 2]
+                                                  : 0.5 * (loo_step[loo_step.size() / 2 - 1] + loo_step[loo_step.size() / 2]);
+  out << fmt::format("fit: step time |error| median {:.1f} %, worst {:.1f} %; {} of {} figures out of band\n",
+                     100 * st.step_median, 100 * st.step_worst, st.out_of_band, st.figures);
+  if (!fit.loo.empty()) {
+    out << fmt::format("leave-one-out: step time |error| median {:.1f} %, worst {:.1f} %\n", 100 * loo_median,
+                       loo_step.empty() ? 0.0 : 100 * loo_step.back());
+  }
+}
+
 }  // namespace
 
 int cmd_calibrate(const CalibrateOptions& o_in, std::ostream& out, std::ostream& err) {
@@ -136,80 +231,19 @@ int cmd_calibrate(const CalibrateOptions& o_in, std::ostream& out, std::ostream&
   const auto fit = analysis::calibrate(records, params, start, co);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::vector<std::string> names;
-  for (const auto& r : records) names.push_back(r.name);
-  std::vector<std::string> header{
-      "rlsim calibration: the cost model's free parameters (sim/scenario/calibration.h), fitted by `rlsim calibrate`",
-      fmt::format(
-          "over {} validation records ({} time figures; least squares on log error with a weak prior, Eigen LM):", records.size(),
-          std::count_if(fit.outcomes.begin(), fit.outcomes.end(), [](const auto& x) { return x.is_time; })),
-      "  " + fmt::format("{}", fmt::join(names, ", "))};
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    header.push_back(fmt::format("{} = {} (bounds {} .. {}, prior {}; constrained by: {})", params[i].name,
-                                 show_param(params[i], fit.values[i]), show_param(params[i], params[i].lower),
-                                 show_param(params[i], params[i].upper), show_param(params[i], params[i].prior),
-                                 fit.constrained_by[i].empty() ? "no record (stays near its prior)"
-                                                               : fmt::format("{}", fmt::join(fit.constrained_by[i], ", "))));
-  }
-  header.push_back("Devices, backends and engines not listed keep the 'other' values and the defaults below.");
-  std::string csv = "parameter,value,lower,upper,prior,constrained_by\n";
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    csv += fmt::format("{},{:.6g},{:.6g},{:.6g},{:.6g},{}\n", params[i].name, fit.values[i], params[i].lower, params[i].upper,
-                       params[i].prior, analysis::csv_field(fmt::format("{}", fmt::join(fit.constrained_by[i], ", "))));
-  }
-  std::string rec_csv = "record,figure,published,fit_predicted,fit_error,loo_predicted,loo_error\n";
-  for (const auto& f : fit.outcomes) {
-    if (!f.is_time) continue;
-    const auto it =
-        std::find_if(fit.loo.begin(), fit.loo.end(), [&](const auto& l) { return l.record == f.record && l.figure == f.figure; });
-    rec_csv += fmt::format("{},{},{:.6g},{:.6g},{:.4f},{},{}\n", f.record, f.figure, f.published, f.predicted, f.error,
-                           it == fit.loo.end() ? "" : fmt::format("{:.6g}", it->predicted),
-                           it == fit.loo.end() ? "" : fmt::format("{:.4f}", it->error));
-  }
   analysis::write_directory(o.out, [&](const std::filesystem::path& tmp) {
-    analysis::write_text(tmp / "calibration.yaml", sim::calibration_yaml(fit.calibration, header));
-    analysis::write_text(tmp / "parameters.csv", csv);
-    analysis::write_text(tmp / "records.csv", rec_csv);
+    analysis::write_text(tmp / "calibration.yaml",
+                         sim::calibration_yaml(fit.calibration, calibration_header(records, params, fit)));
+    analysis::write_text(tmp / "parameters.csv", parameters_csv(params, fit));
+    analysis::write_text(tmp / "records.csv", records_csv(fit));
   });
-
   if (log_record && !o.quiet) {
     out << fmt::format("rlsim calibrate --verl-log {}: the run's phases, measured vs predicted\n", o.verl_log);
     print_before_after(out, before, fit.outcomes);
     out << "\n";
   }
-  if (!o.quiet) {
-    out << fmt::format("{:<36} {:>12} {:>12} {:>12} {:>12}  {}\n", "parameter", "fitted", "lower", "upper", "prior",
-                       "constrained by");
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      out << fmt::format("{:<36} {:>12} {:>12} {:>12} {:>12}  {}\n", params[i].name, show_param(params[i], fit.values[i]),
-                         show_param(params[i], params[i].lower), show_param(params[i], params[i].upper),
-                         show_param(params[i], params[i].prior),
-                         fit.constrained_by[i].empty() ? "-" : fmt::format("{}", fmt::join(fit.constrained_by[i], ", ")));
-    }
-    out << fmt::format("\n{:<44} {:<34} {:>11} {:>9} {:>9}\n", "record", "time figure", "published", "fit err", "LOO err");
-    for (const auto& f : fit.outcomes) {
-      if (!f.is_time && f.figure.find(" / ") == std::string::npos) continue;
-      const auto it = std::find_if(fit.loo.begin(), fit.loo.end(),
-                                   [&](const auto& l) { return l.record == f.record && l.figure == f.figure; });
-      out << fmt::format("{:<44} {:<34} {:>11.4g} {:>+8.1f}% {:>9}\n", f.record, f.figure, f.published, 100 * f.error,
-                         it == fit.loo.end() ? "-" : fmt::format("{:+.1f}%", 100 * it->error));
-    }
-  }
-  const auto st = analysis::validation_stats(fit.outcomes);
-  std::vector<double> loo_step;
-  for (const auto& l : fit.loo) {
-    if (l.figure == "step_time") loo_step.push_back(std::abs(l.error));
-  }
-  std::sort(loo_step.begin(), loo_step.end());
-  const double loo_median = loo_step.empty()      ? 0.0
-                            : loo_step.size() % 2 ? loo_step[loo_step.size() / 2]
-                                                  : 0.5 * (loo_step[loo_step.size() / 2 - 1] + loo_step[loo_step.size() / 2]);
-  out << fmt::format("fit: step time |error| median {:.1f} %, worst {:.1f} %; {} of {} figures out of band\n",
-                     100 * st.step_median, 100 * st.step_worst, st.out_of_band, st.figures);
-  if (!fit.loo.empty()) {
-    out << fmt::format("leave-one-out: step time |error| median {:.1f} %, worst {:.1f} %\n", 100 * loo_median,
-                       loo_step.empty() ? 0.0 : 100 * loo_step.back());
-  }
+  if (!o.quiet) print_fit(out, params, fit);
+  print_fit_errors(out, fit);
   out << fmt::format("wrote {}/calibration.yaml, parameters.csv, records.csv ({:.1f} s, {} evaluations)\n", o.out, wall,
                      fit.evaluations);
   return 0;
