@@ -231,13 +231,9 @@ std::string gguf_class(const models::RuntimePrecision& p) {
   return bits >= 16 ? "BF16" : (bits >= 8 ? "Q8_0" : "Q4_0");
 }
 
-}  // namespace
-
-int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
-  keep_freed_memory();  // the 100 MB prefill logits and activations of repeated runs
-  const std::vector<models::RuntimePrecision> precisions = parse_precisions(o.precisions, "rlsim bench runtime");
-  std::map<std::string, GgufSpeed> gguf;
-  if (!o.compare_gguf.empty()) gguf = read_llama_bench(o.compare_gguf, o.threads, err);  // bad input fails before timing
+// The shapes the runtime bench runs: SmolLM2-135M's, or those of the config.json `shape` names;
+// the KV cache as long as the runs need.
+models::TransformerConfig bench_shape(const BenchRuntimeOptions& o) {
   models::TransformerConfig c;
   if (o.shape.empty()) {
     // SmolLM2-135M (../shared/models/smollm2-135m-tokenizer/config.json): LlamaForCausalLM.
@@ -247,7 +243,78 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   } else {
     c = models::read_hf_config(o.shape);
   }
-  c.max_seq = std::max(o.prefill_tokens, o.decode_tokens + 1);  // the KV cache the runs use
+  c.max_seq = std::max(o.prefill_tokens, o.decode_tokens + 1);
+  return c;
+}
+
+// Best tok/s of `run` (`tokens` tokens) over `repeat` runs, after one warm-up when `warm`.
+template <typename Run>
+double best_rate(int tokens, int repeat, bool warm, Run&& run) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int r = warm ? -1 : 0; r < repeat; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 0) best = std::min(best, s);
+  }
+  return tokens / best;
+}
+
+// Tok/s of one model: greedy batch-1 decode, the engine's prefill (last logits) and the trainer's
+// (every position's logits).
+struct RuntimeRates {
+  double decode = 0, prefill = 0, prefill_logits = 0;
+};
+
+RuntimeRates measure_rates(models::Transformer& model, const std::vector<int>& prompt, const BenchRuntimeOptions& o) {
+  RuntimeRates r;
+  r.decode = best_rate(o.decode_tokens, o.repeat, true, [&] {
+    model.reset();
+    int token = prompt[0];
+    for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
+  });
+  r.prefill = best_rate(o.prefill_tokens, o.repeat, false, [&] {
+    model.reset();
+    const auto logits = model.extend(prompt);
+    if (!std::isfinite(logits[0])) throw std::logic_error("bench runtime: prefill logits not finite");
+  });
+  r.prefill_logits = best_rate(o.prefill_tokens, o.repeat, false, [&] {
+    const models::MatrixRM logits = model.prefill(prompt);
+    if (!std::isfinite(logits(logits.rows() - 1, 0))) throw std::logic_error("bench runtime: prefill logits not finite");
+  });
+  return r;
+}
+
+// Measures precision `p` with the default kernels and prints its lines: decode (with its roofline
+// fraction at `gbps`), both prefills, resident against packed weight bytes.
+RuntimeRates bench_precision(const models::ModelWeights& w, const models::RuntimePrecision& p, const std::vector<int>& prompt,
+                             double gbps, const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
+  models::Transformer model(w, p);
+  // Weights once per token, and the KV cache at the mean position of the timed steps.
+  const double bytes = static_cast<double>(model.decode_weight_bytes()) +
+                       static_cast<double>(model.kv_cache_bytes_per_position()) * (o.decode_tokens + 1) / 2.0;
+  const models::Transformer::WeightMemory mem = model.weight_memory();
+  err << fmt::format("  {}: {:.1f} MB read per decoded token\n", p.name, bytes / 1e6);
+  err.flush();
+  const RuntimeRates r = measure_rates(model, prompt, o);
+  out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f} bytes_per_token {:.0f}\n", p.name, r.decode,
+                     r.decode / (gbps * 1e9 / bytes), bytes);
+  out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, r.prefill);
+  out << fmt::format("prefill-logits {} {:.1f} tok/s\n", p.name, r.prefill_logits);
+  out << fmt::format("weights {} resident_bytes {} packed_bytes {} ratio {:.3f}\n", p.name, mem.resident, mem.packed,
+                     static_cast<double>(mem.resident) / static_cast<double>(mem.packed));
+  out.flush();
+  return r;
+}
+
+}  // namespace
+
+int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
+  keep_freed_memory();  // the 100 MB prefill logits and activations of repeated runs
+  const std::vector<models::RuntimePrecision> precisions = parse_precisions(o.precisions, "rlsim bench runtime");
+  std::map<std::string, GgufSpeed> gguf;
+  if (!o.compare_gguf.empty()) gguf = read_llama_bench(o.compare_gguf, o.threads, err);  // bad input fails before timing
+  const models::TransformerConfig c = bench_shape(o);
 #ifdef _OPENMP
   omp_set_num_threads(o.threads);
 #endif
@@ -267,61 +334,12 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   sim::Rng rng(1);
   std::vector<int> prompt(static_cast<std::size_t>(o.prefill_tokens));
   for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;
-  // Best tok/s of `run` over o.repeat runs (after one warm-up when `warm`).
-  auto best_rate = [&](int tokens, bool warm, auto&& run) {
-    double best = std::numeric_limits<double>::infinity();
-    for (int r = warm ? -1 : 0; r < o.repeat; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      run();
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (r >= 0) best = std::min(best, s);
-    }
-    return tokens / best;
-  };
-  struct Rates {
-    double decode = 0, prefill = 0, prefill_logits = 0;
-  };
-  auto measure = [&](models::Transformer& model) {
-    Rates r;
-    r.decode = best_rate(o.decode_tokens, true, [&] {
-      model.reset();
-      int token = prompt[0];
-      for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
-    });
-    r.prefill = best_rate(o.prefill_tokens, false, [&] {
-      model.reset();
-      const auto logits = model.extend(prompt);
-      if (!std::isfinite(logits[0])) throw std::logic_error("bench runtime: prefill logits not finite");
-    });
-    r.prefill_logits = best_rate(o.prefill_tokens, false, [&] {
-      const models::MatrixRM logits = model.prefill(prompt);
-      if (!std::isfinite(logits(logits.rows() - 1, 0))) throw std::logic_error("bench runtime: prefill logits not finite");
-    });
-    return r;
-  };
-  std::vector<std::pair<models::RuntimePrecision, Rates>> measured;
+  std::vector<std::pair<models::RuntimePrecision, RuntimeRates>> measured;
   for (const models::RuntimePrecision& p : precisions) {
-    Rates def;
-    {
-      models::Transformer model(w, p);
-      // Weights once per token, and the KV cache at the mean position of the timed steps.
-      const double bytes = static_cast<double>(model.decode_weight_bytes()) +
-                           static_cast<double>(model.kv_cache_bytes_per_position()) * (o.decode_tokens + 1) / 2.0;
-      const models::Transformer::WeightMemory mem = model.weight_memory();
-      err << fmt::format("  {}: {:.1f} MB read per decoded token\n", p.name, bytes / 1e6);
-      err.flush();
-      def = measure(model);
-      out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f} bytes_per_token {:.0f}\n", p.name, def.decode,
-                         def.decode / (gbps * 1e9 / bytes), bytes);
-      out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, def.prefill);
-      out << fmt::format("prefill-logits {} {:.1f} tok/s\n", p.name, def.prefill_logits);
-      out << fmt::format("weights {} resident_bytes {} packed_bytes {} ratio {:.3f}\n", p.name, mem.resident, mem.packed,
-                         static_cast<double>(mem.resident) / static_cast<double>(mem.packed));
-      out.flush();
-    }
+    const RuntimeRates def = bench_precision(w, p, prompt, gbps, o, out, err);
     if (o.batch_invariant) {
       models::Transformer model(w, p, models::KernelMode::kBatchInvariant);
-      const Rates bi = measure(model);
+      const RuntimeRates bi = measure_rates(model, prompt, o);
       out << fmt::format("batch-invariant decode {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.decode, bi.decode / def.decode);
       out << fmt::format("batch-invariant prefill {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.prefill_logits,
                          bi.prefill_logits / def.prefill_logits);
