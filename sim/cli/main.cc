@@ -506,6 +506,53 @@ CLI::App* add_calibrate(CLI::App& app, cli::CalibrateOptions& cao) {
   return calibrate;
 }
 
+// `rlsim import verl|slime SCRIPT -- OVERRIDES...`: the words after `--` are the launch's own
+// (slime's start with --), taken out of argv here (argc shortened to end before `--`) because
+// CLI11 fills a positional once. Empty for every other command.
+std::vector<std::string> take_import_overrides(int& argc, char** argv) {
+  std::vector<std::string> overrides;
+  if (argc > 2 && std::string_view(argv[1]) == "import") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) != "--") continue;
+      overrides.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
+  return overrides;
+}
+
+// What `command` returns, or the exit status of what it threw with its one line on stderr: bad
+// input 2, an output that could not be written 4, a stop signal 128 + its number, anything else
+// an internal error, 3 (the statuses the --help footer lists).
+template <typename Command>
+int exit_status_of(Command&& command) {
+  try {
+    return command();
+  } catch (const sim::ScenarioError& e) {
+    std::cerr << cli::input_error_line(e);
+    return 2;
+  } catch (const models::ModelFileError& e) {
+    std::cerr << cli::input_error_line(e);
+    return 2;
+  } catch (const models::GraphError& e) {
+    std::cerr << cli::input_error_line(e);
+    return 2;
+  } catch (const analysis::OutputError& e) {
+    std::cerr << cli::output_error_line(e);
+    return 4;
+  } catch (const std::filesystem::filesystem_error& e) {  // the environment's, wherever it surfaced
+    std::cerr << cli::output_error_line(e);
+    return 4;
+  } catch (const sim::Interrupted& e) {
+    std::cerr << cli::interrupted_line(e);
+    return 128 + e.signal_number();
+  } catch (const std::exception& e) {
+    std::cerr << cli::internal_error_line(e);
+    return 3;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -545,17 +592,7 @@ int main(int argc, char** argv) {
   CLI::App* calibrate = add_calibrate(app, cao);
 
   sim::install_stop_handlers();
-  // `rlsim import verl|slime SCRIPT -- OVERRIDES...`: the words after `--` are the launch's own
-  // (slime's start with --); CLI11 fills a positional once, so they are taken here.
-  std::vector<std::string> import_overrides;
-  if (argc > 2 && std::string_view(argv[1]) == "import") {
-    for (int i = 2; i < argc; ++i) {
-      if (std::string_view(argv[i]) != "--") continue;
-      import_overrides.assign(argv + i + 1, argv + argc);
-      argc = i;
-      break;
-    }
-  }
+  const std::vector<std::string> import_overrides = take_import_overrides(argc, argv);
   try {
     app.parse(argc, argv);
     ivo.args.insert(ivo.args.end(), import_overrides.begin(), import_overrides.end());
@@ -570,7 +607,7 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
-  try {
+  return exit_status_of([&] {
     if (*run) return cmd_run(ro);
     if (*catalog) return cmd_catalog(catalog_what);
     if (*bench) {
@@ -587,27 +624,6 @@ int main(int argc, char** argv) {
     if (*plan) return cli::cmd_plan(po, std::cout, std::cerr);
     if (*validate) return cli::cmd_validate(vao, std::cout, std::cerr);
     if (*calibrate) return cli::cmd_calibrate(cao, std::cout, std::cerr);
-  } catch (const sim::ScenarioError& e) {
-    std::cerr << cli::input_error_line(e);
-    return 2;
-  } catch (const models::ModelFileError& e) {
-    std::cerr << cli::input_error_line(e);
-    return 2;
-  } catch (const models::GraphError& e) {
-    std::cerr << cli::input_error_line(e);
-    return 2;
-  } catch (const analysis::OutputError& e) {
-    std::cerr << cli::output_error_line(e);
-    return 4;
-  } catch (const std::filesystem::filesystem_error& e) {  // the environment's, wherever it surfaced
-    std::cerr << cli::output_error_line(e);
-    return 4;
-  } catch (const sim::Interrupted& e) {
-    std::cerr << cli::interrupted_line(e);
-    return 128 + e.signal_number();
-  } catch (const std::exception& e) {
-    std::cerr << cli::internal_error_line(e);
-    return 3;
-  }
-  return 0;
+    return 0;
+  });
 }
