@@ -115,6 +115,61 @@ std::string axes_line(const Study& st) {
   return fmt::format("{} = {} points", line, st.points());
 }
 
+// The study of `o.study` with the command line's settings over it (--set, --calibration, --out,
+// --no-plots, --heatmap), its keys checked so that a typo shows before any simulation.
+Study load_plan_study(const PlanOptions& o) {
+  Study st = analysis::load_study(o.study);
+  st.sets = o.set;
+  if (!o.calibration.empty()) st.calibration = std::make_shared<const sim::Calibration>(sim::load_calibration(o.calibration));
+  if (!o.out.empty()) st.out_dir = o.out;
+  if (o.no_plots) st.plots = false;
+  if (!o.heatmap.empty()) {
+    if (o.heatmap.size() > 2)
+      throw sim::ScenarioError("--heatmap: give one or two sweep keys, e.g. --heatmap cluster.nodes,rollout.precision");
+    for (const auto& h : o.heatmap) {
+      if (st.axis_index(h) < 0)
+        throw sim::ScenarioError(fmt::format("--heatmap: '{}' is not a sweep key or group of {}", h, o.study));
+    }
+    st.heatmap = {o.heatmap.front(), o.heatmap.back()};
+  }
+  analysis::check_study_keys(st);
+  return st;
+}
+
+// Every rank's results (JSON payloads of `{error, points}`) in point order, on rank 0; `failure`
+// takes the first error any rank met. Throws std::logic_error when a point is missing without one.
+std::vector<PointResult> collect_points(const std::vector<std::string>& parts, std::size_t points, std::string& failure) {
+  std::vector<PointResult> results(points);
+  std::vector<bool> seen(points, false);
+  for (const auto& text : parts) {
+    const auto j = nlohmann::json::parse(text);
+    if (failure.empty() && !j["error"].get<std::string>().empty()) failure = j["error"].get<std::string>();
+    for (const auto& pj : j["points"]) {
+      PointResult p = analysis::point_from_json(pj);
+      seen.at(p.index) = true;
+      results[p.index] = std::move(p);
+    }
+  }
+  if (failure.empty() && std::count(seen.begin(), seen.end(), false) > 0)
+    throw std::logic_error("rlsim plan: a point was not gathered");
+  return results;
+}
+
+// Rank 0's closing lines: the ranking, warnings, the files written and the rate.
+void print_plan_summary(std::ostream& out, const Study& st, const std::vector<PointResult>& results,
+                        const std::vector<std::string>& warnings, int top, double seconds, int jobs, int ranks) {
+  analysis::print_ranking(out, st, results, top);
+  for (const auto& w : warnings) out << "  warning: " << w << "\n";
+  std::string files;
+  for (const char* f : {"results.csv", "plan.json", "step_time_heatmap.png", "fit_map.png", "pareto.png"}) {
+    if (fs::exists(fs::path(st.out_dir) / f)) files += (files.empty() ? "" : ", ") + std::string(f);
+  }
+  out << fmt::format("  outputs: {}/ ({})\n", st.out_dir, files);
+  out << fmt::format("  {} points in {:.2f} s ({:.1f} points/s, {} job{}{})\n", st.points(), seconds,
+                     static_cast<double>(st.points()) / std::max(seconds, 1e-9), jobs, jobs == 1 ? "" : "s",
+                     ranks > 1 ? fmt::format(" x {} ranks", ranks) : "");
+}
+
 }  // namespace
 
 int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
@@ -124,21 +179,7 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
   MpiWorld world;
   const bool root = world.rank() == 0;
   try {
-    Study st = analysis::load_study(o.study);
-    st.sets = o.set;
-    if (!o.calibration.empty()) st.calibration = std::make_shared<const sim::Calibration>(sim::load_calibration(o.calibration));
-    if (!o.out.empty()) st.out_dir = o.out;
-    if (o.no_plots) st.plots = false;
-    if (!o.heatmap.empty()) {
-      if (o.heatmap.size() > 2)
-        throw sim::ScenarioError("--heatmap: give one or two sweep keys, e.g. --heatmap cluster.nodes,rollout.precision");
-      for (const auto& h : o.heatmap) {
-        if (st.axis_index(h) < 0)
-          throw sim::ScenarioError(fmt::format("--heatmap: '{}' is not a sweep key or group of {}", h, o.study));
-      }
-      st.heatmap = {o.heatmap.front(), o.heatmap.back()};
-    }
-    analysis::check_study_keys(st);  // a typo shows before any simulation
+    Study st = load_plan_study(o);
     const int jobs = o.jobs > 0 ? o.jobs : default_jobs(world.size());
     if (root && !o.quiet) {
       out << fmt::format("rlsim plan: {}\n", st.name);
@@ -163,25 +204,9 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
     nlohmann::json payload = {{"error", failure}, {"points", nlohmann::json::array()}};
     for (const auto& p : part) payload["points"].push_back(analysis::point_to_json(p));
     const auto parts = world.gather(payload.dump());
-    int status = 0;
     std::vector<PointResult> results;
-    if (root) {
-      results.resize(st.points());
-      std::vector<bool> seen(st.points(), false);
-      for (const auto& text : parts) {
-        const auto j = nlohmann::json::parse(text);
-        if (failure.empty() && !j["error"].get<std::string>().empty()) failure = j["error"].get<std::string>();
-        for (const auto& pj : j["points"]) {
-          PointResult p = analysis::point_from_json(pj);
-          seen.at(p.index) = true;
-          results[p.index] = std::move(p);
-        }
-      }
-      if (failure.empty() && std::count(seen.begin(), seen.end(), false) > 0)
-        throw std::logic_error("rlsim plan: a point was not gathered");
-      status = failure.empty() ? 0 : 2;
-    }
-    status = world.broadcast(status);
+    if (root) results = collect_points(parts, st.points(), failure);
+    const int status = world.broadcast(root && !failure.empty() ? 2 : 0);
     if (status != 0) {
       if (!root) return status;
       throw sim::ScenarioError(failure);
@@ -195,16 +220,7 @@ int cmd_plan(const PlanOptions& o, std::ostream& out, std::ostream& err) {
       out << "recommended: " << (r ? analysis::point_settings(st, r->index) : "none (no point meets the constraints)") << "\n";
       return 0;
     }
-    analysis::print_ranking(out, st, results, o.top);
-    for (const auto& w : warnings) out << "  warning: " << w << "\n";
-    std::string files;
-    for (const char* f : {"results.csv", "plan.json", "step_time_heatmap.png", "fit_map.png", "pareto.png"}) {
-      if (fs::exists(fs::path(st.out_dir) / f)) files += (files.empty() ? "" : ", ") + std::string(f);
-    }
-    out << fmt::format("  outputs: {}/ ({})\n", st.out_dir, files);
-    out << fmt::format("  {} points in {:.2f} s ({:.1f} points/s, {} job{}{})\n", st.points(), elapsed(),
-                       static_cast<double>(st.points()) / std::max(elapsed(), 1e-9), jobs, jobs == 1 ? "" : "s",
-                       world.size() > 1 ? fmt::format(" x {} ranks", world.size()) : "");
+    print_plan_summary(out, st, results, warnings, o.top, elapsed(), jobs, world.size());
     return 0;
   } catch (const sim::ScenarioError& e) {
     if (world.size() == 1) throw;  // main reports it
