@@ -255,51 +255,68 @@ DotMarks mismatch_marks(const std::vector<Mismatch>& mismatches, bool training) 
   return marks;
 }
 
-void write_dot(std::ostream& out, const PrecisionGraph& g, const DotMarks& marks, const DotOptions& options) {
+namespace {
+
+// Whether edge `e` of `g` is marked red.
+bool marked(const PrecisionGraph& g, const DotMarks& marks, TensorId e) {
+  return marks.edges.count(dot_edge_key(g[boost::source(e, g)].name, g[boost::target(e, g)].name, g[e].tensor)) > 0;
+}
+
+// Each operator's node label: its full name (`full`), or its name with the layer number replaced
+// by the group of decoder layers whose operators, tensors, precisions and marks are identical to
+// its layer's ("{0-2,4}"), so that those layers draw as one.
+std::vector<std::string> dot_labels(const PrecisionGraph& g, const DotMarks& marks, bool full) {
   const std::size_t n = boost::num_vertices(g);
-  std::vector<Neutral> neutral(n);
-  for (OpId v = 0; v < n; ++v) neutral[v] = options.full ? Neutral{g[v].name} : neutral_name(g[v].name);
-  auto edge_red = [&](TensorId e) {
-    return marks.edges.count(dot_edge_key(g[boost::source(e, g)].name, g[boost::target(e, g)].name, g[e].tensor)) > 0;
-  };
-
-  // Group decoder layers whose operators, tensors, precisions and marks are identical.
   std::vector<std::string> label_of(n);
-  if (!options.full) {
-    std::map<int, std::vector<std::string>> signature;
-    for (OpId v = 0; v < n; ++v) {
-      if (g[v].layer < 0) continue;
-      signature[g[v].layer].push_back(
-          fmt::format("V|{}|{}|{}", neutral[v].name, op_kind_name(g[v].kind), marks.operators.count(g[v].name)));
-      for (const TensorId e : boost::make_iterator_range(boost::in_edges(v, g))) {
-        const OpId u = boost::source(e, g);
-        const std::string src = g[u].layer == g[v].layer ? neutral[u].name : "(outside)";
-        signature[g[v].layer].push_back(
-            fmt::format("E|{}|{}|{}|{}|{}", src, neutral[v].name, g[e].tensor, g[e].precision.str(), edge_red(e)));
-      }
-    }
-    std::map<std::string, std::vector<int>> groups;
-    for (auto& [layer, sig] : signature) {
-      std::sort(sig.begin(), sig.end());
-      std::string key;
-      for (const auto& s : sig) key += s + '\n';
-      groups[key].push_back(layer);
-    }
-    std::map<int, std::string> group_label;
-    for (const auto& [key, layers] : groups) {
-      for (int l : layers) group_label[l] = layers.size() == 1 ? std::to_string(l) : "{" + ranges(layers) + "}";
-    }
-    for (OpId v = 0; v < n; ++v) {
-      label_of[v] = neutral[v].name;
-      if (g[v].layer >= 0 && neutral[v].layer_at != std::string::npos) {
-        label_of[v].replace(neutral[v].layer_at, 1, group_label[g[v].layer]);
-      }
-    }
-  } else {
+  if (full) {
     for (OpId v = 0; v < n; ++v) label_of[v] = g[v].name;
+    return label_of;
   }
+  std::vector<Neutral> neutral(n);
+  for (OpId v = 0; v < n; ++v) neutral[v] = neutral_name(g[v].name);
+  std::map<int, std::vector<std::string>> signature;
+  for (OpId v = 0; v < n; ++v) {
+    if (g[v].layer < 0) continue;
+    signature[g[v].layer].push_back(
+        fmt::format("V|{}|{}|{}", neutral[v].name, op_kind_name(g[v].kind), marks.operators.count(g[v].name)));
+    for (const TensorId e : boost::make_iterator_range(boost::in_edges(v, g))) {
+      const OpId u = boost::source(e, g);
+      const std::string src = g[u].layer == g[v].layer ? neutral[u].name : "(outside)";
+      signature[g[v].layer].push_back(
+          fmt::format("E|{}|{}|{}|{}|{}", src, neutral[v].name, g[e].tensor, g[e].precision.str(), marked(g, marks, e)));
+    }
+  }
+  std::map<std::string, std::vector<int>> groups;
+  for (auto& [layer, sig] : signature) {
+    std::sort(sig.begin(), sig.end());
+    std::string key;
+    for (const auto& s : sig) key += s + '\n';
+    groups[key].push_back(layer);
+  }
+  std::map<int, std::string> group_label;
+  for (const auto& [key, layers] : groups) {
+    for (int l : layers) group_label[l] = layers.size() == 1 ? std::to_string(l) : "{" + ranges(layers) + "}";
+  }
+  for (OpId v = 0; v < n; ++v) {
+    label_of[v] = neutral[v].name;
+    if (g[v].layer >= 0 && neutral[v].layer_at != std::string::npos) {
+      label_of[v].replace(neutral[v].layer_at, 1, group_label[g[v].layer]);
+    }
+  }
+  return label_of;
+}
 
+// The graph as drawn: one node per label, one edge per (node, node, tensor), each counting what it
+// merged, and the layers each node merged (to count a node's multiplicity per layer group).
+struct MergedDot {
   DotGraph d;
+  std::map<std::size_t, std::set<int>> node_layers;
+};
+
+MergedDot merge_dot(const PrecisionGraph& g, const DotMarks& marks, const std::vector<std::string>& label_of) {
+  const std::size_t n = boost::num_vertices(g);
+  MergedDot m;
+  DotGraph& d = m.d;
   std::map<std::string, std::size_t> node_index;
   std::vector<std::size_t> node_of(n);
   for (OpId v = 0; v < n; ++v) {
@@ -311,9 +328,7 @@ void write_dot(std::ostream& out, const PrecisionGraph& g, const DotMarks& marks
     node.red = node.red || marks.operators.count(g[v].name) > 0;
     node_of[v] = it->second;
   }
-  // Count a merged node's multiplicity per layer group: divide by the number of layers merged.
-  std::map<std::size_t, std::set<int>> node_layers;
-  for (OpId v = 0; v < n; ++v) node_layers[node_of[v]].insert(g[v].layer);
+  for (OpId v = 0; v < n; ++v) m.node_layers[node_of[v]].insert(g[v].layer);
   std::map<std::tuple<std::size_t, std::size_t, std::string>, DotGraph::edge_descriptor> edge_index;
   for (const TensorId e : boost::make_iterator_range(boost::edges(g))) {
     const std::size_t s = node_of[boost::source(e, g)], t = node_of[boost::target(e, g)];
@@ -324,10 +339,18 @@ void write_dot(std::ostream& out, const PrecisionGraph& g, const DotMarks& marks
       it = edge_index.emplace(key, boost::add_edge(s, t, DotEdge{label, 0, false, false}, d).first).first;
     DotEdge& de = d[it->second];
     ++de.count;
-    de.red = de.red || edge_red(e);
+    de.red = de.red || marked(g, marks, e);
     de.mixed = de.mixed || de.label != label;
   }
+  return m;
+}
 
+}  // namespace
+
+void write_dot(std::ostream& out, const PrecisionGraph& g, const DotMarks& marks, const DotOptions& options) {
+  MergedDot merged = merge_dot(g, marks, dot_labels(g, marks, options.full));
+  const DotGraph& d = merged.d;
+  auto& node_layers = merged.node_layers;
   const auto vertex_writer = [&](std::ostream& os, std::size_t v) {
     const DotNode& node = d[v];
     const std::size_t per_group = node.count / std::max<std::size_t>(1, node_layers[v].size());
