@@ -360,42 +360,42 @@ json plan_json(const Study& study, const std::vector<PointResult>& results) {
   return j;
 }
 
-void print_ranking(std::ostream& out, const Study& study, const std::vector<PointResult>& results, std::size_t top) {
-  const auto keys = study.columns();
-  std::vector<std::string> header = {"rank"};
-  header.insert(header.end(), keys.begin(), keys.end());
-  for (const char* h : {"step s", "rollout %", "dev-h/step", "devices", "rollout GB", "train GB", "fits", "verify"})
-    header.emplace_back(h);
-  std::vector<std::vector<std::string>> rows;
-  auto row_of = [&](const PointResult& p, const std::string& rank) {
-    std::vector<std::string> r = {rank};
-    for (const auto& kv : study.settings(p.index)) r.push_back(kv.second);
-    const bool timed = p.steps > 0;
-    r.push_back(timed ? fmt::format("{:.1f}", p.step_time_s) : "-");
-    r.push_back(timed ? fmt::format("{:.1f}", 100 * p.rollout_share) : "-");
-    r.push_back(timed ? fmt::format("{:.3f}", p.device_hours_per_step) : "-");
-    r.push_back(std::to_string(p.devices));
-    r.push_back(timed ? fmt::format("{:.1f}", p.peak_rollout_bytes / 1e9) : "-");
-    r.push_back(timed ? fmt::format("{:.1f}", p.peak_training_bytes / 1e9) : "-");
-    r.push_back(p.fits ? "yes" : "OOM " + p.oom_role);
-    r.push_back(p.verify);
-    return r;
-  };
-  std::vector<const PointResult*> ranked, other, invalid;
-  for (const auto& p : results) {
-    if (p.meets)
-      ranked.push_back(&p);
-    else if (p.valid)
-      other.push_back(&p);
-    else
-      invalid.push_back(&p);
+namespace {
+
+// One row of the console ranking: rank, the point's settings, its figures ("-" where it did not
+// run), fit and verify.
+std::vector<std::string> ranking_row(const Study& study, const PointResult& p, const std::string& rank) {
+  std::vector<std::string> r = {rank};
+  for (const auto& kv : study.settings(p.index)) r.push_back(kv.second);
+  const bool timed = p.steps > 0;
+  r.push_back(timed ? fmt::format("{:.1f}", p.step_time_s) : "-");
+  r.push_back(timed ? fmt::format("{:.1f}", 100 * p.rollout_share) : "-");
+  r.push_back(timed ? fmt::format("{:.3f}", p.device_hours_per_step) : "-");
+  r.push_back(std::to_string(p.devices));
+  r.push_back(timed ? fmt::format("{:.1f}", p.peak_rollout_bytes / 1e9) : "-");
+  r.push_back(timed ? fmt::format("{:.1f}", p.peak_training_bytes / 1e9) : "-");
+  r.push_back(p.fits ? "yes" : "OOM " + p.oom_role);
+  r.push_back(p.verify);
+  return r;
+}
+
+// The study's constraints as one phrase ("fits memory, devices <= 64"), empty when none.
+std::string constraints_text(const Study& study) {
+  const auto& c = study.constraints;
+  std::string cons = c.fits_memory ? "fits memory" : "";
+  if (c.max_step_time_s) cons += fmt::format("{}step time <= {:g} s", cons.empty() ? "" : ", ", *c.max_step_time_s);
+  if (c.max_device_hours_per_step) {
+    cons += fmt::format("{}device-hours per step <= {:g}", cons.empty() ? "" : ", ", *c.max_device_hours_per_step);
   }
-  std::sort(ranked.begin(), ranked.end(), [](const PointResult* a, const PointResult* b) { return a->rank < b->rank; });
-  const std::size_t limit = top == 0 ? results.size() : top;
-  for (std::size_t i = 0; i < ranked.size() && i < limit; ++i)
-    rows.push_back(row_of(*ranked[i], std::to_string(ranked[i]->rank)));
-  const std::size_t ranked_rows = rows.size();
-  for (std::size_t i = 0; i < other.size() && i < limit; ++i) rows.push_back(row_of(*other[i], "-"));
+  if (c.max_devices) cons += fmt::format("{}devices <= {}", cons.empty() ? "" : ", ", *c.max_devices);
+  if (c.precision_consistent) cons += fmt::format("{}precision flow consistent", cons.empty() ? "" : ", ");
+  return cons;
+}
+
+// The header and rows in aligned columns (the `keys` setting columns after the rank left-aligned,
+// the rest right-aligned), a divider before row `divider_at` (the first not meeting the constraints).
+void print_table(std::ostream& out, const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                 std::size_t keys, std::size_t divider_at) {
   std::vector<std::size_t> width(header.size());
   for (std::size_t c = 0; c < header.size(); ++c) {
     width[c] = header[c].size();
@@ -404,32 +404,22 @@ void print_ranking(std::ostream& out, const Study& study, const std::vector<Poin
   auto print_row = [&](const std::vector<std::string>& r) {
     std::string line = " ";
     for (std::size_t c = 0; c < r.size(); ++c) {
-      const bool left = c > 0 && c <= keys.size();
+      const bool left = c > 0 && c <= keys;
       line += left ? fmt::format(" {:<{}}", r[c], width[c]) : fmt::format(" {:>{}}", r[c], width[c]);
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
   };
-  std::string cons = study.constraints.fits_memory ? "fits memory" : "";
-  if (study.constraints.max_step_time_s)
-    cons += fmt::format("{}step time <= {:g} s", cons.empty() ? "" : ", ", *study.constraints.max_step_time_s);
-  if (study.constraints.max_device_hours_per_step) {
-    cons +=
-        fmt::format("{}device-hours per step <= {:g}", cons.empty() ? "" : ", ", *study.constraints.max_device_hours_per_step);
-  }
-  if (study.constraints.max_devices)
-    cons += fmt::format("{}devices <= {}", cons.empty() ? "" : ", ", *study.constraints.max_devices);
-  if (study.constraints.precision_consistent) cons += fmt::format("{}precision flow consistent", cons.empty() ? "" : ", ");
-  out << fmt::format("  ranked by {} (lowest first); constraints: {}\n", objective_name(study.objective),
-                     cons.empty() ? "none" : cons);
   print_row(header);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (i == ranked_rows) out << "  -- not meeting the constraints --\n";
+    if (i == divider_at) out << "  -- not meeting the constraints --\n";
     print_row(rows[i]);
   }
-  if (ranked.size() > limit)
-    out << fmt::format("  ... {} more points meet the constraints (results.csv has them all)\n", ranked.size() - limit);
-  if (other.size() > limit) out << fmt::format("  ... {} more points do not meet the constraints\n", other.size() - limit);
+}
+
+// Why the valid points outside the constraints miss them, and the first invalid points' errors.
+void print_excluded(std::ostream& out, const Study& study, const std::vector<const PointResult*>& other,
+                    const std::vector<const PointResult*>& invalid) {
   if (!other.empty()) {
     std::map<std::string, std::size_t> why;
     for (const auto* p : other) {
@@ -447,6 +437,40 @@ void print_ranking(std::ostream& out, const Study& study, const std::vector<Poin
     }
     if (invalid.size() > 5) out << fmt::format("    ... and {} more (results.csv, column error)\n", invalid.size() - 5);
   }
+}
+
+}  // namespace
+
+void print_ranking(std::ostream& out, const Study& study, const std::vector<PointResult>& results, std::size_t top) {
+  const auto keys = study.columns();
+  std::vector<std::string> header = {"rank"};
+  header.insert(header.end(), keys.begin(), keys.end());
+  for (const char* h : {"step s", "rollout %", "dev-h/step", "devices", "rollout GB", "train GB", "fits", "verify"})
+    header.emplace_back(h);
+  std::vector<const PointResult*> ranked, other, invalid;
+  for (const auto& p : results) {
+    if (p.meets)
+      ranked.push_back(&p);
+    else if (p.valid)
+      other.push_back(&p);
+    else
+      invalid.push_back(&p);
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const PointResult* a, const PointResult* b) { return a->rank < b->rank; });
+  const std::size_t limit = top == 0 ? results.size() : top;
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i = 0; i < ranked.size() && i < limit; ++i)
+    rows.push_back(ranking_row(study, *ranked[i], std::to_string(ranked[i]->rank)));
+  const std::size_t ranked_rows = rows.size();
+  for (std::size_t i = 0; i < other.size() && i < limit; ++i) rows.push_back(ranking_row(study, *other[i], "-"));
+  const std::string cons = constraints_text(study);
+  out << fmt::format("  ranked by {} (lowest first); constraints: {}\n", objective_name(study.objective),
+                     cons.empty() ? "none" : cons);
+  print_table(out, header, rows, keys.size(), ranked_rows);
+  if (ranked.size() > limit)
+    out << fmt::format("  ... {} more points meet the constraints (results.csv has them all)\n", ranked.size() - limit);
+  if (other.size() > limit) out << fmt::format("  ... {} more points do not meet the constraints\n", other.size() - limit);
+  print_excluded(out, study, other, invalid);
   if (const PointResult* r = recommended(results)) {
     out << "recommended: " << point_settings(study, r->index) << "\n";
   } else {
