@@ -28,9 +28,8 @@ std::string graph_line(const models::PrecisionGraph& g) {
 
 std::string truncate(const std::string& s, std::size_t width) { return s.size() <= width ? s : s.substr(0, width - 3) + "..."; }
 
-}  // namespace
-
-int cmd_verify(const VerifyOptions& o, std::ostream& out) {
+// Throws ScenarioError unless `o` names exactly one source: a scenario, or both GraphML files.
+void check_verify_sources(const VerifyOptions& o) {
   const bool from_graphml = !o.train_graphml.empty() || !o.infer_graphml.empty();
   if (from_graphml) {
     if (o.train_graphml.empty() || o.infer_graphml.empty()) {
@@ -40,6 +39,50 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
   } else if (o.scenario.empty()) {
     throw sim::ScenarioError("rlsim verify: give a scenario file, or --train A.graphml --infer B.graphml");
   }
+}
+
+// The verdict line, and (unless `quiet`) one line per group of mismatches.
+void print_verdict(std::ostream& out, const models::VerifyResult& r, bool quiet) {
+  if (r.consistent) {
+    out << "consistent: the inference graph embeds in the training forward graph with value-equivalent precision on every edge\n";
+    return;
+  }
+  const auto groups = models::group_mismatches(r.mismatches);
+  out << fmt::format("inconsistent: {} mismatching {} in {} {}\n", r.mismatches.size(),
+                     r.mismatches.size() == 1 ? "edge" : "edges", groups.size(), groups.size() == 1 ? "group" : "groups");
+  if (quiet) return;
+  out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {}\n", "operator kind", "tensor", "role", "count", "training",
+                     "inference", "reason (first operator)");
+  for (const auto& g : groups) {
+    out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {} ({})\n", models::op_kind_name(g.kind),
+                       g.tensor.empty() ? "-" : g.tensor, g.tensor.empty() ? "-" : std::string(models::role_name(g.role)),
+                       g.count, truncate(g.train, 26), truncate(g.inference, 26), g.reason, g.example);
+  }
+}
+
+// The --json, --dot and --graphml outputs, and (unless quiet) the line naming them.
+void write_verify_files(const VerifyOptions& o, const models::VerifyResult& r, const models::PrecisionGraph& train,
+                        const models::PrecisionGraph& infer, const std::string& title, std::ostream& out) {
+  analysis::VerifyOutputPaths paths;
+  paths.json = o.json;
+  paths.dot_dir = o.dot_dir;
+  paths.graphml_dir = o.graphml_dir;
+  paths.full_dot = o.full;
+  paths.title = title;
+  analysis::write_verify_outputs(paths, r, train, infer);
+  if (o.quiet || (o.json.empty() && o.dot_dir.empty() && o.graphml_dir.empty())) return;
+  std::string files;
+  if (!o.json.empty()) files += " " + o.json;
+  if (!o.dot_dir.empty()) files += fmt::format(" {}/{{training,inference}}.dot", o.dot_dir);
+  if (!o.graphml_dir.empty()) files += fmt::format(" {}/{{training,inference}}.graphml", o.graphml_dir);
+  out << "  wrote" << files << "\n";
+}
+
+}  // namespace
+
+int cmd_verify(const VerifyOptions& o, std::ostream& out) {
+  check_verify_sources(o);
+  const bool from_graphml = !o.train_graphml.empty();
   const auto t_build = Clock::now();
   std::optional<sim::Scenario> s;
   std::optional<models::Recipe> rollout;
@@ -87,37 +130,8 @@ int cmd_verify(const VerifyOptions& o, std::ostream& out) {
         verify_s, build_s, r.note.empty() ? "" : "; " + r.note);
   }
 
-  const auto groups = models::group_mismatches(r.mismatches);
-  if (r.consistent) {
-    out << "consistent: the inference graph embeds in the training forward graph with value-equivalent precision on every edge\n";
-  } else {
-    out << fmt::format("inconsistent: {} mismatching {} in {} {}\n", r.mismatches.size(),
-                       r.mismatches.size() == 1 ? "edge" : "edges", groups.size(), groups.size() == 1 ? "group" : "groups");
-    if (!o.quiet) {
-      out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {}\n", "operator kind", "tensor", "role", "count",
-                         "training", "inference", "reason (first operator)");
-      for (const auto& g : groups) {
-        out << fmt::format("  {:<16} {:<15} {:<10} {:>6}  {:<26} {:<26} {} ({})\n", models::op_kind_name(g.kind),
-                           g.tensor.empty() ? "-" : g.tensor, g.tensor.empty() ? "-" : std::string(models::role_name(g.role)),
-                           g.count, truncate(g.train, 26), truncate(g.inference, 26), g.reason, g.example);
-      }
-    }
-  }
-
-  analysis::VerifyOutputPaths paths;
-  paths.json = o.json;
-  paths.dot_dir = o.dot_dir;
-  paths.graphml_dir = o.graphml_dir;
-  paths.full_dot = o.full;
-  paths.title = title;
-  analysis::write_verify_outputs(paths, r, train, infer);
-  if (!o.quiet && (!o.json.empty() || !o.dot_dir.empty() || !o.graphml_dir.empty())) {
-    std::string files;
-    if (!o.json.empty()) files += " " + o.json;
-    if (!o.dot_dir.empty()) files += fmt::format(" {}/{{training,inference}}.dot", o.dot_dir);
-    if (!o.graphml_dir.empty()) files += fmt::format(" {}/{{training,inference}}.graphml", o.graphml_dir);
-    out << "  wrote" << files << "\n";
-  }
+  print_verdict(out, r, o.quiet);
+  write_verify_files(o, r, train, infer, title, out);
   return r.consistent ? 0 : 1;
 }
 
