@@ -138,94 +138,119 @@ int minimise(Problem& p, Eigen::VectorXd& x, int max_evaluations) {
 
 }  // namespace
 
-std::vector<CalibrationParameter> calibration_parameters(const std::vector<ValidationRecord>& records) {
+namespace {
+
+using ParameterRef = std::function<double&(sim::Calibration&)>;
+
+// Appends the parameter `ref` names, bounded by [lower, upper]; its prior is that field's default
+// in sim/scenario/calibration.h, where each prior is documented with its source.
+void add_parameter(std::vector<CalibrationParameter>& out, std::string name, double lower, double upper, std::string unit,
+                   ParameterRef ref) {
+  sim::Calibration defaults;
+  const double prior = ref(defaults);
+  out.push_back({std::move(name), lower, upper, prior, std::move(unit), std::move(ref)});
+}
+
+// What the records use, each once: the parameters are those of these.
+struct RecordUses {
   std::set<std::string> devices;
   std::set<sim::TrainingBackend> backends, moe_backends;
   std::set<sim::RolloutEngineKind> engines, moe_engines, eager, graphs;
   std::set<sim::RolloutEngineKind> quantised_sync;  // engines loading weights quantised on the fly
+};
+
+RecordUses record_uses(const std::vector<ValidationRecord>& records) {
+  RecordUses u;
   for (const auto& r : records) {
     const auto& s = r.scenario;
-    if (s.rollout.precision.linear.weight.element != models::Element::kBf16) quantised_sync.insert(s.rollout.engine);
-    devices.insert(s.cluster.device.name);
-    backends.insert(s.training.backend);
-    engines.insert(s.rollout.engine);
-    (s.rollout.enforce_eager ? eager : graphs).insert(s.rollout.engine);
+    if (s.rollout.precision.linear.weight.element != models::Element::kBf16) u.quantised_sync.insert(s.rollout.engine);
+    u.devices.insert(s.cluster.device.name);
+    u.backends.insert(s.training.backend);
+    u.engines.insert(s.rollout.engine);
+    (s.rollout.enforce_eager ? u.eager : u.graphs).insert(s.rollout.engine);
     if (s.model.moe) {
-      moe_backends.insert(s.training.backend);
-      moe_engines.insert(s.rollout.engine);
+      u.moe_backends.insert(s.training.backend);
+      u.moe_engines.insert(s.rollout.engine);
     }
   }
-  std::vector<CalibrationParameter> out;
-  // Priors: HBM streaming reaches ~0.8 of peak (a device copy 0.87-0.89, ANCHORS.md); large BF16
-  // GEMMs ~0.7 of the dense peak (cuBLAS on Hopper, public benchmarks); assumptions otherwise.
-  for (const auto& d : devices) {
-    out.push_back({"devices." + d + ".memory", 0.2, 0.95, 0.8, "", [d](sim::Calibration& c) -> double& {
-                     if (!c.devices.count(d)) c.devices[d] = c.other_device;
-                     return c.devices[d].memory;
-                   }});
-    out.push_back({"devices." + d + ".compute", 0.2, 0.98, 0.7, "", [d](sim::Calibration& c) -> double& {
-                     if (!c.devices.count(d)) c.devices[d] = c.other_device;
-                     return c.devices[d].compute;
-                   }});
-  }
-  for (const auto b : backends) {
-    const std::string& n = sim::name_in(sim::backend_names(), b);
-    out.push_back({"training." + n + ".dense", 0.2, 1.0, 0.65, "", [b](sim::Calibration& c) -> double& {
-                     return b == sim::TrainingBackend::kFsdp ? c.fsdp.dense : c.megatron.dense;
-                   }});
-    out.push_back({"training." + n + ".forward", 0.3, 1.0, 0.8, "", [b](sim::Calibration& c) -> double& {
-                     return b == sim::TrainingBackend::kFsdp ? c.fsdp.forward : c.megatron.forward;
-                   }});
-  }
-  for (const auto b : moe_backends) {
-    const std::string& n = sim::name_in(sim::backend_names(), b);
-    out.push_back({"training." + n + ".moe", 0.05, 1.0, 0.35, "", [b](sim::Calibration& c) -> double& {
-                     return b == sim::TrainingBackend::kFsdp ? c.fsdp.moe : c.megatron.moe;
-                   }});
-  }
-  auto engine_ref = [](sim::RolloutEngineKind e, double sim::EngineCalibration::*field) {
-    return std::function<double&(sim::Calibration&)>([e, field](sim::Calibration& c) -> double& {
-      sim::EngineCalibration& engine = e == sim::RolloutEngineKind::kVllm ? c.vllm : c.sglang;
-      return engine.*field;
-    });
+  return u;
+}
+
+// A field of device `d`'s calibration (the 'other' device's values until the fit sets it).
+ParameterRef device_ref(const std::string& d, double sim::DeviceCalibration::*field) {
+  return [d, field](sim::Calibration& c) -> double& {
+    if (!c.devices.count(d)) c.devices[d] = c.other_device;
+    return c.devices[d].*field;
   };
-  auto engine_name = [](sim::RolloutEngineKind e) { return sim::name_in(sim::engine_names(), e); };
-  for (const auto e : engines) {
-    out.push_back({"rollout." + engine_name(e) + ".compute", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::compute)});
-    out.push_back(
-        {"rollout." + engine_name(e) + ".attention", 0.2, 1.0, 0.8, "", engine_ref(e, &sim::EngineCalibration::attention)});
-    out.push_back({"rollout." + engine_name(e) + ".iteration", 0.2e-3, 20e-3, 2e-3, "s",
-                   engine_ref(e, &sim::EngineCalibration::iteration_s)});
-    out.push_back({"rollout." + engine_name(e) + ".per_sequence", 0.1e-6, 50e-6, 2e-6, "s",
-                   engine_ref(e, &sim::EngineCalibration::per_sequence_s)});
+}
+
+// The backend's and engine's structs are bound to a reference before `.*`: GCC 12 at -O2 and above
+// applies `.*` to a temporary copy of a conditional expression of class type, so
+// `(x ? c.fsdp : c.megatron).*field` returned a dangling reference.
+ParameterRef backend_ref(sim::TrainingBackend b, double sim::BackendCalibration::*field) {
+  return [b, field](sim::Calibration& c) -> double& {
+    sim::BackendCalibration& backend = b == sim::TrainingBackend::kFsdp ? c.fsdp : c.megatron;
+    return backend.*field;
+  };
+}
+
+ParameterRef engine_ref(sim::RolloutEngineKind e, double sim::EngineCalibration::*field) {
+  return [e, field](sim::Calibration& c) -> double& {
+    sim::EngineCalibration& engine = e == sim::RolloutEngineKind::kVllm ? c.vllm : c.sglang;
+    return engine.*field;
+  };
+}
+
+// The rollout engines' parameters: GEMM and attention fractions, per-step, per-sequence,
+// per-layer (CUDA graphs or eager) and per-MoE-layer costs, the MoE grouped-GEMM shape
+// parameters, and the weight sync's per-matrix costs.
+void add_engine_parameters(std::vector<CalibrationParameter>& out, const RecordUses& u) {
+  using E = sim::EngineCalibration;
+  auto name = [](sim::RolloutEngineKind e, const char* what) {
+    return fmt::format("rollout.{}.{}", sim::name_in(sim::engine_names(), e), what);
+  };
+  for (const auto e : u.engines) {
+    add_parameter(out, name(e, "compute"), 0.2, 1.0, "", engine_ref(e, &E::compute));
+    add_parameter(out, name(e, "attention"), 0.2, 1.0, "", engine_ref(e, &E::attention));
+    add_parameter(out, name(e, "iteration"), 0.2e-3, 20e-3, "s", engine_ref(e, &E::iteration_s));
+    add_parameter(out, name(e, "per_sequence"), 0.1e-6, 50e-6, "s", engine_ref(e, &E::per_sequence_s));
   }
-  for (const auto e : graphs) {
-    out.push_back({"rollout." + engine_name(e) + ".per_layer", 2e-6, 200e-6, 20e-6, "s",
-                   engine_ref(e, &sim::EngineCalibration::per_layer_s)});
+  for (const auto e : u.graphs) add_parameter(out, name(e, "per_layer"), 2e-6, 200e-6, "s", engine_ref(e, &E::per_layer_s));
+  for (const auto e : u.eager)
+    add_parameter(out, name(e, "per_layer_eager"), 20e-6, 1e-3, "s", engine_ref(e, &E::per_layer_eager_s));
+  for (const auto e : u.moe_engines) add_parameter(out, name(e, "moe_layer"), 2e-6, 1e-3, "s", engine_ref(e, &E::moe_layer_s));
+  if (!u.moe_engines.empty()) {
+    add_parameter(out, "moe.grouped_gemm_half_tokens", 0.5, 512, "",
+                  [](sim::Calibration& c) -> double& { return c.moe_half_tokens; });
+    add_parameter(out, "moe.grouped_gemm_half_width", 1.0, 4096, "",
+                  [](sim::Calibration& c) -> double& { return c.moe_half_width; });
   }
-  for (const auto e : eager) {
-    out.push_back({"rollout." + engine_name(e) + ".per_layer_eager", 20e-6, 1e-3, 200e-6, "s",
-                   engine_ref(e, &sim::EngineCalibration::per_layer_eager_s)});
+  for (const auto e : u.engines)
+    add_parameter(out, name(e, "sync_per_matrix"), 1e-6, 10e-3, "s", engine_ref(e, &E::sync_per_matrix_s));
+  for (const auto e : u.quantised_sync)
+    add_parameter(out, name(e, "sync_quantize_per_matrix"), 1e-6, 20e-3, "s", engine_ref(e, &E::sync_quantize_per_matrix_s));
+}
+
+}  // namespace
+
+std::vector<CalibrationParameter> calibration_parameters(const std::vector<ValidationRecord>& records) {
+  const RecordUses u = record_uses(records);
+  std::vector<CalibrationParameter> out;
+  for (const auto& d : u.devices) {
+    add_parameter(out, "devices." + d + ".memory", 0.2, 0.95, "", device_ref(d, &sim::DeviceCalibration::memory));
+    add_parameter(out, "devices." + d + ".compute", 0.2, 0.98, "", device_ref(d, &sim::DeviceCalibration::compute));
   }
-  for (const auto e : moe_engines) {
-    out.push_back({"rollout." + engine_name(e) + ".moe_layer", 2e-6, 1e-3, 30e-6, "s",
-                   engine_ref(e, &sim::EngineCalibration::moe_layer_s)});
+  auto backend = [](sim::TrainingBackend b, const char* what) {
+    return fmt::format("training.{}.{}", sim::name_in(sim::backend_names(), b), what);
+  };
+  for (const auto b : u.backends) {
+    add_parameter(out, backend(b, "dense"), 0.2, 1.0, "", backend_ref(b, &sim::BackendCalibration::dense));
+    add_parameter(out, backend(b, "forward"), 0.3, 1.0, "", backend_ref(b, &sim::BackendCalibration::forward));
   }
-  if (!moe_engines.empty()) {
-    out.push_back(
-        {"moe.grouped_gemm_half_tokens", 0.5, 512, 16, "", [](sim::Calibration& c) -> double& { return c.moe_half_tokens; }});
-    out.push_back(
-        {"moe.grouped_gemm_half_width", 1.0, 4096, 100, "", [](sim::Calibration& c) -> double& { return c.moe_half_width; }});
-  }
-  for (const auto e : engines) {
-    out.push_back({"rollout." + engine_name(e) + ".sync_per_matrix", 1e-6, 10e-3, 50e-6, "s",
-                   engine_ref(e, &sim::EngineCalibration::sync_per_matrix_s)});
-  }
-  for (const auto e : quantised_sync) {
-    out.push_back({"rollout." + engine_name(e) + ".sync_quantize_per_matrix", 1e-6, 20e-3, 200e-6, "s",
-                   engine_ref(e, &sim::EngineCalibration::sync_quantize_per_matrix_s)});
-  }
-  out.push_back({"step_overhead", 0.1, 120, 5, "s", [](sim::Calibration& c) -> double& { return c.step_overhead_s; }});
+  for (const auto b : u.moe_backends)
+    add_parameter(out, backend(b, "moe"), 0.05, 1.0, "", backend_ref(b, &sim::BackendCalibration::moe));
+  add_engine_parameters(out, u);
+  add_parameter(out, "step_overhead", 0.1, 120, "s", [](sim::Calibration& c) -> double& { return c.step_overhead_s; });
   return out;
 }
 

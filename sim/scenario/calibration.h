@@ -20,7 +20,10 @@ namespace rlsim::sim {
 /// fitted: no record separates it from the compute and memory fractions (assumption, 0.70).
 inline constexpr double kDefaultCommEfficiency = 0.70;
 
-/// Achieved fractions of one device's peak rates (0-1).
+/// Achieved fractions of one device's peak rates (0-1). The defaults are `rlsim calibrate`'s
+/// priors: HBM streaming reaches ~0.8 of peak (a device copy 0.87-0.89, ANCHORS.md), large BF16
+/// GEMMs ~0.7 of the dense peak (cuBLAS on Hopper, public benchmarks). The other structs'
+/// defaults below are likewise the fit's priors.
 struct DeviceCalibration {
   double memory = 0.80;   // of the HBM bandwidth, by weight/KV streaming (decode, optimizer step)
   double compute = 0.70;  // of the dense tensor-core rate, by large well-shaped GEMMs
