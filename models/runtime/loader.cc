@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <array>
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -214,16 +215,17 @@ std::int64_t ModelWeights::parameters() const {
   return n;
 }
 
-ModelWeights load_llama2c(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ModelFileError(path + ": cannot open");
-  const std::uint64_t size = fs::file_size(path);
-  std::int32_t h[7];
-  if (size < sizeof h)
-    throw ModelFileError(fmt::format("{}: {} bytes, too short for the {}-byte llama2.c header", path, size, sizeof h));
-  in.read(reinterpret_cast<char*>(h), sizeof h);
-  ModelWeights w;
-  TransformerConfig& c = w.config;
+namespace {
+
+// llama2.c's header: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (negative: an
+// unshared classifier follows), seq_len, as int32.
+using Llama2cHeader = std::array<std::int32_t, 7>;
+constexpr std::uint64_t kLlama2cHeaderBytes = sizeof(Llama2cHeader);
+
+// The configuration `h` announces, checked (sizes in 1..2^20, heads dividing dim, kv heads
+// dividing heads, an even head size); throws ModelFileError naming `path` and every field.
+TransformerConfig llama2c_config(const std::string& path, const Llama2cHeader& h) {
+  TransformerConfig c;
   c.name = fs::path(path).stem().string();
   c.dim = h[0], c.hidden_dim = h[1], c.layers = h[2], c.heads = h[3], c.kv_heads = h[4];
   c.tied_embeddings = h[5] > 0;
@@ -248,26 +250,31 @@ ModelWeights load_llama2c(const std::string& path) {
   c.rope_interleaved = true;
   c.rope_theta = 10000.0f;
   c.norm_eps = 1e-5f;
-  const Eigen::Index d = c.dim, hd = c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * hd, f = c.hidden_dim, L = c.layers;
-  // The tensors in file order (llama2.c's export: each tensor for all layers together), with their
-  // sizes in floats: the exact size the header announces, checked before anything is allocated
-  // (a header may announce terabytes), so truncation and trailing garbage are both caught.
-  const auto u = [](Eigen::Index x) { return static_cast<std::uint64_t>(x); };
-  const std::uint64_t vocab_d = static_cast<std::uint64_t>(c.vocab) * u(d);
+  return c;
+}
+
+// Throws ModelFileError unless the file's `size` is exactly what `c` announces: the tensors in
+// file order (llama2.c's export: each tensor for all layers together) with their sizes in floats,
+// checked before anything is allocated (a header may announce terabytes), so truncation and
+// trailing garbage are both caught.
+void check_llama2c_size(const std::string& path, const TransformerConfig& c, std::uint64_t size) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  const std::uint64_t d = u(c.dim), hd = u(c.head_dim), kv = u(c.kv_heads) * hd, f = u(c.hidden_dim), L = u(c.layers);
+  const std::uint64_t vocab_d = u(c.vocab) * d;
   const std::pair<const char*, std::uint64_t> layout[] = {{"token_embedding", vocab_d},
-                                                          {"rms_att_weight", u(L * d)},
-                                                          {"wq", u(L * d * d)},
-                                                          {"wk", u(L * kv * d)},
-                                                          {"wv", u(L * kv * d)},
-                                                          {"wo", u(L * d * d)},
-                                                          {"rms_ffn_weight", u(L * d)},
-                                                          {"w1", u(L * f * d)},
-                                                          {"w2", u(L * d * f)},
-                                                          {"w3", u(L * f * d)},
-                                                          {"rms_final_weight", u(d)},
-                                                          {"freq_cis", static_cast<std::uint64_t>(c.max_seq) * u(hd)},
+                                                          {"rms_att_weight", L * d},
+                                                          {"wq", L * d * d},
+                                                          {"wk", L * kv * d},
+                                                          {"wv", L * kv * d},
+                                                          {"wo", L * d * d},
+                                                          {"rms_ffn_weight", L * d},
+                                                          {"w1", L * f * d},
+                                                          {"w2", L * d * f},
+                                                          {"w3", L * f * d},
+                                                          {"rms_final_weight", d},
+                                                          {"freq_cis", u(c.max_seq) * hd},
                                                           {"wcls", c.tied_embeddings ? 0 : vocab_d}};
-  std::uint64_t expected = sizeof h;
+  std::uint64_t expected = kLlama2cHeaderBytes;
   for (const auto& [tensor, count] : layout) {
     const std::uint64_t bytes = count * sizeof(float);
     if (expected + bytes > size) {
@@ -280,12 +287,28 @@ ModelWeights load_llama2c(const std::string& path) {
     throw ModelFileError(
         fmt::format("{}: {} bytes, the header announces {} ({} trailing bytes)", path, size, expected, size - expected));
   }
+}
 
+}  // namespace
+
+ModelWeights load_llama2c(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelFileError(path + ": cannot open");
+  const std::uint64_t size = fs::file_size(path);
+  Llama2cHeader h{};
+  if (size < kLlama2cHeaderBytes)
+    throw ModelFileError(fmt::format("{}: {} bytes, too short for the {}-byte llama2.c header", path, size, kLlama2cHeaderBytes));
+  in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(kLlama2cHeaderBytes));
+  ModelWeights w;
+  w.config = llama2c_config(path, h);
+  const TransformerConfig& c = w.config;
+  check_llama2c_size(path, c, size);
+  const Eigen::Index d = c.dim, hd = c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * hd, f = c.hidden_dim, L = c.layers;
   Reader r(path, size, in);
-  r.set_offset(sizeof h);
+  r.set_offset(kLlama2cHeaderBytes);
   r.matrix(w.embedding, c.vocab, d, "token_embedding");
   w.layers.resize(static_cast<std::size_t>(L));
-  // llama2.c stores each tensor for all layers contiguously.
+  // llama2.c stores each tensor for all layers contiguously (the order check_llama2c_size checks).
   for (auto& l : w.layers) r.vector(l.attn_norm, d, "rms_att_weight");
   for (auto& l : w.layers) r.matrix(l.wq, d, d, "wq");
   for (auto& l : w.layers) r.matrix(l.wk, kv, d, "wk");
@@ -296,7 +319,7 @@ ModelWeights load_llama2c(const std::string& path) {
   for (auto& l : w.layers) r.matrix(l.w_down, d, f, "w2");
   for (auto& l : w.layers) r.matrix(l.w_up, f, d, "w3");
   r.vector(w.final_norm, d, "rms_final_weight");
-  r.skip(static_cast<std::uint64_t>(c.max_seq) * u(hd) * sizeof(float), "freq_cis");
+  r.skip(static_cast<std::uint64_t>(c.max_seq) * static_cast<std::uint64_t>(hd) * sizeof(float), "freq_cis");
   if (!c.tied_embeddings) r.matrix(w.lm_head, c.vocab, d, "wcls");
   return w;
 }
