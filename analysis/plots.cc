@@ -178,22 +178,14 @@ bool plot_memory(const std::filesystem::path& png, const sim::Scenario& s, const
   return true;
 }
 
-bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string* why) {
-  if (!gnuplot_available()) {
-    *why = "gnuplot is not installed (apt-get install gnuplot-nox)";
-    return false;
-  }
+namespace {
+
+// plot_grid's settings: a PNG sized to the grid, titles, one tick per column and row, and the
+// palette with its colour bar (numeric cells; `any`: some cell has a value) or the categories' key.
+void grid_settings(std::ostream& gp, const std::filesystem::path& png, const GridPlot& g, bool any) {
   const std::size_t nx = g.xticks.size(), ny = g.yticks.size();
-  if (nx == 0 || ny == 0 || g.z.size() != nx * ny || g.text.size() != nx * ny) {
-    *why = "empty or inconsistent grid";
-    return false;
-  }
-  const bool categorical = !g.categories.empty();
-  bool any = false;
-  for (double v : g.z) any = any || !std::isnan(v);
   const int width = static_cast<int>(std::clamp<std::size_t>(220 + nx * 120, 640, 2400));
   const int height = static_cast<int>(std::clamp<std::size_t>(200 + ny * 56, 400, 1600));
-  Gnuplot gp("gnuplot");
   gp << "set terminal pngcairo size " << width << "," << height << " font 'sans,10'\n";
   gp << "set output " << gnuplot_quoted(png.string()) << "\n";
   gp << "set title " << gnuplot_title(g.title) << " noenhanced\n";
@@ -201,18 +193,24 @@ bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string*
   gp << "set xrange [-0.5:" << nx - 0.5 << "]\nset yrange [-0.5:" << ny - 0.5 << "]\n";
   gp << "set xtics " << tick_list(g.xticks) << " noenhanced\nset ytics " << tick_list(g.yticks) << " noenhanced\n";
   gp << "set tics scale 0\nset style fill solid 1.0 border lc rgb 'white'\n";
-  if (categorical) {
+  if (!g.categories.empty()) {
     gp << "set key below horizontal\nunset colorbox\n";
-  } else {
-    gp << "unset key\nset palette defined (0 '#ffffcc', 1 '#fed976', 2 '#fd8d3c', 3 '#e31a1c')\n";
-    gp << "set cblabel " << gnuplot_quoted(g.cblabel) << " noenhanced\n";
-    double lo = 1e300, hi = -1e300;
-    for (double v : g.z) {
-      if (!std::isnan(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-    }
-    if (any && lo == hi) gp << "set cbrange " << padded_range(lo) << "\n";  // one value: gnuplot would warn
+    return;
   }
-  // Empty cells in grey, then the coloured cells, then the cell labels.
+  gp << "unset key\nset palette defined (0 '#ffffcc', 1 '#fed976', 2 '#fd8d3c', 3 '#e31a1c')\n";
+  gp << "set cblabel " << gnuplot_quoted(g.cblabel) << " noenhanced\n";
+  double lo = 1e300, hi = -1e300;
+  for (double v : g.z) {
+    if (!std::isnan(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  }
+  if (any && lo == hi) gp << "set cbrange " << padded_range(lo) << "\n";  // one value: gnuplot would warn
+}
+
+// plot_grid's plot command and its inline data: the empty cells in grey, then the coloured cells
+// (when `any`), then the cell labels; a block with nothing to draw holds one NaN row.
+void grid_data(std::ostream& gp, const GridPlot& g, bool any) {
+  const std::size_t nx = g.xticks.size(), ny = g.yticks.size();
+  const bool categorical = !g.categories.empty();
   gp << "plot '-' using 1:2:3:4:5:6 with boxxyerror fc rgb '#dddddd' notitle";
   if (any) gp << ", '-' using 1:2:3:4:5:6:7 with boxxyerror " << (categorical ? "lc rgb variable" : "lc palette") << " notitle";
   gp << ", '-' using 1:2:3 with labels font 'sans,9' noenhanced notitle";
@@ -261,6 +259,24 @@ bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string*
   }
   if (!text_any) gp << "NaN NaN \"\"\n";
   gp << "e\n";
+}
+
+}  // namespace
+
+bool plot_grid(const std::filesystem::path& png, const GridPlot& g, std::string* why) {
+  if (!gnuplot_available()) {
+    *why = "gnuplot is not installed (apt-get install gnuplot-nox)";
+    return false;
+  }
+  const std::size_t nx = g.xticks.size(), ny = g.yticks.size();
+  if (nx == 0 || ny == 0 || g.z.size() != nx * ny || g.text.size() != nx * ny) {
+    *why = "empty or inconsistent grid";
+    return false;
+  }
+  const bool any = std::any_of(g.z.begin(), g.z.end(), [](double v) { return !std::isnan(v); });
+  Gnuplot gp("gnuplot");
+  grid_settings(gp, png, g, any);
+  grid_data(gp, g, any);
   return true;
 }
 
