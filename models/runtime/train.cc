@@ -74,6 +74,54 @@ VecT<S> to(const VectorF& v) {
   return v.cast<S>();
 }
 
+// Causal softmax attention of H heads over q [T, H hd], k and v [T, KV hd] (grouped-query: head h
+// reads KV head h / (H / KV)), scores scaled by 1 / sqrt(hd); returns the heads' outputs
+// [T, H hd] and keeps each head's probabilities [T, T] (zero above the diagonal) in `probs`.
+template <typename S>
+MatT<S> causal_attention(const MatT<S>& q, const MatT<S>& k, const MatT<S>& v, int H, int KV, int hd,
+                         std::vector<MatT<S>>& probs) {
+  const Eigen::Index T = q.rows();
+  const int group = H / KV;
+  const S scale = S(1) / std::sqrt(static_cast<S>(hd));
+  MatT<S> attn(T, static_cast<Eigen::Index>(H) * hd);
+  probs.resize(static_cast<std::size_t>(H));
+  for (int h = 0; h < H; ++h) {
+    const int g = h / group;
+    MatT<S> s = q.middleCols(h * hd, hd) * k.middleCols(g * hd, hd).transpose() * scale;
+    for (Eigen::Index i = 0; i < T; ++i) {
+      const S m = s.row(i).head(i + 1).maxCoeff();
+      S sum = 0;
+      for (Eigen::Index j = 0; j <= i; ++j) sum += (s(i, j) = std::exp(s(i, j) - m));
+      s.row(i).head(i + 1) /= sum;
+      s.row(i).tail(T - i - 1).setZero();
+    }
+    attn.middleCols(h * hd, hd) = s * v.middleCols(g * hd, hd);
+    probs[static_cast<std::size_t>(h)] = std::move(s);
+  }
+  return attn;
+}
+
+// Row t of `logits` [T - 1, vocab] predicts tokens[t + 1]: appends its log-probability and the
+// entropy (nats) of the row's softmax to `logp` and `entropy`; each row becomes its softmax.
+template <typename S>
+void next_token_stats(MatT<S>& logits, std::span<const int> tokens, std::vector<double>& logp, std::vector<double>& entropy) {
+  for (Eigen::Index t = 0; t < logits.rows(); ++t) {
+    auto row = logits.row(t);
+    const int y = tokens[static_cast<std::size_t>(t + 1)];
+    const S zy = row[y];  // temperature-scaled logit of the next token
+    const S m = row.maxCoeff();
+    row = (row.array() - m).exp();
+    const S sum = row.sum();
+    row /= sum;
+    double ent = 0;
+    for (Eigen::Index v = 0; v < row.size(); ++v) {
+      if (row[v] > 0) ent -= static_cast<double>(row[v]) * std::log(static_cast<double>(row[v]));
+    }
+    logp.push_back(static_cast<double>(zy - m - std::log(sum)));
+    entropy.push_back(ent);
+  }
+}
+
 }  // namespace
 
 template <typename S>
@@ -185,8 +233,7 @@ typename TrainableModel<S>::Pass TrainableModel<S>::forward(std::span<const int>
   Saved& sv = *saved_;
   sv.tokens.assign(tokens.begin(), tokens.end());
   sv.temperature = temperature;
-  const int hd = c_.head_dim, H = c_.heads, KV = c_.kv_heads, group = H / KV;
-  const S scale = S(1) / std::sqrt(static_cast<S>(hd));
+  const int hd = c_.head_dim, H = c_.heads, KV = c_.kv_heads;
   const S eps = static_cast<S>(c_.norm_eps);
   const Format f_act = recipe_ ? recipe_->linear.activation : Format{Element::kFp32, {}};
   Mat x(T, c_.dim);
@@ -208,22 +255,7 @@ typename TrainableModel<S>::Pass TrainableModel<S>::forward(std::span<const int>
     a.v = a.xq1 * w.wv.transpose();
     rope<S>(a.q, H, hd, c_.rope_interleaved, inv_freq_, S(1));
     rope<S>(a.k, KV, hd, c_.rope_interleaved, inv_freq_, S(1));
-    Mat attn(T, static_cast<Eigen::Index>(H) * hd);
-    a.probs.resize(static_cast<std::size_t>(H));
-    for (int h = 0; h < H; ++h) {
-      const int g = h / group;
-      Mat s = a.q.middleCols(h * hd, hd) * a.k.middleCols(g * hd, hd).transpose() * scale;
-      for (Eigen::Index i = 0; i < T; ++i) {
-        const S m = s.row(i).head(i + 1).maxCoeff();
-        S sum = 0;
-        for (Eigen::Index j = 0; j <= i; ++j) sum += (s(i, j) = std::exp(s(i, j) - m));
-        s.row(i).head(i + 1) /= sum;
-        s.row(i).tail(T - i - 1).setZero();
-      }
-      attn.middleCols(h * hd, hd) = s * a.v.middleCols(g * hd, hd);
-      a.probs[static_cast<std::size_t>(h)] = std::move(s);
-    }
-    a.attn_q = attn;
+    a.attn_q = causal_attention<S>(a.q, a.k, a.v, H, KV, hd, a.probs);
     round_input(a.attn_q, f_act);
     x += a.attn_q * w.wo.transpose();
     a.x_mid = x;
@@ -243,21 +275,7 @@ typename TrainableModel<S>::Pass TrainableModel<S>::forward(std::span<const int>
   const Mat& cls = c_.tied_embeddings ? w_.embedding : w_.lm_head;
   sv.probs = sv.xqf * cls.transpose() / static_cast<S>(temperature);
   Pass out;
-  for (Eigen::Index t = 0; t < T - 1; ++t) {
-    auto row = sv.probs.row(t);
-    const int y = tokens[static_cast<std::size_t>(t + 1)];
-    const S zy = row[y];  // temperature-scaled logit of the next token
-    const S m = row.maxCoeff();
-    row = (row.array() - m).exp();
-    const S sum = row.sum();
-    row /= sum;
-    double ent = 0;
-    for (Eigen::Index v = 0; v < row.size(); ++v) {
-      if (row[v] > 0) ent -= static_cast<double>(row[v]) * std::log(static_cast<double>(row[v]));
-    }
-    out.logp.push_back(static_cast<double>(zy - m - std::log(sum)));
-    out.entropy.push_back(ent);
-  }
+  next_token_stats<S>(sv.probs, tokens, out.logp, out.entropy);
   return out;
 }
 
