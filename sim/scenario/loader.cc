@@ -765,11 +765,6 @@ void parse_rollout_section(const Source& src, Map& top, Scenario& s) {
   }
 }
 
-// The Megatron layout rules of a trained model's parallel sizes (Megatron-LM arguments.py): the
-// world is TP x CP x PP x DP, EP x ETP divides TP x CP x DP, interleaved stages divide the layers,
-// context parallel, expert parallel and interleaving need the Megatron backend, PP at most the
-// layers. `section` names the keys' section ("training", "algorithm.critic"); the model runs on
-// `devices` devices. Each error names the rule broken.
 // DeepSpeed's CPU Adam runs under ZeRO-Offload, which rlsim prices on the fsdp backend (ZeRO-3);
 // Megatron-Core's optimizer_cpu_offload steps with torch's CPU Adam.
 void check_cpu_adam_kernel(const Source& src, Map& m, const std::string& section, TrainingBackend backend,
@@ -781,6 +776,11 @@ void check_cpu_adam_kernel(const Source& src, Map& m, const std::string& section
                "ZeRO-Offload (backend: fsdp), Megatron-Core's optimizer_cpu_offload uses cpu_adam_kernel: torch");
 }
 
+// The Megatron layout rules of a trained model's parallel sizes (Megatron-LM arguments.py): the
+// world is TP x CP x PP x DP, EP x ETP divides TP x CP x DP, interleaved stages divide the layers,
+// context parallel, expert parallel and interleaving need the Megatron backend, PP at most the
+// layers. `section` names the keys' section ("training", "algorithm.critic"); the model runs on
+// `devices` devices. Each error names the rule broken.
 void check_training_layout(const Source& src, Map& m, const std::string& section, const ParallelLayout& t, int devices,
                            const models::ModelArch& model) {
   const auto at = [&](const char* key) { return m.has(key) ? m.get(key) : m.node(); };  // the key, or the section
