@@ -151,7 +151,8 @@ void add_parameter(std::vector<CalibrationParameter>& out, std::string name, dou
   out.push_back({std::move(name), lower, upper, prior, std::move(unit), std::move(ref)});
 }
 
-// What the records use, each once: the parameters are those of these.
+// The devices, training backends and rollout engines the records use, each once: the fit has
+// parameters for these only.
 struct RecordUses {
   std::set<std::string> devices;
   std::set<sim::TrainingBackend> backends, moe_backends;
