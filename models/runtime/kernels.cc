@@ -794,6 +794,19 @@ constexpr std::int64_t kPrefetchBytes = 2048;
 
 inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
+// The E4M3 kernels sum a block's products of codes and activations, then multiply the block sum by
+// the block scale (as block-scaled FP8 GEMMs promote each K block's partial sum: DeepSeek-V3
+// report, sec. 3.3.2; the row total is the sum of the blocks' FMAs): one FMA per weight, no
+// multiply by the scale. The codes' values enter the sums as 2^-120 times themselves (the E4M3
+// bit trick, simd::kE4M3Fp32Mask); x is lifted by 2^60 and the block scale carries the other
+// 2^60, so a product stays a normal FP32 number (for |x| >= 2^-57, whatever the code) and powers
+// of two scale exactly. |x| must stay under 2^68 (x times the lift is finite).
+constexpr int kE4M3LiftLog2 = 60;
+constexpr auto kE4M3Lift = static_cast<float>(std::uint64_t{1} << kE4M3LiftLog2);
+// What a block scale is multiplied by: kE4M3Fix (2^120) / kE4M3Lift.
+constexpr float kE4M3ScaleFix = kE4M3Fix / kE4M3Lift;
+static_assert(static_cast<double>(kE4M3ScaleFix) == 0x1p60);
+
 // The block scales of one 4-bit tile: `data` (null: unscaled), block b of row i at sbase[i] + b *
 // stride; cpb chunks per scale block (the whole row when the grid has one column); the FP32
 // tensor scale; and, for E4M3 scales, the code table times every E4M3 scale (e4m3_scaled_lut) or
@@ -853,23 +866,30 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64
   const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
   std::size_t sbase[R];  // scale index of each row's first block; segment k uses sbase + k
   for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  constexpr bool kE4M3 = L == WeightLayout::kE4M3;
   for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
     const std::int64_t c1 = std::min(cols_, c0 + seg);
-    __m512 s[R];
-    if constexpr (L == WeightLayout::kE4M3) {
-      for (int i = 0; i < R; ++i)
-        s[i] = _mm512_set1_ps((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3Fix);
+    // E4M3: the segment's (scale block's) sums, added to acc times the block scale at its end.
+    __m512 sb[R][NT];
+    for (int i = 0; i < R; ++i) {
+      for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? _mm512_setzero_ps() : acc[i][n];
     }
     for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
       for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
       __m512 xv[NT];
-      for (int n = 0; n < NT; ++n) xv[n] = load_x(x + n * ldx, c, cols_);
+      for (int n = 0; n < NT; ++n) {
+        xv[n] = load_x(x + n * ldx, c, cols_);
+        if constexpr (kE4M3) xv[n] = _mm512_mul_ps(xv[n], _mm512_set1_ps(kE4M3Lift));
+      }
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        __m512 w = load16<L>(p + i * CB);
-        if constexpr (L == WeightLayout::kE4M3) w = _mm512_mul_ps(w, s[i]);
-        for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_fmadd_ps(w, xv[n], acc[i][n]);
+        const __m512 w = load16<L>(p + i * CB);
+        for (int n = 0; n < NT; ++n) sb[i][n] = _mm512_fmadd_ps(w, xv[n], sb[i][n]);
       }
+    }
+    for (int i = 0; i < R; ++i) {
+      const __m512 s = _mm512_set1_ps((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
+      for (int n = 0; n < NT; ++n) acc[i][n] = kE4M3 ? _mm512_fmadd_ps(sb[i][n], s, acc[i][n]) : sb[i][n];
     }
   }
   for (int n = 0; n < NT; ++n) {
@@ -1059,29 +1079,34 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64
   const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
   std::size_t sbase[R];  // scale index of each row's first block; segment k uses sbase + k
   for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  constexpr bool kE4M3 = L == WeightLayout::kE4M3;
   for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
     const std::int64_t c1 = std::min(cols_, c0 + seg);
-    V16 s[R];
-    if constexpr (L == WeightLayout::kE4M3) {
-      for (int i = 0; i < R; ++i)
-        s[i] = simd::set1((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3Fix);
+    // E4M3: the segment's (scale block's) sums, added to acc times the block scale at its end.
+    V16 sb[R][NT];
+    for (int i = 0; i < R; ++i) {
+      for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? simd::zero16() : acc[i][n];
     }
     for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
       for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
       V16 xv[NT];
       for (int n = 0; n < NT; ++n) {
         xv[n] = load_x(x + n * ldx, c, cols_);
-        if constexpr (L == WeightLayout::kE4M3) xv[n] = swap_middle_quarters(xv[n]);
+        if constexpr (kE4M3) xv[n] = simd::mul(swap_middle_quarters(xv[n]), simd::set1(kE4M3Lift));
       }
       for (int i = 0; i < R; ++i) {
         V16 w;
-        if constexpr (L == WeightLayout::kE4M3) {
-          w = simd::mul(e4m3_interleaved16(p + i * CB), s[i]);
+        if constexpr (kE4M3) {
+          w = e4m3_interleaved16(p + i * CB);
         } else {
           w = load16<L>(p + i * CB);
         }
-        for (int n = 0; n < NT; ++n) acc[i][n] = simd::fmadd(w, xv[n], acc[i][n]);
+        for (int n = 0; n < NT; ++n) sb[i][n] = simd::fmadd(w, xv[n], sb[i][n]);
       }
+    }
+    for (int i = 0; i < R; ++i) {
+      const V16 s = simd::set1((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
+      for (int n = 0; n < NT; ++n) acc[i][n] = kE4M3 ? simd::fmadd(sb[i][n], s, acc[i][n]) : sb[i][n];
     }
   }
   for (int n = 0; n < NT; ++n) {
@@ -1360,14 +1385,9 @@ void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
 }
 
 namespace {
-// The codes' values enter the sums as 2^-120 times themselves (the E4M3 bit trick); x is lifted by
-// 2^60 and the block scale carries the other 2^60, so the products stay far from FP32's
-// subnormals and the result equals the unscaled computation (powers of two scale exactly).
-constexpr int kKMajorLiftLog2 = 60;
-constexpr auto kKMajorLift = static_cast<float>(std::uint64_t{1} << kKMajorLiftLog2);
-// log2 of what a block scale is multiplied by: kE4M3Fix (2^120) / kKMajorLift.
-constexpr int kKMajorScaleLog2 = 120 - kKMajorLiftLog2;
-static_assert(static_cast<double>(kE4M3Fix) / kKMajorLift == static_cast<double>(std::uint64_t{1} << kKMajorScaleLog2));
+// log2 of what a k-major block scale is multiplied by (kE4M3ScaleFix), added to its E8M0 code.
+constexpr int kKMajorScaleLog2 = 120 - kE4M3LiftLog2;
+static_assert(kE4M3ScaleFix == static_cast<float>(std::uint64_t{1} << kKMajorScaleLog2));
 // Columns of a k-major block summed per pass over the rows (each running sum loaded and stored
 // once per pass), and how far ahead of its reads a pass prefetches. AVX2 takes 4 columns a pass:
 // its sums are two registers per 16 rows, so a pass's load and store of them cost twice the
@@ -1455,7 +1475,7 @@ void kmajor_pass(const KMajorPass& a) {
   const __m512i emask = _mm512_set1_epi32(static_cast<int>(simd::kE4M3Fp32Mask));
   __m512 xb[K][NT];
   for (int j = 0; j < K; ++j) {
-    for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(a.x[t * a.ldx + j] * kKMajorLift);
+    for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(a.x[t * a.ldx + j] * kE4M3Lift);
   }
   auto step = [&](std::int64_t v, auto masked) {
     const __mmask16 m = masked ? a.last : tail_mask(16);
@@ -1468,8 +1488,7 @@ void kmajor_pass(const KMajorPass& a) {
     }
     __m512 s = _mm512_setzero_ps();
     if constexpr (kLast) {
-      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, m)
-                              : _mm512_set1_ps(kE4M3Fix / kKMajorLift);
+      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, m) : _mm512_set1_ps(kE4M3ScaleFix);
     }
     for (int t = 0; t < NT; ++t) {
       float* st = a.sb[t] + 16 * v;
@@ -1508,7 +1527,7 @@ void kmajor_pass(const KMajorPass& a) {
   // The ragged last vector keeps row order (its masked loads and stores cover the first n rows).
   V16 xb[K][NT];
   for (int j = 0; j < K; ++j) {
-    for (int t = 0; t < NT; ++t) xb[j][t] = simd::set1(a.x[t * a.ldx + j] * kKMajorLift);
+    for (int t = 0; t < NT; ++t) xb[j][t] = simd::set1(a.x[t * a.ldx + j] * kE4M3Lift);
   }
   auto step = [&](std::int64_t v, int n) {
     const bool interleaved = n == 16;
@@ -1519,7 +1538,7 @@ void kmajor_pass(const KMajorPass& a) {
     }
     V16 s = simd::zero16();
     if constexpr (kLast) {
-      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, n) : simd::set1(kE4M3Fix / kKMajorLift);
+      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, n) : simd::set1(kE4M3ScaleFix);
       if (interleaved) s = swap_middle_quarters(s);
     }
     for (int t = 0; t < NT; ++t) {

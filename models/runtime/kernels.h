@@ -9,7 +9,9 @@
 //  - FMA with the activation into FP32 accumulators.
 // The products are the dequantised weight values of models/precision/quantize.h times the
 // activation, so a kernel differs from the Eigen GEMM of the prefill path only in FP32
-// summation order.
+// summation order. The fp8-e4m3 kernels instead sum each scale block's code values times the
+// activation and multiply that sum by the block scale (one FMA per weight, as block-scaled FP8
+// GEMMs promote partial sums), which differs from the dequantised products by FP32 rounding.
 //
 // Kernels are AVX-512 (F, BW, VL, DQ) when the build targets a host that has it (RLSIM_NATIVE on
 // such a host), or AVX2 + FMA + F16C on hosts without it (the same 16 lanes as two 8-lane
