@@ -800,12 +800,25 @@ inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<cons
 // multiply by the scale. The codes' values enter the sums as 2^-120 times themselves (the E4M3
 // bit trick, simd::kE4M3Fp32Mask); x is lifted by 2^60 and the block scale carries the other
 // 2^60, so a product stays a normal FP32 number (for |x| >= 2^-57, whatever the code) and powers
-// of two scale exactly. |x| must stay under 2^68 (x times the lift is finite).
+// of two scale exactly. A token with |x| >= 2^68, where x times the lift overflows, goes to the
+// scalar kernel instead (gemm_rows, e4m3_lift_fits).
 constexpr int kE4M3LiftLog2 = 60;
 constexpr auto kE4M3Lift = static_cast<float>(std::uint64_t{1} << kE4M3LiftLog2);
 // What a block scale is multiplied by: kE4M3Fix (2^120) / kE4M3Lift.
 constexpr float kE4M3ScaleFix = kE4M3Fix / kE4M3Lift;
 static_assert(static_cast<double>(kE4M3ScaleFix) == 0x1p60);
+// The largest |x| the lift keeps finite: x * 2^60 < 2^128 (FP32's overflow).
+constexpr float kE4M3MaxX = 0x1p68f;
+static_assert(kE4M3LiftLog2 + 68 == 128);
+
+// Whether n activations all stay inside the E4M3 kernels' range (|x| < kE4M3MaxX; NaN and
+// infinities give NaN or infinity whatever the kernel, so they count as inside).
+bool e4m3_lift_fits(const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(x[i]) && std::fabs(x[i]) >= kE4M3MaxX) return false;
+  }
+  return true;
+}
 
 // The block scales of one 4-bit tile: `data` (null: unscaled), block b of row i at sbase[i] + b *
 // stride; cpb chunks per scale block (the whole row when the grid has one column); the FP32
@@ -1722,6 +1735,22 @@ void PackedWeight::gemv_rows(const float* x, float* y, std::int64_t r0, std::int
 
 void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1,
                              [[maybe_unused]] bool x_bf16) const {
+#ifdef RLSIM_SIMD16
+  if (simd_ok_ && (layout_ == WeightLayout::kE4M3 || layout_ == WeightLayout::kE4M3KMajor) &&
+      !e4m3_lift_fits(x, tokens * cols_)) {
+    // A token the E4M3 kernels' lift would overflow takes the scalar kernel (the true values, no
+    // lift); the others their SIMD kernel one by one, which gives a token the same bits as a batch.
+    for (std::int64_t n = 0; n < tokens; ++n) {
+      const float* xn = x + n * cols_;
+      if (e4m3_lift_fits(xn, cols_)) {
+        gemm_rows(xn, 1, y + n * ldy, ldy, r0, r1, x_bf16);
+      } else {
+        gemv_rows_scalar(xn, y + n * ldy, r0, r1);
+      }
+    }
+    return;
+  }
+#endif
   if (layout_ == WeightLayout::kE4M3KMajor) {
 #ifdef RLSIM_SIMD16
     if (simd_ok_) {
@@ -2210,7 +2239,8 @@ void gemv(std::span<const GemvJob> jobs) {
   for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;
 #ifdef RLSIM_SIMD16
   const bool kmajor = std::all_of(jobs.begin(), jobs.end(), [](const GemvJob& j) {
-    return j.w->layout_ == WeightLayout::kE4M3KMajor && j.w->simd_ok_ && j.tokens <= 4;
+    return j.w->layout_ == WeightLayout::kE4M3KMajor && j.w->simd_ok_ && j.tokens <= 4 &&
+           e4m3_lift_fits(j.x, j.tokens * j.w->cols());  // else gemm_rows, which takes such tokens apart
   });
   if (kmajor && total >= (1 << 16)) {
     PackedWeight::gemv_kmajor(jobs);

@@ -174,8 +174,8 @@ class PackedWeight {
   /// SIMD NVFP4 kernel multiplies each row's sum of (code x block scale) x[c] products by the
   /// tensor scale once, rather than each weight (one rounding fewer per product; within the same
   /// FP32 summation bound); the SIMD E4M3 kernels (tiled and k-major) multiply each scale block's
-  /// sum of code x x[c] products by the block scale, with x lifted by 2^60 inside the kernel, so
-  /// they need |x[c]| < 2^68 (beyond it the lifted value overflows and a row gives inf or NaN).
+  /// sum of code x x[c] products by the block scale, with x lifted by 2^60 inside the kernel; a
+  /// token with a finite |x[c]| >= 2^68, which the lift would overflow, takes the scalar kernel.
   void gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
   /// The batched GEMV: y[n * ldy + r - r0] = sum_c at(r, c) * x[n * cols() + c] for `tokens`

@@ -248,6 +248,36 @@ TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
   }
 }
 
+TEST(Gemv, E4M3KernelsTakeActivationsBeyondTheirLiftToTheScalarKernel) {
+  // The E4M3 SIMD kernels lift x by 2^60, which overflows for |x| >= 2^68: such a token takes the
+  // scalar kernel (finite, the true values), its batch neighbours keep their own bits. 64 x 576
+  // with 3 tokens also takes the k-major two-phase driver.
+  for (const char* name : {"fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8"}) {
+    SCOPED_TRACE(name);
+    const std::int64_t rows = 64, cols = 576, tokens = 3;
+    const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 9, 0.02f);
+    const PackedWeight p(quantize(parse_format(name), rows, cols, std::span<const float>(w)));
+    std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 10, 1.0f);
+    x[static_cast<std::size_t>(cols + 5)] = 0x1p70f;
+    std::vector<float> y(static_cast<std::size_t>(tokens * rows), NAN);
+    GemvJob job{&p, x.data(), y.data(), tokens};
+    gemv(std::span<const GemvJob>(&job, 1));
+    for (std::int64_t n = 0; n < tokens; ++n) {
+      std::vector<float> want(static_cast<std::size_t>(rows));
+      if (n == 1) {
+        p.gemv_rows_scalar(x.data() + n * cols, want.data(), 0, rows);
+      } else {
+        p.gemv_rows(x.data() + n * cols, want.data(), 0, rows);
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float got = y[static_cast<std::size_t>(n * rows + r)];
+        ASSERT_TRUE(std::isfinite(got)) << "token " << n << " row " << r;
+        ASSERT_EQ(got, want[static_cast<std::size_t>(r)]) << "token " << n << " row " << r;
+      }
+    }
+  }
+}
+
 TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
   // The batch-invariant linear: a token's outputs from a call of 1, 3, 4, 9 or 70 tokens (4-token
   // groups, the 1-token remainder, two 64-token blocks) equal its own single-token GEMV exactly,
