@@ -35,6 +35,10 @@ inline float dot_fixed(const float* a, const float* b, Eigen::Index n) {
 
 // Query rows per attention task of a multi-token pass (default kernels).
 constexpr Eigen::Index kAttentionRows = 64;
+// Cached positions from which a decode step's heads run in parallel: each head's two GEMVs over
+// the cache (2 x positions x head_dim multiply-adds, a 64-dim head at 256 positions ~33K) then
+// outweigh a parallel region's start and end (a few microseconds).
+constexpr int kParallelDecodeAttentionPositions = 256;
 
 bool is_fp32(const Format& f) { return f.element == Element::kFp32 && f.scaling.kind == ScaleKind::kNone; }
 
@@ -531,13 +535,14 @@ void Transformer::attention_block(const Layer& l, const MatrixRM& xb, int first_
   }
   // Tasks of (head, block of query rows) in parallel for a prefill, each writing its own block of
   // `out`; a block's queries see positions up to its last row only (causal), so the blocks of a
-  // head cost more the later they are and are handed out dynamically. A decode step's heads are
-  // too small to be worth a parallel region.
+  // head cost more the later they are and are handed out dynamically. A decode step's heads run
+  // in parallel once the cache is long enough to be worth a parallel region (each head's result
+  // is computed alike either way).
   const int group = c.heads / c.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Eigen::Index rows_per_task = T > 1 ? kAttentionRows : 1;
   const Eigen::Index blocks = (T + rows_per_task - 1) / rows_per_task;
-#pragma omp parallel for schedule(dynamic) if (T > 1)
+#pragma omp parallel for schedule(dynamic) if (T > 1 || first_pos >= kParallelDecodeAttentionPositions)
   for (Eigen::Index task = 0; task < c.heads * blocks; ++task) {
     const int h = static_cast<int>(task / blocks);
     const Eigen::Index t0 = (task % blocks) * rows_per_task, n = std::min(rows_per_task, T - t0);
