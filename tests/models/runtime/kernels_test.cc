@@ -251,7 +251,7 @@ TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
 TEST(Gemv, E4M3KernelsTakeActivationsBeyondTheirLiftToTheScalarKernel) {
   // The E4M3 SIMD kernels lift x by 2^60, which overflows for |x| >= 2^68: such a token takes the
   // scalar kernel (finite, the true values), its batch neighbours keep their own bits. 64 x 576
-  // with 3 tokens also takes the k-major two-phase driver.
+  // with 3 tokens is work enough for the k-major two-phase driver, which must leave it to gemm_rows.
   for (const char* name : {"fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8"}) {
     SCOPED_TRACE(name);
     const std::int64_t rows = 64, cols = 576, tokens = 3;
