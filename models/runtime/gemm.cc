@@ -12,6 +12,16 @@
 #include "models/precision/simd.h"
 #include "models/runtime/transformer.h"
 
+#if defined(RLSIM_AVX512) && defined(__x86_64__) && defined(__linux__)
+// Intel AMX (Sapphire Rapids and later): the BF16 kernel's tile form, chosen at run time.
+#define RLSIM_AMX 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#endif
+
 namespace rlsim::models {
 namespace {
 
@@ -362,6 +372,143 @@ void f32_kernel(const float* w, std::int64_t ldw, const float* xt, std::int64_t 
 }
 #endif
 
+#ifdef RLSIM_AMX
+// The BF16 kernel on Intel AMX tiles (Intel Architecture Instruction Set Extensions Programming
+// Reference, ch. 3, "Intel AMX": palette 1, eight tile registers of 16 rows x 64 bytes; TDPBF16PS
+// C[m][n] += A[m][2k] B[k][2n] + A[m][2k+1] B[k][2n+1] in FP32, round to nearest even, BF16
+// denormal inputs and FP32 denormal results flushed to zero). A tile row of weights holds 32
+// columns of one panel row's BF16 codes (A: 16 rows), a tile row of activations 16 tokens' pairs
+// of one pair index (B: 16 pair indices, which GemmActivations' tile layout already is), and
+// a C tile 16 rows x 16 tokens of FP32 sums.
+namespace amx {
+constexpr int kTileRows = 16;                                                      // rows of every tile used here
+constexpr int kTileRowBytes = 64;                                                  // bytes per tile row
+constexpr std::int64_t kTileColumns = kTileRowBytes / sizeof(std::uint16_t);       // BF16 columns per A row: 32
+constexpr std::int64_t kXStride = GemmActivations::kTile * sizeof(std::uint32_t);  // bytes between B rows
+constexpr std::int64_t kSumStride = GemmActivations::kTile * sizeof(float);        // bytes between C rows
+constexpr std::int64_t kTile = GemmActivations::kTile;                             // tokens per tile (out's row length)
+static_assert(kTileRows == kTokenVector && kColumnPad % kTileColumns == 0 && kPanelRows % kTileRows == 0);
+
+// The LDTILECFG operand (the reference's "TILECFG"): palette 1, every tile 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {};
+  std::uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Whether the CPU has AMX-TILE and AMX-BF16 (CPUID.(EAX=7, ECX=0):EDX bits 24 and 22) and Linux
+// gives this process the tile state, which it does only on request (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16 and later: Documentation/arch/x86/xstate.rst).
+bool host_supports() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
+  if ((d & kAmxBf16) == 0 || (d & kAmxTile) == 0) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+std::atomic<bool> allowed{true};
+
+bool active() {
+  static const bool supported = host_supports();
+  return supported && allowed.load(std::memory_order_relaxed);
+}
+
+// C tiles 0..3 (sums), A tiles 4 and 5 (weight row groups g and g + 1), B tiles 6 and 7 (token
+// vectors v and v + 1). Tile numbers are immediates in the instructions, hence the macros' literals.
+#define RLSIM_AMX_LOAD_A(t, g, k) _tile_loadd(t, w + (g)*kTileRows * ldw + (k), ldw * sizeof(std::uint16_t))
+#define RLSIM_AMX_LOAD_B(t, v, k) _tile_loadd(t, xt + ((k) / 2) * GemmActivations::kTile + kTokenVector * (v), kXStride)
+
+// Sums of columns [k0, k1) (multiples of 32) of weight row groups g0, g0 + 1 (when rows2) by token
+// vectors v0, v0 + 1 (when cols2) into C tiles 0 (g0, v0), 1 (g0, v0 + 1), 2 (g0 + 1, v0), 3 (g0 + 1, v0 + 1),
+// which start at zero.
+__attribute__((target("amx-tile,amx-bf16"))) inline void tile_sums(const std::uint16_t* w, std::int64_t ldw,
+                                                                   const std::uint32_t* xt, int g0, int v0, bool rows2,
+                                                                   bool cols2, std::int64_t k0, std::int64_t k1) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (std::int64_t k = k0; k < k1; k += kTileColumns) {
+    RLSIM_AMX_LOAD_A(4, g0, k);
+    RLSIM_AMX_LOAD_B(6, v0, k);
+    _tile_dpbf16ps(0, 4, 6);
+    if (cols2) {
+      RLSIM_AMX_LOAD_B(7, v0 + 1, k);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if (rows2) {
+      RLSIM_AMX_LOAD_A(5, g0 + 1, k);
+      _tile_dpbf16ps(2, 5, 6);
+      if (cols2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+#undef RLSIM_AMX_LOAD_A
+#undef RLSIM_AMX_LOAD_B
+
+// C tiles 0..3 as tile_sums left them, stored to c[4][16 x 16] (row stride 64 bytes).
+__attribute__((target("amx-tile"))) inline void store_tiles(float (&c)[4][kTileRows * kTokenVector], bool rows2, bool cols2) {
+  constexpr std::int64_t kStride = kTokenVector * sizeof(float);
+  _tile_stored(0, c[0], kStride);
+  if (cols2) _tile_stored(1, c[1], kStride);
+  if (rows2) _tile_stored(2, c[2], kStride);
+  if (rows2 && cols2) _tile_stored(3, c[3], kStride);
+}
+
+// The panel's sums for one token tile, as bf16_kernel computes them over [0, kend) for every row
+// group and token vector: with one block, the whole row's sums (written to out[i * 64 + j]); with
+// blocks (p.kb a multiple of 32), each block's sums times its scale added to out by one FMA per
+// lane, as scaled_blocks does. `groups` row groups of 16 (the panel buffer holds zero rows past
+// its last), `vectors` token vectors; kend a multiple of 32 (the padded row).
+__attribute__((target("amx-tile,amx-bf16"))) void panel_tile(const std::uint16_t* w, std::int64_t ldw, const float* ws,
+                                                             const BlockPlan& p, const std::uint32_t* xt, const float* xs,
+                                                             std::int64_t kend, int groups, int vectors, float* out) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.bytes_per_row[t] = kTileRowBytes, cfg.rows[t] = kTileRows;
+  _tile_loadconfig(&cfg);
+  alignas(64) float c[4][kTileRows * kTokenVector];
+  const std::int64_t step = p.one_block ? kend : p.kb;
+  for (int g0 = 0; g0 < groups; g0 += 2) {
+    const bool rows2 = g0 + 1 < groups;
+    for (int v0 = 0; v0 < vectors; v0 += 2) {
+      const bool cols2 = v0 + 1 < vectors;
+      for (std::int64_t b0 = 0; b0 < kend; b0 += step) {
+        tile_sums(w, ldw, xt, g0, v0, rows2, cols2, b0, std::min(kend, b0 + step));
+        if (p.one_block) {
+          float* o = out + g0 * kTileRows * kTile + kTokenVector * v0;
+          _tile_stored(0, o, kSumStride);
+          if (cols2) _tile_stored(1, o + kTokenVector, kSumStride);
+          if (rows2) _tile_stored(2, o + kTileRows * kTile, kSumStride);
+          if (rows2 && cols2) _tile_stored(3, o + kTileRows * kTile + kTokenVector, kSumStride);
+          continue;
+        }
+        store_tiles(c, rows2, cols2);
+        const std::int64_t wbi = b0 / p.wb, xbi = b0 / p.xb;
+        for (int q = 0; q < 4; ++q) {
+          const int g = g0 + q / 2, v = v0 + q % 2;
+          if ((q / 2 == 1 && !rows2) || (q % 2 == 1 && !cols2)) continue;
+          const __m512 sx = _mm512_loadu_ps(xs + xbi * kTile + kTokenVector * v);
+          for (int i = 0; i < kTileRows; ++i) {
+            const std::int64_t row = g * kTileRows + i;
+            const __m512 sw = _mm512_set1_ps(ws[row * p.nwb + wbi]);
+            float* o = out + row * kTile + kTokenVector * v;
+            const __m512 sums = _mm512_load_ps(c[q] + i * kTokenVector);
+            _mm512_storeu_ps(o, _mm512_fmadd_ps(sums, p.x_at_end ? sw : _mm512_mul_ps(sx, sw), _mm512_loadu_ps(o)));
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+}  // namespace amx
+#endif
+
 #ifdef RLSIM_AVX2
 // The same kernels on AVX2 + FMA (simd.h's V16: a 16-token vector as two 8-lane registers), with
 // every lane's arithmetic as in the AVX-512 kernels without AVX512-BF16: a pair's two products as
@@ -594,11 +741,22 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
       w.decode_rows_bf16(r0, r0 + n, buf.codes.data(), ld);
       w.block_scales(r0, r0 + n, buf.scales.data());
     }
+#ifdef RLSIM_AMX
+    const bool use_amx = amx::active() && p.kb % amx::kTileColumns == 0;  // one block: p.kb is the padded row
+    const int groups = static_cast<int>((n + amx::kTileRows - 1) / amx::kTileRows);
+#endif
     for (std::int64_t t0 = 0; t0 < x.tokens; t0 += GemmActivations::kTile) {
       const int vectors = tile_vectors(x, t0);
       const std::uint32_t* xt = x.pairs.data() + x.pair_index(t0, 0);
       const float* xs = x.scales.data() + x.scale_index(t0, 0);
       std::fill(buf.sums.begin(), buf.sums.end(), 0.0f);
+#ifdef RLSIM_AMX
+      if (use_amx) {
+        amx::panel_tile(buf.codes.data(), ld, buf.scales.data(), p, xt, xs, x.kpad, groups, vectors, buf.sums.data());
+        scatter(t0, buf.scales.data(), p.nwb, p.one_block ? Scale::kRowAndToken : (p.x_at_end ? Scale::kToken : Scale::kNone));
+        continue;
+      }
+#endif
       for (std::int64_t k0 = 0; k0 < kend; k0 += p.kc) {
         const std::int64_t k1 = std::min(kend, k0 + p.kc);
         if (p.one_block) {
@@ -631,6 +789,22 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
 }
 
 }  // namespace
+
+bool gemm_uses_amx() {
+#ifdef RLSIM_AMX
+  return amx::active();
+#else
+  return false;
+#endif
+}
+
+void gemm_allow_amx(bool allow) {
+#ifdef RLSIM_AMX
+  amx::allowed.store(allow, std::memory_order_relaxed);
+#else
+  (void)allow;
+#endif
+}
 
 void gemm(std::span<const GemmJob> jobs) {
   // Work units: panels of kPanelRows rows, each costing rows x cols x tokens multiply-adds.

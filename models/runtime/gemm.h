@@ -92,4 +92,16 @@ void gemm(std::span<const GemmJob> jobs);
 /// Whether the BF16 kernel uses the AVX512-BF16 dot-product instruction in this build.
 bool gemm_uses_avx512_bf16();
 
+/// Whether the BF16 kernel runs on Intel AMX tiles (TDPBF16PS, Intel Architecture Instruction Set
+/// Extensions Programming Reference ch. 3): AVX-512 builds on a CPU with AMX-TILE and AMX-BF16
+/// whose kernel grants the process the tile state, unless gemm_allow_amx(false). Chosen at run
+/// time, for joint scale blocks of a multiple of 32 columns (every built-in recipe) or one block
+/// per row. The products are the same; FP32 sums differ from the AVX-512 kernel's in rounding
+/// (each 32-column step's pairs, with denormal inputs and results flushed to zero), within the
+/// same bound, and a token's sums still do not depend on the other tokens of the call.
+bool gemm_uses_amx();
+
+/// Allows (the default) or forbids the AMX kernel, for all threads (benchmarks compare the two).
+void gemm_allow_amx(bool allow);
+
 }  // namespace rlsim::models

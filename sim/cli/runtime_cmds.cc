@@ -301,6 +301,13 @@ RuntimeRates bench_precision(const models::ModelWeights& w, const models::Runtim
                      r.decode / (gbps * 1e9 / bytes), bytes);
   out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, r.prefill);
   out << fmt::format("prefill-logits {} {:.1f} tok/s\n", p.name, r.prefill_logits);
+  if (models::gemm_uses_amx()) {
+    // The same prefill on the AVX-512 kernel, so that a host with AMX shows what the tiles bring.
+    models::gemm_allow_amx(false);
+    const double rate = best_rate(o.prefill_tokens, o.repeat, false, [&] { model.reset(), model.extend(prompt); });
+    models::gemm_allow_amx(true);
+    out << fmt::format("prefill-no-amx {} {:.1f} tok/s\n", p.name, rate);
+  }
   out << fmt::format("weights {} resident_bytes {} packed_bytes {} ratio {:.3f}\n", p.name, mem.resident, mem.packed,
                      static_cast<double>(mem.resident) / static_cast<double>(mem.packed));
   out.flush();
@@ -322,7 +329,8 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
       "rlsim bench runtime: {} shapes (dim {}, ffn {}, {} layers, {} heads / {} kv, vocab {}), synthetic weights, {} threads, "
       "{} decode kernels, {} prefill GEMM, best of {}\n",
       c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads, models::simd_kernels_name(),
-      models::gemm_uses_avx512_bf16()
+      models::gemm_uses_amx() ? std::string("AMX-BF16")
+      : models::gemm_uses_avx512_bf16()
           ? std::string("AVX512-BF16")
           : (models::simd_kernels_available() ? fmt::format("{} FP32", models::simd_kernels_name()) : "scalar"),
       o.repeat);

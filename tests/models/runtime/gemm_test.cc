@@ -122,6 +122,37 @@ TEST(PrefillGemm, SeveralJobsInOneCallMatchOneByOne) {
   }
 }
 
+TEST(PrefillGemm, ATokensSumsDoNotDependOnTheOtherTokensOfTheCall) {
+  // Tokens 17..20 sit in the second 16-token vector of the first tile of a 70-token call and in
+  // the first vector alone; token 69 in the second tile. Where the activations round row by row,
+  // each must get the same bits either way, on every kernel (AVX-512 register blocks of 1-4
+  // vectors, AVX2, AMX tiles of 1 or 2 vectors, the portable loops).
+  const std::int64_t rows = 70, cols = 256, tokens = 70;
+  const std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 11, 1.0f);
+  for (const Pair& pc : kPairs) {
+    const Format wf = parse_format(pc.weight), af = parse_format(pc.activation);
+    if (!rows_round_independently(af)) continue;
+    SCOPED_TRACE(std::string(pc.weight) + " x " + pc.activation);
+    const PackedWeight p(
+        quantize(wf, rows, cols, std::span<const float>(normal(static_cast<std::size_t>(rows * cols), 12, 0.05f))));
+    const bool bf16 = gemm_bf16_applies(p, af);
+    auto run = [&](std::int64_t t0, std::int64_t n) {
+      const GemmActivations a(x.data() + t0 * cols, n, cols, af, bf16);
+      std::vector<float> y(static_cast<std::size_t>(n * rows));
+      const GemmJob job{&p, &a, y.data(), rows};
+      gemm(std::span<const GemmJob>(&job, 1));
+      return y;
+    };
+    const std::vector<float> all = run(0, tokens);
+    for (const auto& [t0, n] : {std::pair<std::int64_t, std::int64_t>{17, 4}, {69, 1}}) {
+      const std::vector<float> alone = run(t0, n);
+      for (std::int64_t i = 0; i < n * rows; ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(alone[i]), std::bit_cast<std::uint32_t>(all[t0 * rows + i]))
+            << "token " << t0 + i / rows;
+    }
+  }
+}
+
 TEST(PrefillGemm, DecodedOperandsAreExact) {
   for (const char* name : {"bf16", "fp8-e4m3/block128x128", "mxfp8", "int4/group32", "nvfp4"}) {
     SCOPED_TRACE(name);
