@@ -105,6 +105,7 @@ const std::vector<std::string>& drift_file_keys() {
 }
 
 int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) {
+  use_host_independent_kernels();
   DriftCliOptions o = cli;
   if (!o.file.empty()) merge_drift_file(o);
   if (!o.model) throw sim::ScenarioError("rlsim drift: no model (give --model or model: in the drift file)");

@@ -50,6 +50,8 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+void use_host_independent_kernels() { models::gemm_allow_amx(false); }
+
 std::vector<std::vector<int>> encode_prompts(const models::Tokenizer& tokenizer, const models::TransformerConfig& config,
                                              const std::vector<std::string>& texts, int count) {
   const int bos = config.bos >= 0 ? config.bos : tokenizer.bos();

@@ -247,6 +247,7 @@ std::string summary_csv(const std::vector<Run>& runs) {
 
 int cmd_train(const TrainCliOptions& cli, std::ostream& out, std::ostream& err) {
   keep_freed_memory();  // a training worker reuses its buffers every step
+  use_host_independent_kernels();
   if (cli.files.empty()) throw sim::ScenarioError("rlsim train: no train file");
   std::vector<TrainFile> files;
   for (const auto& p : cli.files) files.push_back(read_train_file(p));  // every file checked before any run
