@@ -412,100 +412,77 @@ bool host_supports() {
 }
 
 std::atomic<bool> allowed{true};
+std::atomic<bool> emulate{false};  // gemm_emulate_amx: amx::emulated's panel_tile, on any host
 
 bool active() {
   static const bool supported = host_supports();
   return supported && allowed.load(std::memory_order_relaxed);
 }
 
-// C tiles 0..3 (sums), A tiles 4 and 5 (weight row groups g and g + 1), B tiles 6 and 7 (token
-// vectors v and v + 1). Tile numbers are immediates in the instructions, hence the macros' literals.
-#define RLSIM_AMX_LOAD_A(t, g, k) _tile_loadd(t, w + (g)*kTileRows * ldw + (k), ldw * sizeof(std::uint16_t))
-#define RLSIM_AMX_LOAD_B(t, v, k) _tile_loadd(t, xt + ((k) / 2) * GemmActivations::kTile + kTokenVector * (v), kXStride)
+#include "models/runtime/gemm_amx_tiles.inc"
 
-// Sums of columns [k0, k1) (multiples of 32) of weight row groups g0, g0 + 1 (when rows2) by token
-// vectors v0, v0 + 1 (when cols2) into C tiles 0 (g0, v0), 1 (g0, v0 + 1), 2 (g0 + 1, v0), 3 (g0 + 1, v0 + 1),
-// which start at zero.
-__attribute__((target("amx-tile,amx-bf16"))) inline void tile_sums(const std::uint16_t* w, std::int64_t ldw,
-                                                                   const std::uint32_t* xt, int g0, int v0, bool rows2,
-                                                                   bool cols2, std::int64_t k0, std::int64_t k1) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (std::int64_t k = k0; k < k1; k += kTileColumns) {
-    RLSIM_AMX_LOAD_A(4, g0, k);
-    RLSIM_AMX_LOAD_B(6, v0, k);
-    _tile_dpbf16ps(0, 4, 6);
-    if (cols2) {
-      RLSIM_AMX_LOAD_B(7, v0 + 1, k);
-      _tile_dpbf16ps(1, 4, 7);
-    }
-    if (rows2) {
-      RLSIM_AMX_LOAD_A(5, g0 + 1, k);
-      _tile_dpbf16ps(2, 5, 6);
-      if (cols2) _tile_dpbf16ps(3, 5, 7);
-    }
-  }
+// The tile instructions in scalar code, as the reference defines them (ch. 3, "TDPBF16PS",
+// "TILELOADD", "TILESTORED", "TILEZERO"): per thread, 8 tiles of 16 rows x 64 bytes; TDPBF16PS
+// adds, row by row and pair index by pair index, the even pair's product, then the odd's, each
+// rounded to FP32 (nearest even), BF16 denormal inputs and FP32 denormal results as zero. The
+// products of two BF16 values are exact in FP32, so only the additions round.
+namespace emulated {
+thread_local std::uint8_t tile[8][kTileRows][kTileRowBytes];
+
+inline void load(int t, const void* base, std::int64_t stride) {
+  for (int r = 0; r < kTileRows; ++r) std::memcpy(tile[t][r], static_cast<const std::uint8_t*>(base) + r * stride, kTileRowBytes);
 }
-#undef RLSIM_AMX_LOAD_A
-#undef RLSIM_AMX_LOAD_B
-
-// C tiles 0..3 as tile_sums left them, stored to c[4][16 x 16] (row stride 64 bytes).
-__attribute__((target("amx-tile"))) inline void store_tiles(float (&c)[4][kTileRows * kTokenVector], bool rows2, bool cols2) {
-  constexpr std::int64_t kStride = kTokenVector * sizeof(float);
-  _tile_stored(0, c[0], kStride);
-  if (cols2) _tile_stored(1, c[1], kStride);
-  if (rows2) _tile_stored(2, c[2], kStride);
-  if (rows2 && cols2) _tile_stored(3, c[3], kStride);
+inline void store(int t, void* base, std::int64_t stride) {
+  for (int r = 0; r < kTileRows; ++r) std::memcpy(static_cast<std::uint8_t*>(base) + r * stride, tile[t][r], kTileRowBytes);
 }
-
-// The panel's sums for one token tile, as bf16_kernel computes them over [0, kend) for every row
-// group and token vector: with one block, the whole row's sums (written to out[i * 64 + j]); with
-// blocks (p.kb a multiple of 32), each block's sums times its scale added to out by one FMA per
-// lane, as scaled_blocks does. `groups` row groups of 16 (the panel buffer holds zero rows past
-// its last), `vectors` token vectors; kend a multiple of 32 (the padded row).
-__attribute__((target("amx-tile,amx-bf16"))) void panel_tile(const std::uint16_t* w, std::int64_t ldw, const float* ws,
-                                                             const BlockPlan& p, const std::uint32_t* xt, const float* xs,
-                                                             std::int64_t kend, int groups, int vectors, float* out) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.bytes_per_row[t] = kTileRowBytes, cfg.rows[t] = kTileRows;
-  _tile_loadconfig(&cfg);
-  alignas(64) float c[4][kTileRows * kTokenVector];
-  const std::int64_t step = p.one_block ? kend : p.kb;
-  for (int g0 = 0; g0 < groups; g0 += 2) {
-    const bool rows2 = g0 + 1 < groups;
-    for (int v0 = 0; v0 < vectors; v0 += 2) {
-      const bool cols2 = v0 + 1 < vectors;
-      for (std::int64_t b0 = 0; b0 < kend; b0 += step) {
-        tile_sums(w, ldw, xt, g0, v0, rows2, cols2, b0, std::min(kend, b0 + step));
-        if (p.one_block) {
-          float* o = out + g0 * kTileRows * kTile + kTokenVector * v0;
-          _tile_stored(0, o, kSumStride);
-          if (cols2) _tile_stored(1, o + kTokenVector, kSumStride);
-          if (rows2) _tile_stored(2, o + kTileRows * kTile, kSumStride);
-          if (rows2 && cols2) _tile_stored(3, o + kTileRows * kTile + kTokenVector, kSumStride);
-          continue;
-        }
-        store_tiles(c, rows2, cols2);
-        const std::int64_t wbi = b0 / p.wb, xbi = b0 / p.xb;
-        for (int q = 0; q < 4; ++q) {
-          const int g = g0 + q / 2, v = v0 + q % 2;
-          if ((q / 2 == 1 && !rows2) || (q % 2 == 1 && !cols2)) continue;
-          const __m512 sx = _mm512_loadu_ps(xs + xbi * kTile + kTokenVector * v);
-          for (int i = 0; i < kTileRows; ++i) {
-            const std::int64_t row = g * kTileRows + i;
-            const __m512 sw = _mm512_set1_ps(ws[row * p.nwb + wbi]);
-            float* o = out + row * kTile + kTokenVector * v;
-            const __m512 sums = _mm512_load_ps(c[q] + i * kTokenVector);
-            _mm512_storeu_ps(o, _mm512_fmadd_ps(sums, p.x_at_end ? sw : _mm512_mul_ps(sx, sw), _mm512_loadu_ps(o)));
-          }
-        }
+inline float flush_denormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+inline float bf16_at(int t, int r, int i) {  // BF16 element i of row r, denormals as zero
+  std::uint16_t h;
+  std::memcpy(&h, &tile[t][r][2 * i], sizeof h);
+  return flush_denormal(std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16));
+}
+inline void dpbf16ps(int c, int a, int b) {
+  for (int m = 0; m < kTileRows; ++m) {
+    for (int k = 0; k < kTileRowBytes / 4; ++k) {
+      for (int n = 0; n < kTileRowBytes / 4; ++n) {
+        float acc;
+        std::memcpy(&acc, &tile[c][m][4 * n], sizeof acc);
+        const float even = bf16_at(a, m, 2 * k) * bf16_at(b, k, 2 * n);
+        acc = flush_denormal(acc + even);
+        const float odd = bf16_at(a, m, 2 * k + 1) * bf16_at(b, k, 2 * n + 1);
+        acc = flush_denormal(acc + odd);
+        std::memcpy(&tile[c][m][4 * n], &acc, sizeof acc);
       }
     }
   }
-  _tile_release();
 }
+
+#pragma push_macro("_tile_loadd")
+#pragma push_macro("_tile_stored")
+#pragma push_macro("_tile_zero")
+#pragma push_macro("_tile_dpbf16ps")
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#define _tile_loadd(t, base, stride) load(t, base, static_cast<std::int64_t>(stride))
+#define _tile_stored(t, base, stride) store(t, base, static_cast<std::int64_t>(stride))
+#define _tile_zero(t) std::memset(tile[t], 0, sizeof tile[t])
+#define _tile_dpbf16ps(c, a, b) dpbf16ps(c, a, b)
+#define _tile_loadconfig(config) static_cast<void>(config)
+#define _tile_release() static_cast<void>(0)
+#include "models/runtime/gemm_amx_tiles.inc"
+#undef _tile_loadconfig
+#undef _tile_release
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#pragma pop_macro("_tile_loadd")
+#pragma pop_macro("_tile_stored")
+#pragma pop_macro("_tile_zero")
+#pragma pop_macro("_tile_dpbf16ps")
+}  // namespace emulated
 }  // namespace amx
 #endif
 
@@ -742,7 +719,8 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
       w.block_scales(r0, r0 + n, buf.scales.data());
     }
 #ifdef RLSIM_AMX
-    const bool use_amx = amx::active() && p.kb % amx::kTileColumns == 0;  // one block: p.kb is the padded row
+    const bool emulate_amx = amx::emulate.load(std::memory_order_relaxed);
+    const bool use_amx = (emulate_amx || amx::active()) && p.kb % amx::kTileColumns == 0;  // one block: p.kb is the padded row
     const int groups = static_cast<int>((n + amx::kTileRows - 1) / amx::kTileRows);
 #endif
     for (std::int64_t t0 = 0; t0 < x.tokens; t0 += GemmActivations::kTile) {
@@ -752,7 +730,8 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
       std::fill(buf.sums.begin(), buf.sums.end(), 0.0f);
 #ifdef RLSIM_AMX
       if (use_amx) {
-        amx::panel_tile(buf.codes.data(), ld, buf.scales.data(), p, xt, xs, x.kpad, groups, vectors, buf.sums.data());
+        (emulate_amx ? amx::emulated::panel_tile : amx::panel_tile)(buf.codes.data(), ld, buf.scales.data(), p, xt, xs, x.kpad,
+                                                                    groups, vectors, buf.sums.data());
         scatter(t0, buf.scales.data(), p.nwb, p.one_block ? Scale::kRowAndToken : (p.x_at_end ? Scale::kToken : Scale::kNone));
         continue;
       }
@@ -795,6 +774,15 @@ bool gemm_uses_amx() {
   return amx::active();
 #else
   return false;
+#endif
+}
+
+bool gemm_emulate_amx(bool on) {
+#ifdef RLSIM_AMX
+  amx::emulate.store(on, std::memory_order_relaxed);
+  return true;
+#else
+  return !on;
 #endif
 }
 

@@ -104,4 +104,10 @@ bool gemm_uses_amx();
 /// Allows (the default) or forbids the AMX kernel, for all threads (benchmarks compare the two).
 void gemm_allow_amx(bool allow);
 
+/// For tests: with `on`, the BF16 kernel runs the AMX kernel's code with each tile instruction
+/// replaced by its scalar definition (gemm_amx_tiles.inc), on any AVX-512 Linux build, so that
+/// the kernel's tiling and scaling are tested on hosts without AMX (about 50x slower than the
+/// SIMD kernel). Returns false, changing nothing, where the build has no AMX kernel and `on`.
+bool gemm_emulate_amx(bool on);
+
 }  // namespace rlsim::models

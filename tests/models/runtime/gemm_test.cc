@@ -122,11 +122,10 @@ TEST(PrefillGemm, SeveralJobsInOneCallMatchOneByOne) {
   }
 }
 
-TEST(PrefillGemm, ATokensSumsDoNotDependOnTheOtherTokensOfTheCall) {
-  // Tokens 17..20 sit in the second 16-token vector of the first tile of a 70-token call and in
-  // the first vector alone; token 69 in the second tile. Where the activations round row by row,
-  // each must get the same bits either way, on every kernel (AVX-512 register blocks of 1-4
-  // vectors, AVX2, AMX tiles of 1 or 2 vectors, the portable loops).
+// Tokens 17..20 sit in the second 16-token vector of the first tile of a 70-token call and in
+// the first vector alone; token 69 in the second tile. Where the activations round row by row,
+// each must get the same bits either way.
+void check_token_independence() {
   const std::int64_t rows = 70, cols = 256, tokens = 70;
   const std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 11, 1.0f);
   for (const Pair& pc : kPairs) {
@@ -151,6 +150,30 @@ TEST(PrefillGemm, ATokensSumsDoNotDependOnTheOtherTokensOfTheCall) {
             << "token " << t0 + i / rows;
     }
   }
+}
+
+TEST(PrefillGemm, ATokensSumsDoNotDependOnTheOtherTokensOfTheCall) {
+  // On the host's kernel: AVX-512 register blocks of 1-4 vectors, AVX2, AMX tiles, the portable loops.
+  check_token_independence();
+}
+
+TEST(PrefillGemm, AmxKernelWithEmulatedTilesMeetsTheSameChecks) {
+  // The AMX kernel's code (2 x 2 tile blocks, partial ones at a panel's or a tile's edge, scaled
+  // blocks of 32 and 128 columns, ragged rows and columns) with its tile instructions emulated:
+  // CI hosts have no AMX, and this keeps the code they would not run tested.
+  if (!gemm_emulate_amx(true)) GTEST_SKIP() << "this build has no AMX kernel (AVX-512 Linux builds have one)";
+  struct Restore {
+    ~Restore() { gemm_emulate_amx(false); }
+  } restore;
+  for (const Pair& pc : kPairs) {
+    check(pc, 96, 256, 64);
+    check(pc, 53, 160, 37);
+  }
+  check({"fp8-e4m3/block128x128", "fp8-e4m3/group1x128", true}, 50, 200, 130);
+  check({"int4/group32", "bf16", true}, 50, 200, 130);
+  check({"bf16", "bf16", true}, 49, 99, 130);
+  check({"nvfp4", "nvfp4", true}, 50, 208, 2);
+  check_token_independence();
 }
 
 TEST(PrefillGemm, DecodedOperandsAreExact) {
