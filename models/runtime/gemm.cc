@@ -387,6 +387,8 @@ constexpr std::int64_t kTileColumns = kTileRowBytes / sizeof(std::uint16_t);    
 constexpr std::int64_t kXStride = GemmActivations::kTile * sizeof(std::uint32_t);  // bytes between B rows
 constexpr std::int64_t kSumStride = GemmActivations::kTile * sizeof(float);        // bytes between C rows
 constexpr std::int64_t kTile = GemmActivations::kTile;                             // tokens per tile (out's row length)
+constexpr int kTiles = 8;                                                          // tile registers of palette 1
+constexpr int kSumTiles = 4;                                                       // C tiles of a 2 x 2 block (tile_sums)
 static_assert(kTileRows == kTokenVector && kColumnPad % kTileColumns == 0 && kPanelRows % kTileRows == 0);
 
 // The LDTILECFG operand (the reference's "TILECFG"): palette 1, every tile 16 rows x 64 bytes.
@@ -427,7 +429,7 @@ bool active() {
 // rounded to FP32 (nearest even), BF16 denormal inputs and FP32 denormal results as zero. The
 // products of two BF16 values are exact in FP32, so only the additions round.
 namespace emulated {
-thread_local std::uint8_t tile[8][kTileRows][kTileRowBytes];
+thread_local std::uint8_t tile[kTiles][kTileRows][kTileRowBytes];
 
 inline void load(int t, const void* base, std::int64_t stride) {
   for (int r = 0; r < kTileRows; ++r) std::memcpy(tile[t][r], static_cast<const std::uint8_t*>(base) + r * stride, kTileRowBytes);
@@ -442,9 +444,10 @@ inline float bf16_at(int t, int r, int i) {  // BF16 element i of row r, denorma
   return flush_denormal(std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16));
 }
 inline void dpbf16ps(int c, int a, int b) {
+  constexpr int kPairs = kTileColumns / 2, kSums = kTileRowBytes / sizeof(float);  // B's rows, C's columns
   for (int m = 0; m < kTileRows; ++m) {
-    for (int k = 0; k < kTileRowBytes / 4; ++k) {
-      for (int n = 0; n < kTileRowBytes / 4; ++n) {
+    for (int k = 0; k < kPairs; ++k) {
+      for (int n = 0; n < kSums; ++n) {
         float acc;
         std::memcpy(&acc, &tile[c][m][4 * n], sizeof acc);
         const float even = bf16_at(a, m, 2 * k) * bf16_at(b, k, 2 * n);
@@ -718,6 +721,7 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
       w.decode_rows_bf16(r0, r0 + n, buf.codes.data(), ld);
       w.block_scales(r0, r0 + n, buf.scales.data());
     }
+    const Scale sums_scale = p.one_block ? Scale::kRowAndToken : (p.x_at_end ? Scale::kToken : Scale::kNone);
 #ifdef RLSIM_AMX
     const bool emulate_amx = amx::emulate.load(std::memory_order_relaxed);
     const bool use_amx = (emulate_amx || amx::active()) && p.kb % amx::kTileColumns == 0;  // one block: p.kb is the padded row
@@ -732,7 +736,7 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
       if (use_amx) {
         (emulate_amx ? amx::emulated::panel_tile : amx::panel_tile)(buf.codes.data(), ld, buf.scales.data(), p, xt, xs, x.kpad,
                                                                     groups, vectors, buf.sums.data());
-        scatter(t0, buf.scales.data(), p.nwb, p.one_block ? Scale::kRowAndToken : (p.x_at_end ? Scale::kToken : Scale::kNone));
+        scatter(t0, buf.scales.data(), p.nwb, sums_scale);
         continue;
       }
 #endif
@@ -748,7 +752,7 @@ void run_panel(const GemmJob& j, std::int64_t r0, std::int64_t n, PanelBuffers& 
                                   buf.sums.data() + i0 * 64);
         }
       }
-      scatter(t0, buf.scales.data(), p.nwb, p.one_block ? Scale::kRowAndToken : (p.x_at_end ? Scale::kToken : Scale::kNone));
+      scatter(t0, buf.scales.data(), p.nwb, sums_scale);
     }
     return;
   }
