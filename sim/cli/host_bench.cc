@@ -207,6 +207,7 @@ int bench_host(const std::string& model, int repeat, std::ostream& out) {
   omp_set_num_threads(1);
 #endif
   keep_freed_memory();
+  use_host_independent_kernels();  // the kernels `rlsim train`, whose loop these rates predict, runs
   const int saved_eigen = Eigen::nbThreads();
   Eigen::setNbThreads(1);
   const models::ModelWeights w = models::load_model(model);

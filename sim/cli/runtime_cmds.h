@@ -113,10 +113,11 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
 void keep_freed_memory();
 
 /// Forbids the prefill GEMM's AMX kernel (models::gemm_allow_amx) for the rest of the process.
-/// `rlsim drift` and `rlsim train` call it: their figures (README's drift table, docs/train-study)
-/// are compared across machines, and the SIMD kernels give the same bits on every AVX-512 and
-/// AVX2 host, where AMX tiles round their FP32 sums their own way (on an Intel Xeon with AMX,
-/// 2026-11-28, bf16:bf16 drift's mean |delta| came out 14-17 % lower with them).
+/// `rlsim drift` and `rlsim train` call it, and `rlsim bench host`, which measures the rates of
+/// train's loop. Their figures (README's drift table, docs/train-study) are compared across
+/// machines, and the SIMD kernels give the same bits on every AVX-512 and AVX2 host, where AMX
+/// tiles round their FP32 sums their own way (on an Intel Xeon with AMX, 2026-11-28, bf16:bf16
+/// drift's mean |delta| came out 14-17 % lower with them).
 void use_host_independent_kernels();
 
 /// Read bandwidth in GB/s (1e9 bytes per second): the best of `repeat` passes summing a buffer of
