@@ -96,9 +96,9 @@ bool gemm_uses_avx512_bf16();
 /// Extensions Programming Reference ch. 3): AVX-512 builds on a CPU with AMX-TILE and AMX-BF16
 /// whose kernel grants the process the tile state, unless gemm_allow_amx(false). Chosen at run
 /// time, for joint scale blocks of a multiple of 32 columns (every built-in recipe) or one block
-/// per row. The products are the same; FP32 sums differ from the AVX-512 kernel's in rounding
-/// (each 32-column step's pairs, with denormal inputs and results flushed to zero), within the
-/// same bound, and a token's sums still do not depend on the other tokens of the call.
+/// per row. The products are the same; the FP32 sums round differently from the AVX-512 kernel's
+/// (the tile unit adds in its own order and flushes denormal inputs and results to zero), within
+/// the same bound, and a token's sums still do not depend on the other tokens of the call.
 bool gemm_uses_amx();
 
 /// Allows (the default) or forbids the AMX kernel, for all threads (benchmarks compare the two).
@@ -106,8 +106,8 @@ void gemm_allow_amx(bool allow);
 
 /// For tests: with `on`, the BF16 kernel runs the AMX kernel's code with each tile instruction
 /// replaced by its scalar definition (gemm_amx_tiles.inc), on any AVX-512 Linux build, so that
-/// the kernel's tiling and scaling are tested on hosts without AMX (about 50x slower than the
-/// SIMD kernel). Returns false, changing nothing, where the build has no AMX kernel and `on`.
+/// the kernel's tiling and scaling are tested on hosts without AMX (scalar code: for tests only).
+/// Returns false, changing nothing, where the build has no AMX kernel and `on`.
 bool gemm_emulate_amx(bool on);
 
 }  // namespace rlsim::models

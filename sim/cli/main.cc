@@ -199,9 +199,9 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
           "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
           "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
           "precision on synthetic weights (on a CPU with AMX, also the prefill without it); reload: the quantised weight reload "
-          "lifecycle (restore, load, quantise, "
-          "transform) for --cycles cycles, per-stage times and bytes, checked bit for bit against a fresh load; plan: a "
-          "1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on --jobs threads")
+          "lifecycle (restore, load, quantise, transform) for --cycles cycles, per-stage times and bytes, checked bit for bit "
+          "against a fresh load; plan: a 1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on "
+          "--jobs threads")
       ->check(CLI::IsMember({"sim", "quantize", "verify", "runtime", "reload", "plan", "host"}))
       ->capture_default_str();
   bench->add_option(
