@@ -6,9 +6,10 @@
 // products and no FP32 copy of the weights is kept. Two kernels:
 //  - BF16 dot products, when the weight's codes and the activation format's codes are exactly
 //    BF16 values (BF16, E4M3, E5M2, E2M1, INT4, INT8): codes are multiplied in pairs into FP32
-//    (VDPBF16PS where the build targets AVX512-BF16, Intel SDM vol. 2 "VDPBF16PS"; else the
-//    same products in FP32 FMAs, on AVX-512 or AVX2), each joint scale block's sum is multiplied by its weight block
-//    scale times its activation block scale and added in FP32. Where a block scale times a code is
+//    (VDPBF16PS where the build targets AVX512-BF16, Intel SDM vol. 2 "VDPBF16PS"; AMX tiles where
+//    the CPU has them, gemm_uses_amx(); else the same products in FP32 FMAs, on AVX-512 or AVX2),
+//    each joint scale block's sum is multiplied by its weight block scale times its activation
+//    block scale and added in FP32. Where a block scale times a code is
 //    itself exactly a BF16 value (NVFP4's E4M3 scales on E2M1 codes), the scale is folded into the
 //    codes instead and only the tensor scales multiply each row's sum. W8A8 recipes quantise the
 //    activations per block as their rollout engine does (DeepSeek-V3 sec. 3.3: 1x128 groups; OCP
