@@ -13,6 +13,9 @@
 
 #include "models/precision/simd.h"
 
+#ifdef RLSIM_SIMD16
+#include <cpuid.h>  // the CPU vendor, for the GEMVs' prefetch (kStreamPrefetch)
+#endif
 #ifdef __F16C__
 #include <immintrin.h>  // _cvtsh_ss; hosts with F16C but without AVX-512 (Zen 2/3, Haswell) get it only here
 #endif
@@ -106,6 +109,10 @@ std::string_view simd_kernels_name() {
   return "scalar";
 #endif
 }
+
+#ifndef RLSIM_SIMD16
+std::string gemv_prefetch_name() { return "none"; }
+#endif
 
 WeightLayout PackedWeight::layout_for(const Format& f) {
   const bool scaled = f.scaling.kind != ScaleKind::kNone;
@@ -788,10 +795,6 @@ void PackedWeight::decode_rows_f32(std::int64_t r0, std::int64_t r1, float* out,
 
 #ifdef RLSIM_SIMD16
 namespace {
-// Software prefetch distance. A tile is read as one sequential stream; prefetching this far
-// ahead keeps enough cache-line misses in flight for DRAM bandwidth from one core.
-constexpr std::int64_t kPrefetchBytes = 2048;
-
 inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
 // The same into L2 only (the demand load then brings the line to L1). The k-major passes use it:
@@ -799,6 +802,49 @@ inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<cons
 // lines prefetched into L1 competed with those (mxfp8 decode, 2026-11-28, alternating runs, 16 KB
 // ahead against 8 KB into L1: 70 -> 106 tok/s on one Zen 4 core, 111 -> 148 on two).
 inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1); }
+
+// How the tiled GEMVs prefetch a tile's weights (one sequential stream per tile), chosen once per
+// process from the CPU's vendor (CPUID leaf 0). Prefetching far enough ahead keeps enough cache-line
+// misses in flight for DRAM bandwidth from one core; where the lines go is what the two hosts
+// measured differently (2026-11-28, bench runtime decode, 2 threads, alternating runs):
+//  - Intel Xeon (family 6 model 207, a GPU machine's host): 8 KB ahead into L2 against 2 KB into
+//    L1, three rounds: bf16 63.6-72.8 -> 75.9-93.8 tok/s, fp8-block 83.1-106.9 -> 107.1-122.5;
+//    the 4-bit recipes, bound by their arithmetic, within the run-to-run spread (int4 g32 111-163
+//    against 119-141, nvfp4 142-224 against 147-167);
+//  - AMD Zen 4 (EPYC VM): 2 KB into L1 3-8 % faster on one core (bf16 80 against 78, nvfp4
+//    151-153 against 143-150), the same on two.
+struct StreamPrefetch {
+  std::int64_t bytes;  // how far ahead of the line being read
+  bool to_l2;          // prefetch_l2 instead of prefetch
+};
+
+bool host_is_intel() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+  char vendor[12];
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  return std::string_view(vendor, sizeof vendor) == "GenuineIntel";
+}
+
+const StreamPrefetch kStreamPrefetch = host_is_intel() ? StreamPrefetch{8192, true} : StreamPrefetch{2048, false};
+
+// Prefetches the line kStreamPrefetch.bytes past p.
+inline void prefetch_stream(const std::uint8_t* p) {
+  if (kStreamPrefetch.to_l2) {
+    prefetch_l2(p + kStreamPrefetch.bytes);
+  } else {
+    prefetch(p + kStreamPrefetch.bytes);
+  }
+}
+}  // namespace
+
+std::string gemv_prefetch_name() {
+  return fmt::format("{} KB ahead into {}", kStreamPrefetch.bytes / 1024, kStreamPrefetch.to_l2 ? "L2" : "L1");
+}
+
+namespace {
 
 // The E4M3 kernels sum a block's products of codes and activations, then multiply the block sum by
 // the block scale (as block-scaled FP8 GEMMs promote each K block's partial sum: DeepSeek-V3
@@ -893,7 +939,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64
       for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? _mm512_setzero_ps() : acc[i][n];
     }
     for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
-      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
+      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(p + b);
       __m512 xv[NT];
       for (int n = 0; n < NT; ++n) {
         xv[n] = load_x(x + n * ldx, c, cols_);
@@ -1004,7 +1050,7 @@ void nibble_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cols, 
   std::size_t blk = 0;    // scale block of the current chunk, relative to each row's sbase
   const std::int64_t full = cols / 32;
   for (std::int64_t j = 0; j < chunks; ++j, p += R * CB) {
-    prefetch(p + kPrefetchBytes);
+    prefetch_stream(p);
     if (scaled) nibble_chunk_tables<S, kPerHalf>(sc, lut, j, cols, left, blk, lut_lo, lut_hi);
     __m512 x_lo[NT], x_hi[NT];
     for (int n = 0; n < NT; ++n) {
@@ -1106,7 +1152,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64
       for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? simd::zero16() : acc[i][n];
     }
     for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
-      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
+      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(p + b);
       V16 xv[NT];
       for (int n = 0; n < NT; ++n) {
         xv[n] = load_x(x + n * ldx, c, cols_);
@@ -1207,7 +1253,7 @@ void nibble_tile_values(const std::uint8_t* p, std::int64_t chunks, std::int64_t
   std::size_t blk = 0;
   const std::int64_t full = cols / 32;
   for (std::int64_t j = 0; j < chunks; ++j, p += R * CB) {
-    prefetch(p + kPrefetchBytes);
+    prefetch_stream(p);
     if (scaled) nibble_chunk_scales<S, kPerHalf>(sc, j, cols, left, blk, s_lo, s_hi);
     V16 x_lo[NT], x_hi[NT];
     for (int n = 0; n < NT; ++n) {
@@ -1289,7 +1335,7 @@ void int4_pair(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, con
   __m256 s = k136, s136 = k136;
   std::int64_t left = 0;
   for (std::int64_t j = 0; j < chunks; ++j, p += R * CB, xp += kInt4ActivationFloats) {
-    if (pair == 0) prefetch(p + kPrefetchBytes);
+    if (pair == 0) prefetch_stream(p);
     if (left-- == 0) {
       // The block's R BF16 row scales in every 64-bit lane, this pair's two spread over 4 lanes each.
       std::int64_t block;
@@ -1717,7 +1763,7 @@ void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, flo
   // Two 16-column chunks per step: a row's 32 weights, one dot-product instruction per token
   // (lane l sums the products of columns 2l and 2l + 1 of the 32).
   for (std::int64_t c = 0; c < chunks_; c += 2, p += 2 * R * CB) {
-    for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch(p + kPrefetchBytes + b);
+    for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch_stream(p + b);
     const bool pair = c + 1 < chunks_;
     __m512bh xv[NT];
     for (int n = 0; n < NT; ++n) xv[n] = (__m512bh)_mm512_loadu_si512(xb + n * ldxb + 16 * c);
@@ -2092,7 +2138,7 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
   constexpr __mmask64 kLowByte = 0x1111111111111111ULL;
   const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
   for (std::int64_t j = 0; j < chunks; ++j, p += 64) {
-    prefetch(p + kPrefetchBytes);
+    prefetch_stream(p);
     const __m512i v = _mm512_loadu_si512(p);
     const __m512i wl = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low4));
     const __m512i wh = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
@@ -2145,7 +2191,7 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xc), ones), bias);
   };
   for (std::int64_t j = 0; j < chunks; ++j, p += 64) {
-    prefetch(p + kPrefetchBytes);
+    prefetch_stream(p);
     const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
     const __m256i wl0 = _mm256_shuffle_epi8(table, _mm256_and_si256(v0, low4));

@@ -329,8 +329,9 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
 #endif
   err << fmt::format(
       "rlsim bench runtime: {} shapes (dim {}, ffn {}, {} layers, {} heads / {} kv, vocab {}), synthetic weights, {} threads, "
-      "{} decode kernels, {} prefill GEMM, best of {}\n",
+      "{} decode kernels (prefetch {}), {} prefill GEMM, best of {}\n",
       c.name, c.dim, c.hidden_dim, c.layers, c.heads, c.kv_heads, c.vocab, o.threads, models::simd_kernels_name(),
+      models::gemv_prefetch_name(),
       models::gemm_uses_amx() ? std::string("AMX-BF16")
       : models::gemm_uses_avx512_bf16()
           ? std::string("AVX512-BF16")
