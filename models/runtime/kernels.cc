@@ -811,7 +811,7 @@ inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<c
 //    L1, three rounds: bf16 63.6-72.8 -> 75.9-93.8 tok/s, fp8-block 83.1-106.9 -> 107.1-122.5;
 //    the 4-bit recipes, bound by their arithmetic, within the run-to-run spread (int4 g32 111-163
 //    against 119-141, nvfp4 142-224 against 147-167);
-//  - AMD Zen 4 (EPYC VM): 2 KB into L1 3-8 % faster on one core (bf16 80 against 78, nvfp4
+//  - AMD Zen 4 (EPYC VM): 2 KB into L1 3-8 % faster on one core (bf16 80-81 against 78, nvfp4
 //    151-153 against 143-150), the same on two.
 struct StreamPrefetch {
   std::int64_t bytes;  // how far ahead of the line being read
