@@ -800,7 +800,8 @@ inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<cons
 // The same into L2 only (the demand load then brings the line to L1). The k-major passes use it:
 // each pass reads its columns' lines while loading and storing the running sums of every row, and
 // lines prefetched into L1 competed with those (mxfp8 decode, 2026-11-28, alternating runs, 16 KB
-// ahead against 8 KB into L1: 70 -> 106 tok/s on one Zen 4 core, 111 -> 148 on two).
+// ahead into L2 against 8 KB into L1: 69-74 -> 111-113 tok/s on one Zen 4 core, 118-123 -> 154-156
+// on two; 8 KB into L2 about the same as 16, 4 KB less).
 inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1); }
 
 // How the tiled GEMVs prefetch a tile's weights (one sequential stream per tile), chosen once per
