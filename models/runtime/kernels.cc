@@ -813,7 +813,7 @@ inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<c
 //    the 4-bit recipes, bound by their arithmetic, within the run-to-run spread (int4 g32 111-163
 //    against 119-141, nvfp4 142-224 against 147-167);
 //  - AMD Zen 4 (EPYC VM): 2 KB into L1 3-8 % faster on one core (bf16 80-81 against 78, nvfp4
-//    151-153 against 143-150), the same on two.
+//    151-153 against 143-150), about the same on two.
 struct StreamPrefetch {
   std::int64_t bytes;  // how far ahead of the line being read
   bool to_l2;          // prefetch_l2 instead of prefetch
@@ -822,10 +822,10 @@ struct StreamPrefetch {
 bool host_is_intel() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
-  char vendor[12];
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
+  char vendor[3 * sizeof b];  // EBX, EDX, ECX: "GenuineIntel", "AuthenticAMD", ...
+  std::memcpy(vendor, &b, sizeof b);
+  std::memcpy(vendor + sizeof b, &d, sizeof d);
+  std::memcpy(vendor + sizeof b + sizeof d, &c, sizeof c);
   return std::string_view(vendor, sizeof vendor) == "GenuineIntel";
 }
 
