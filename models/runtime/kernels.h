@@ -182,6 +182,13 @@ class PackedWeight {
   /// FP32 summation bound); the SIMD E4M3 kernels (tiled and k-major) multiply each scale block's
   /// sum of code x x[c] products by the block scale, with x lifted by 2^60 inside the kernel; a
   /// token with a finite |x[c]| >= 2^68, which the lift would overflow, takes the scalar kernel.
+  /// INT4 with BF16 group scales (SIMD builds, scales 0 or of magnitude in [2^-40, 2^40)) takes
+  /// an integer kernel: each 32-column chunk of x as 24-bit fixed point below its largest
+  /// magnitude (exact for BF16 activations within 2^-15 of it, any other x rounded by at most
+  /// 2^-23 of it), each chunk's products summed exactly in integers and added per 8 columns into
+  /// FP32 (one rounding per 8 columns and chunk instead of one per product; the test bound is the
+  /// same FP32 summation bound); a token with a non-finite x or a chunk's largest |x| outside
+  /// [2^-64, 2^64) takes the FP32 kernel.
   void gemv_rows(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
 
   /// The batched GEMV: y[n * ldy + r - r0] = sum_c at(r, c) * x[n * cols() + c] for `tokens`
@@ -270,9 +277,10 @@ class PackedWeight {
   int scale_size() const;                                         // bytes per stored scale
   std::size_t block_index(std::int64_t r, std::int64_t b) const;  // kernel scale slot of row r, block column b
   void check_fits(const QuantizedTensor& q) const;                // throws when q cannot be stored (store_loader)
-  // INT4 codes, tile-ordered BF16 group scales whose blocks are whole 32-column chunks, each
-  // scale finite with |s| < 2^120: the AVX2 single-token INT4 kernel (simd_int4) applies.
-  bool int4_fma_applies() const;
+  // A SIMD build, INT4 codes, tile-ordered BF16 group scales whose blocks are whole 32-column
+  // chunks, each scale 0 or of magnitude in [2^-40, 2^40), no tensor scale: the INT4 integer
+  // kernel (gemm_rows_int4_dot) applies.
+  bool int4_dot_applies() const;
   // kNibble: 32-column chunks per scale block (all of a row's when one scale spans it).
   std::int64_t nibble_chunks_per_block() const { return grid_cols_ == 1 ? chunks_ : block_cols_ / chunk_cols_; }
   std::size_t relayout(bool to_kernel);                                    // loader_to_kernel / kernel_to_loader
@@ -289,11 +297,12 @@ class PackedWeight {
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
   template <int NT>
   void simd_tile(const float* x, float* y, std::int64_t tile) const;  // dispatch on the layout
-#ifdef RLSIM_AVX2
-  // INT4 with BF16 group scales (int4_fma_ok_), one token: y[i] for tile row i from the token's
-  // activations in int4_activations' order (kernels.cc); the bits of simd_nibble<1>.
-  void simd_int4(const float* xp, float* y, std::int64_t tile) const;
-#endif
+  // gemm_rows on the tiled kernels (simd_tile), 4 tokens at a time and the rest one by one.
+  void simd_tiles(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
+  // gemm_rows on the INT4 integer kernel (int4_dot_ok_; kernels.cc, int4_dot_tile): each token's
+  // activations as fixed-point digits, a token they cannot hold on simd_tiles.
+  void gemm_rows_int4_dot(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
+                          std::int64_t r1) const;
   // kE4M3KMajor: rows [r0, r1) of NT tokens, y[n * ldy + r - r0] (kmajor_segment of each
   // segment, then kmajor_combine).
   template <int NT>
@@ -338,7 +347,7 @@ class PackedWeight {
   bool tile_scales_ = false;  // kNibble with 1 x N blocks: scales in tile order
   bool simd_ok_ = false;      // block shape fits the SIMD loops
   bool e2m1_dot_ok_ = false;  // the weight side of e2m1_dot_applies (set when the kernel layout is written)
-  bool int4_fma_ok_ = false;  // int4_fma_applies() (set when the kernel layout is written)
+  bool int4_dot_ok_ = false;  // int4_dot_applies() (set when the kernel layout is written)
   float tensor_scale_ = 1.0f;
   float lut_[16] = {};                // kNibble: value of each 4-bit code
   const float* e4m3_luts_ = nullptr;  // kNibble with E4M3 scales: lut_ times every E4M3 scale (shared)

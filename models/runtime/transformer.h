@@ -69,7 +69,8 @@ std::string_view kernel_mode_name(KernelMode m);
 /// The prefill and decode paths perform the same roundings, so they differ only by FP32
 /// rounding: projections of more than one token run the prefill GEMM of gemm.h, projections of
 /// one token (decode) the GEMV kernels of kernels.h, both on the weights in their storage format
-/// and with the same products (the GEMM applies block scales to each block's sum).
+/// and with the same products (the GEMM applies block scales to each block's sum; the INT4
+/// decode GEMV sums each 32-column chunk's products exactly in integers, PackedWeight::gemv_rows).
 ///
 /// MoE layers (config.experts > 0): the router is a linear in recipe.router (FP32 logits), a
 /// softmax over the experts in FP32, the top experts_per_token (lowest index on ties) with their

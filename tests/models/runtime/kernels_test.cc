@@ -228,8 +228,8 @@ TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
                                                          {"fp8-e4m3/block128x128", 0x1ad5af3dd9c7bacbull},
                                                          {"fp8-e4m3/group1x128", 0xff776516a1febbfcull},
                                                          {"mxfp8", 0x575c503de17bd2e7ull},
-                                                         {"int4/group32", 0x8f8ced3824d9099dull},
-                                                         {"int4/group128", 0x5be18222ef409179ull},
+                                                         {"int4/group32", 0xe90f3863167002ceull},
+                                                         {"int4/group128", 0x7daa0f5ccf813ae9ull},
                                                          {"nvfp4", 0xbc85eb42560120b6ull},
                                                          {"mxfp4", 0x5787a1561e1aaf84ull}};
   for (const auto& [name, want] : cases) {
@@ -313,9 +313,9 @@ TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
 }
 
 TEST(Gemv, Int4WeightsNearFp32MaxKeepFiniteSums) {
-  // INT4 rows near FP32's largest values have BF16 group scales above 2^120; the single-token
-  // AVX2 kernel (weight = (136 + code) s - 136 s) would overflow 136 s there, so such weights take
-  // the sign-extension kernel: one token's sums equal a 4-token call's and stay finite.
+  // INT4 rows near FP32's largest values have BF16 group scales above 2^120, far outside the
+  // integer kernel's [2^-40, 2^40) (its scale x 2^(E - 22) products would overflow), so such
+  // weights take the FP32 kernel: one token's sums equal a 4-token call's and stay finite.
   const std::int64_t rows = 8, cols = 64;
   std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 31, 0.02f);
   for (std::int64_t c = 0; c < cols; ++c) w[static_cast<std::size_t>(3 * cols + c)] = (c % 2 ? -1.0f : 1.0f) * 2e38f;
@@ -327,6 +327,87 @@ TEST(Gemv, Int4WeightsNearFp32MaxKeepFiniteSums) {
   for (std::int64_t r = 0; r < rows; ++r) {
     EXPECT_TRUE(std::isfinite(one[static_cast<std::size_t>(r)])) << "row " << r;
     EXPECT_EQ(one[static_cast<std::size_t>(r)], four[static_cast<std::size_t>(r)]) << "row " << r;
+  }
+}
+
+// The INT4 integer kernel's arithmetic, written out from its specification (kernels.h, gemv_rows):
+// each 32-column chunk of x as the integers v = round(x 2^(22 - E)), 2^(E-1) <= the chunk's
+// largest |x| < 2^E; per lane (columns 4m..4m+3 and 16+4m..16+4m+3) the exact sum of code x v,
+// converted to FP32 and multiplied by (scale x 2^(E - 22)) into the lane's FP32 partial, chunk
+// after chunk; a row's result (l0 + l1) + (l2 + l3).
+std::vector<float> int4_integer_reference(const QuantizedTensor& q, const float* x) {
+  const std::int64_t rows = q.rows, cols = q.cols, chunks = (cols + 31) / 32,
+                     grid_cols = (cols + q.block_cols - 1) / q.block_cols;
+  std::vector<float> y(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float lane[4] = {};
+    for (std::int64_t j = 0; j < chunks; ++j) {
+      float m = 0.0f;
+      for (std::int64_t c = 32 * j; c < std::min(cols, 32 * j + 32); ++c) m = std::max(m, std::fabs(x[c]));
+      const int e = m == 0.0f ? 0 : std::ilogb(m) + 1;
+      const float scale =
+          static_cast<float>(q.scales[static_cast<std::size_t>(r / q.block_rows * grid_cols + 32 * j / q.block_cols)]);
+      for (int l = 0; l < 4; ++l) {
+        std::int64_t sum = 0;
+        for (int k : {4 * l, 4 * l + 1, 4 * l + 2, 4 * l + 3, 16 + 4 * l, 17 + 4 * l, 18 + 4 * l, 19 + 4 * l}) {
+          const std::int64_t c = 32 * j + k;
+          if (c >= cols) continue;
+          const auto code = static_cast<std::int64_t>(decode(Element::kInt4, q.codes[static_cast<std::size_t>(r * cols + c)]));
+          sum += code * static_cast<std::int64_t>(std::nearbyint(std::ldexp(static_cast<double>(x[c]), 22 - e)));
+        }
+        lane[l] = std::fma(static_cast<float>(sum), scale * std::ldexp(1.0f, e - 22), lane[l]);
+      }
+    }
+    y[static_cast<std::size_t>(r)] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  }
+  return y;
+}
+
+TEST(Int4Gemv, IntegerKernelFollowsItsSpecificationAndLeavesOutOfRangeTokensToFp32) {
+  if (!simd_kernels_available()) GTEST_SKIP() << "portable build: INT4 takes the FP32 scalar kernel";
+  // The group formats (BF16 scales); int4/channel's FP32 row scales keep the FP32 kernel.
+  for (const char* name : {"int4/group32", "int4/group128"}) {
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 200}, {64, 576}}) {
+      SCOPED_TRACE(std::string(name) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 21, 0.02f);
+      const QuantizedTensor q = quantize(parse_format(name), rows, cols, std::span<const float>(w));
+      const PackedWeight p(q);
+      // Token 0: BF16 activations (held exactly); 1: FP32 ones; 2: BF16 with elements 2^-20 of
+      // their neighbours (rounded to the fixed point); 3: one |x| >= 2^64 (the FP32 kernel); 4:
+      // zeros. Five tokens: a 4-token group and a single one around the FP32 token.
+      const std::int64_t tokens = 5;
+      std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 22, 1.0f);
+      for (std::int64_t c = 0; c < cols; ++c) {
+        x[static_cast<std::size_t>(c)] = round_bf16(x[static_cast<std::size_t>(c)]);
+        float& v = x[static_cast<std::size_t>(2 * cols + c)];
+        v = round_bf16(c % 7 == 3 ? v * 0x1p-20f : v);
+        x[static_cast<std::size_t>(4 * cols + c)] = 0.0f;
+      }
+      x[static_cast<std::size_t>(3 * cols + 5)] = 0x1p70f;
+      std::vector<float> y(static_cast<std::size_t>(tokens * rows), NAN);
+      GemvJob job{&p, x.data(), y.data(), tokens};
+      gemv(std::span<const GemvJob>(&job, 1));
+      const std::vector<double> deq = dequantize(q);
+      for (std::int64_t n = 0; n < tokens; ++n) {
+        const float* xn = x.data() + n * cols;
+        const std::vector<float> xv(xn, xn + cols);
+        std::vector<double> ref, bound;
+        reference(deq, xv, rows, cols, ref, bound);
+        const std::vector<float> want = int4_integer_reference(q, xn);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const float got = y[static_cast<std::size_t>(n * rows + r)];
+          EXPECT_NEAR(got, ref[static_cast<std::size_t>(r)], bound[static_cast<std::size_t>(r)]) << "token " << n << " row " << r;
+          if (n != 3) {
+            ASSERT_EQ(got, want[static_cast<std::size_t>(r)]) << "token " << n << " row " << r;
+          }
+        }
+      }
+      // Token 3 alone equals its place in the batch (the FP32 kernel either way).
+      std::vector<float> alone(static_cast<std::size_t>(rows));
+      p.gemv_rows(x.data() + 3 * cols, alone.data(), 0, rows);
+      for (std::int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(alone[static_cast<std::size_t>(r)], y[static_cast<std::size_t>(3 * rows + r)]);
+    }
   }
 }
 
