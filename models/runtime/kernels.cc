@@ -1368,6 +1368,23 @@ bool int4_dot_activations(const float* x, std::int64_t cols, std::int64_t chunks
 // Bytes of one 32-column chunk of a 4-row tile (row i's 16 bytes at 16 i).
 constexpr std::int64_t kTileChunkBytes = 4 * chunk_bytes(WeightLayout::kNibble);
 
+// The integer kernels' (int4_dot_tile, e2m1_tile) sum of tile row i from its 4 FP32 lane partials
+// (lanes 4i..4i+3): (l0 + l1) + (l2 + l3).
+inline float tile_row_sum(const float* lane, int i) {
+  return (lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3]);
+}
+
+// 16 bytes at p in each 128-bit lane of a register.
+#ifdef RLSIM_AVX512
+inline __m512i broadcast_16_bytes(const void* p) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+#else
+inline __m256i broadcast_16_bytes(const void* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+#endif
+
 #ifdef RLSIM_AVX512
 // a plus the four sums of 4 products of unsigned bytes u and signed bytes d in each 32-bit lane.
 inline __m512i dot_u8s8(__m512i a, __m512i u, __m512i d) {
@@ -1395,7 +1412,6 @@ void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb,
   for (int k = 0; k < 32; ++k) words[k] = static_cast<std::uint16_t>(k / 8);
   const __m512i spread = _mm512_load_si512(words);
   constexpr __mmask32 kUpperWords = 0xAAAAAAAAu;
-  auto bytes16 = [](const void* q) { return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(q))); };
   __m512 s = _mm512_setzero_ps();
   std::int64_t left = 0;  // chunks before the next scale block
   for (std::int64_t j = 0; j < chunks; ++j, p += kTileChunkBytes) {
@@ -1413,16 +1429,16 @@ void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb,
       __m512i a = _mm512_setzero_si512();
       for (int q = 0; q < 3; ++q) {
         if (q > 0) a = _mm512_slli_epi32(a, 8);
-        a = dot_u8s8(dot_u8s8(a, ul, bytes16(c.digit[q])), uh, bytes16(c.digit[q] + 16));
+        a = dot_u8s8(dot_u8s8(a, ul, broadcast_16_bytes(c.digit[q])), uh, broadcast_16_bytes(c.digit[q] + 16));
       }
-      a = _mm512_add_epi32(a, bytes16(c.bias));
+      a = _mm512_add_epi32(a, broadcast_16_bytes(c.bias));
       acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(s, _mm512_set1_ps(c.unit)), acc[m]);
     }
   }
   for (int m = 0; m < NT; ++m) {
     alignas(64) float lane[16];
     _mm512_store_ps(lane, acc[m]);
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = (lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3]);
+    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i);
   }
 }
 #else
@@ -1444,7 +1460,6 @@ void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb,
       _mm256_setr_epi8(z, z, 0, 1, z, z, 0, 1, z, z, 0, 1, z, z, 0, 1, z, z, 2, 3, z, z, 2, 3, z, z, 2, 3, z, z, 2, 3);
   const __m256i rows23 =
       _mm256_setr_epi8(z, z, 4, 5, z, z, 4, 5, z, z, 4, 5, z, z, 4, 5, z, z, 6, 7, z, z, 6, 7, z, z, 6, 7, z, z, 6, 7);
-  auto bytes16 = [](const void* q) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(q))); };
   auto dot = [&](__m256i a, __m256i u, __m256i d) {
     return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, d), ones));
   };
@@ -1470,11 +1485,11 @@ void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb,
       __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
       for (int q = 0; q < 3; ++q) {
         if (q > 0) a0 = _mm256_slli_epi32(a0, 8), a1 = _mm256_slli_epi32(a1, 8);
-        const __m256i dl = bytes16(c.digit[q]), dh = bytes16(c.digit[q] + 16);
+        const __m256i dl = broadcast_16_bytes(c.digit[q]), dh = broadcast_16_bytes(c.digit[q] + 16);
         a0 = dot(dot(a0, ul0, dl), uh0, dh);
         a1 = dot(dot(a1, ul1, dl), uh1, dh);
       }
-      const __m256i bias = bytes16(c.bias);
+      const __m256i bias = broadcast_16_bytes(c.bias);
       const simd::V16 sum{_mm256_cvtepi32_ps(_mm256_add_epi32(a0, bias)), _mm256_cvtepi32_ps(_mm256_add_epi32(a1, bias))};
       acc[m] = simd::fmadd(sum, simd::mul(s, simd::set1(c.unit)), acc[m]);
     }
@@ -1482,7 +1497,7 @@ void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb,
   for (int m = 0; m < NT; ++m) {
     alignas(32) float lane[16];
     simd::store16(lane, acc[m]);
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = (lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3]);
+    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i);
   }
 }
 #endif
@@ -2249,11 +2264,6 @@ std::array<std::uint8_t, 16> e2m1_unsigned_codes(const float* lut) {
 }
 
 #ifdef RLSIM_AVX512_VNNI
-// 16 bytes at p in each of the four 128-bit lanes.
-inline __m512i broadcast_16_bytes(const void* p) {
-  return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-}
-
 // The W4A4 integer kernel of one tile for NT tokens (n0..): `p` the tile's chunks (64 bytes each:
 // row i's 16 bytes at 16 i, byte k holding column k in its low nibble and k + 16 in its high
 // one), `scales` its tile-permuted E4M3 scales (8 bytes a chunk: the 4 rows' of the chunk's
@@ -2302,7 +2312,7 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
     alignas(64) float lane[16];
     _mm512_store_ps(lane, acc[m]);
     const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = ((lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3])) * ts;
+    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i) * ts;
   }
 }
 #elif defined(RLSIM_AVX2)
@@ -2322,7 +2332,6 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
   const __m256i rows01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), rows23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
   const __m256i rows45 = _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), rows67 = _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7);
   const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
-  auto bytes16 = [](const void* q) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(q))); };
   // The 4 sums of 4 products per row of a register, plus the activations' offset correction.
   auto dot = [&](__m256i w, __m256i xc, __m256i bias) {
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xc), ones), bias);
@@ -2345,7 +2354,8 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
       const std::int8_t* xc = x.codes.data() + n * x.ld + 32 * j;
       const std::int32_t* xb = x.bias.data() + n * ldb + 8 * j;
       const float* xs = x.scales.data() + n * lds + 2 * j;
-      const __m256i cl = bytes16(xc), ch = bytes16(xc + 16), bl = bytes16(xb), bh = bytes16(xb + 4);
+      const __m256i cl = broadcast_16_bytes(xc), ch = broadcast_16_bytes(xc + 16), bl = broadcast_16_bytes(xb),
+                    bh = broadcast_16_bytes(xb + 4);
       const simd::V16 il{_mm256_cvtepi32_ps(dot(wl0, cl, bl)), _mm256_cvtepi32_ps(dot(wl1, cl, bl))};
       const simd::V16 ih{_mm256_cvtepi32_ps(dot(wh0, ch, bh)), _mm256_cvtepi32_ps(dot(wh1, ch, bh))};
       acc[m] = simd::fmadd(il, simd::mul(sl, simd::set1(xs[0])), acc[m]);
@@ -2356,7 +2366,7 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
     alignas(32) float lane[16];
     simd::store16(lane, acc[m]);
     const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = ((lane[4 * i] + lane[4 * i + 1]) + (lane[4 * i + 2] + lane[4 * i + 3])) * ts;
+    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i) * ts;
   }
 }
 #endif
@@ -2371,7 +2381,7 @@ void PackedWeight::gemm_rows_e2m1(const E2M1Activations& x, float* y, std::int64
 #ifdef RLSIM_AVX512_VNNI
   const __m512i table = broadcast_16_bytes(u.data());
 #else
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.data())));
+  const __m256i table = broadcast_16_bytes(u.data());
 #endif
   constexpr int R = kTileRows;
   for_each_tile<kTileRows>(x.tokens, std::max<std::int64_t>(x.tokens, 1), r0, r1, y, ldy,
