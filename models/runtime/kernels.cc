@@ -926,46 +926,53 @@ inline __m512 load_x(const float* x, std::int64_t c, std::int64_t cols) {
 
 }  // namespace
 
-template <WeightLayout L, int NT>
-void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
+template <WeightLayout L, int NT, int NS>
+void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const {
   constexpr int R = kTileRows;
+  constexpr int RS = R * NS;
   constexpr std::int64_t CB = chunk_bytes(L);
-  __m512 acc[R][NT];
-  for (int i = 0; i < R; ++i) {
+  __m512 acc[RS][NT];
+  for (int i = 0; i < RS; ++i) {
     for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
   }
-  const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
+  const std::uint8_t* ps[NS];
+  for (int s = 0; s < NS; ++s) ps[s] = data_.data() + tiles[s] * chunks_ * R * CB;
   const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
-  std::size_t sbase[R];  // scale index of each row's first block; segment k uses sbase + k
-  for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  std::size_t sbase[RS];  // scale index of each row's first block; segment k uses sbase + k
+  for (int s = 0; s < NS; ++s)
+    for (int i = 0; i < R; ++i)
+      sbase[s * R + i] = static_cast<std::size_t>((std::min(tiles[s] * R + i, rows_ - 1) / block_rows_) * grid_cols_);
   constexpr bool kE4M3 = L == WeightLayout::kE4M3;
   for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
     const std::int64_t c1 = std::min(cols_, c0 + seg);
-    // E4M3: the segment's (scale block's) sums, added to acc times the block scale at its end.
-    __m512 sb[R][NT];
-    for (int i = 0; i < R; ++i) {
+    __m512 sb[RS][NT];
+    for (int i = 0; i < RS; ++i) {
       for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? _mm512_setzero_ps() : acc[i][n];
     }
-    for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
-      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(p + b);
+    for (std::int64_t c = c0; c < c1; c += 16) {
+      for (int s = 0; s < NS; ++s)
+        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(ps[s] + b);
       __m512 xv[NT];
       for (int n = 0; n < NT; ++n) {
         xv[n] = load_x(x + n * ldx, c, cols_);
         if constexpr (kE4M3) xv[n] = _mm512_mul_ps(xv[n], _mm512_set1_ps(kE4M3Lift));
       }
+      for (int s = 0; s < NS; ++s) {
 #pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const __m512 w = load16<L>(p + i * CB);
-        for (int n = 0; n < NT; ++n) sb[i][n] = _mm512_fmadd_ps(w, xv[n], sb[i][n]);
+        for (int i = 0; i < R; ++i) {
+          const __m512 w = load16<L>(ps[s] + i * CB);
+          for (int n = 0; n < NT; ++n) sb[s * R + i][n] = _mm512_fmadd_ps(w, xv[n], sb[s * R + i][n]);
+        }
+        ps[s] += R * CB;
       }
     }
-    for (int i = 0; i < R; ++i) {
-      const __m512 s = _mm512_set1_ps((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
-      for (int n = 0; n < NT; ++n) acc[i][n] = kE4M3 ? _mm512_fmadd_ps(sb[i][n], s, acc[i][n]) : sb[i][n];
+    for (int i = 0; i < RS; ++i) {
+      const __m512 sc = _mm512_set1_ps((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
+      for (int n = 0; n < NT; ++n) acc[i][n] = kE4M3 ? _mm512_fmadd_ps(sb[i][n], sc, acc[i][n]) : sb[i][n];
     }
   }
   for (int n = 0; n < NT; ++n) {
-    for (int i = 0; i < R; ++i) y[n * R + i] = _mm512_reduce_add_ps(acc[i][n]);
+    for (int i = 0; i < RS; ++i) y[n * RS + i] = _mm512_reduce_add_ps(acc[i][n]);
   }
 }
 
@@ -1139,52 +1146,62 @@ inline V16 swap_middle_quarters(V16 v) {
 }
 }  // namespace
 
-template <WeightLayout L, int NT>
-void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
+template <WeightLayout L, int NT, int NS>
+void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const {
   constexpr int R = kTileRows;
+  constexpr int RS = R * NS;
   constexpr std::int64_t CB = chunk_bytes(L);
-  V16 acc[R][NT];
-  for (int i = 0; i < R; ++i) {
+  V16 acc[RS][NT];
+  for (int i = 0; i < RS; ++i) {
     for (int n = 0; n < NT; ++n) acc[i][n] = simd::zero16();
   }
-  const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
+  const std::uint8_t* ps[NS];
+  for (int s = 0; s < NS; ++s) ps[s] = data_.data() + tiles[s] * chunks_ * R * CB;
   const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
-  std::size_t sbase[R];  // scale index of each row's first block; segment k uses sbase + k
-  for (int i = 0; i < R; ++i) sbase[i] = static_cast<std::size_t>((std::min(t * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  std::size_t sbase[RS];  // scale index of each row's first block; segment k uses sbase + k
+  for (int s = 0; s < NS; ++s) {
+    for (int i = 0; i < R; ++i)
+      sbase[s * R + i] = static_cast<std::size_t>((std::min(tiles[s] * R + i, rows_ - 1) / block_rows_) * grid_cols_);
+  }
   constexpr bool kE4M3 = L == WeightLayout::kE4M3;
   for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
     const std::int64_t c1 = std::min(cols_, c0 + seg);
     // E4M3: the segment's (scale block's) sums, added to acc times the block scale at its end.
-    V16 sb[R][NT];
-    for (int i = 0; i < R; ++i) {
+    V16 sb[RS][NT];
+    for (int i = 0; i < RS; ++i) {
       for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? simd::zero16() : acc[i][n];
     }
-    for (std::int64_t c = c0; c < c1; c += 16, p += R * CB) {
-      for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(p + b);
+    for (std::int64_t c = c0; c < c1; c += 16) {
+      for (int s = 0; s < NS; ++s) {
+        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(ps[s] + b);
+      }
       V16 xv[NT];
       for (int n = 0; n < NT; ++n) {
         xv[n] = load_x(x + n * ldx, c, cols_);
         if constexpr (kE4M3) xv[n] = simd::mul(swap_middle_quarters(xv[n]), simd::set1(kE4M3Lift));
       }
-      for (int i = 0; i < R; ++i) {
-        V16 w;
-        if constexpr (kE4M3) {
-          w = e4m3_interleaved16(p + i * CB);
-        } else {
-          w = load16<L>(p + i * CB);
+      for (int s = 0; s < NS; ++s) {
+        for (int i = 0; i < R; ++i) {
+          V16 w;
+          if constexpr (kE4M3) {
+            w = e4m3_interleaved16(ps[s] + i * CB);
+          } else {
+            w = load16<L>(ps[s] + i * CB);
+          }
+          for (int n = 0; n < NT; ++n) sb[s * R + i][n] = simd::fmadd(w, xv[n], sb[s * R + i][n]);
         }
-        for (int n = 0; n < NT; ++n) sb[i][n] = simd::fmadd(w, xv[n], sb[i][n]);
+        ps[s] += R * CB;
       }
     }
-    for (int i = 0; i < R; ++i) {
-      const V16 s = simd::set1((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
-      for (int n = 0; n < NT; ++n) acc[i][n] = kE4M3 ? simd::fmadd(sb[i][n], s, acc[i][n]) : sb[i][n];
+    for (int i = 0; i < RS; ++i) {
+      const V16 sc = simd::set1((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
+      for (int n = 0; n < NT; ++n) acc[i][n] = kE4M3 ? simd::fmadd(sb[i][n], sc, acc[i][n]) : sb[i][n];
     }
   }
   for (int n = 0; n < NT; ++n) {
-    for (int i = 0; i < R; ++i) {
+    for (int i = 0; i < RS; ++i) {
       if constexpr (L == WeightLayout::kE4M3) acc[i][n] = swap_middle_quarters(acc[i][n]);
-      y[n * R + i] = simd::reduce_add(acc[i][n]);
+      y[n * RS + i] = simd::reduce_add(acc[i][n]);
     }
   }
 }
@@ -1396,49 +1413,68 @@ inline __m512i dot_u8s8(__m512i a, __m512i u, __m512i d) {
 #endif
 }
 
-// The INT4 integer kernel of one tile for NT tokens: `p` the tile's chunks (64 bytes each: row
-// i's 16 bytes at 16 i, byte k holding column k in its low nibble and k + 16 in its high one),
-// `scales` its tile-ordered BF16 scales (4 a block, cpb chunks per block), xs[m] token m's chunks.
-// Lane 4 i + m belongs to row i and columns 4m..4m+3, 16+4m..16+4m+3. out[m * 4 + i]: row i of
-// token m.
-template <int NT>
-void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, const std::uint8_t* scales,
-                   const Int4DotChunk* const* xs, float* out) {
-  __m512 acc[NT];
-  for (int m = 0; m < NT; ++m) acc[m] = _mm512_setzero_ps();
+// The INT4 integer kernel of NS tiles read side by side for NT tokens: tiles[s] a tile's chunks
+// (64 bytes each: row i's 16 bytes at 16 i, byte k holding column k in its low nibble and k + 16
+// in its high one), tile_scales[s] its tile-ordered BF16 scales (4 a block, cpb chunks per
+// block), xs[m] token m's chunks. Lane 4 i + m belongs to row i and columns 4m..4m+3,
+// 16+4m..16+4m+3. out[(s * NT + m) * 4 + i]: row i of tiles[s] for token m, the same bits for
+// any NS.
+template <int NT, int NS>
+void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::int64_t cpb,
+                   const std::uint8_t* const* tile_scales, const Int4DotChunk* const* xs, float* out) {
+  __m512 acc[NS][NT];
+  const std::uint8_t* p[NS];
+  const std::uint8_t* scales[NS];
+  for (int s = 0; s < NS; ++s) {
+    p[s] = tiles[s], scales[s] = tile_scales[s];
+    for (int m = 0; m < NT; ++m) acc[s][m] = _mm512_setzero_ps();
+  }
   const __m512i low4 = _mm512_set1_epi8(0x0F), offset_binary = _mm512_set1_epi8(static_cast<char>(0x88));
   // The upper 16 bits of lane 4 i + m (word 8 i + 2 m + 1) take scale i: its FP32 value.
   alignas(64) std::uint16_t words[32];
   for (int k = 0; k < 32; ++k) words[k] = static_cast<std::uint16_t>(k / 8);
   const __m512i spread = _mm512_load_si512(words);
   constexpr __mmask32 kUpperWords = 0xAAAAAAAAu;
-  __m512 s = _mm512_setzero_ps();
+  __m512 sc[NS];
   std::int64_t left = 0;  // chunks before the next scale block
-  for (std::int64_t j = 0; j < chunks; ++j, p += kTileChunkBytes) {
-    prefetch_stream(p);
-    if (left-- == 0) {
-      const __m128i block = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
-      s = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(kUpperWords, spread, _mm512_zextsi128_si512(block)));
-      scales += 4 * sizeof(std::uint16_t);
-      left = cpb - 1;
+  for (std::int64_t j = 0; j < chunks; ++j) {
+    const bool reload = left-- == 0;
+    if (reload) left = cpb - 1;
+    __m512i ul[NS], uh[NS];
+    for (int s = 0; s < NS; ++s) {
+      prefetch_stream(p[s]);
+      if (reload) {
+        const __m128i block = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales[s]));
+        sc[s] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(kUpperWords, spread, _mm512_zextsi128_si512(block)));
+        scales[s] += 4 * sizeof(std::uint16_t);
+      }
+      const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(p[s]), offset_binary);
+      ul[s] = _mm512_and_si512(v, low4), uh[s] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      p[s] += kTileChunkBytes;
     }
-    const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(p), offset_binary);
-    const __m512i ul = _mm512_and_si512(v, low4), uh = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
     for (int m = 0; m < NT; ++m) {
       const Int4DotChunk& c = xs[m][j];
-      __m512i a = _mm512_setzero_si512();
+      __m512i a[NS];
+      for (int s = 0; s < NS; ++s) a[s] = _mm512_setzero_si512();
       for (int q = 0; q < 3; ++q) {
-        if (q > 0) a = _mm512_slli_epi32(a, 8);
-        a = dot_u8s8(dot_u8s8(a, ul, broadcast_16_bytes(c.digit[q])), uh, broadcast_16_bytes(c.digit[q] + 16));
+        const __m512i dl = broadcast_16_bytes(c.digit[q]), dh = broadcast_16_bytes(c.digit[q] + 16);
+        for (int s = 0; s < NS; ++s) {
+          if (q > 0) a[s] = _mm512_slli_epi32(a[s], 8);
+          a[s] = dot_u8s8(dot_u8s8(a[s], ul[s], dl), uh[s], dh);
+        }
       }
-      a = _mm512_add_epi32(a, broadcast_16_bytes(c.bias));
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(s, _mm512_set1_ps(c.unit)), acc[m]);
+      const __m512i bias = broadcast_16_bytes(c.bias);
+      const __m512 unit = _mm512_set1_ps(c.unit);
+      for (int s = 0; s < NS; ++s)
+        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[s], bias)), _mm512_mul_ps(sc[s], unit), acc[s][m]);
     }
   }
-  for (int m = 0; m < NT; ++m) {
-    alignas(64) float lane[16];
-    _mm512_store_ps(lane, acc[m]);
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i);
+  for (int s = 0; s < NS; ++s) {
+    for (int m = 0; m < NT; ++m) {
+      alignas(64) float lane[16];
+      _mm512_store_ps(lane, acc[s][m]);
+      for (int i = 0; i < 4; ++i) out[(s * NT + m) * 4 + i] = tile_row_sum(lane, i);
+    }
   }
 }
 #else
@@ -1446,11 +1482,16 @@ void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb,
 // the other, so lane 4 i + m of the pair is the AVX-512 kernel's lane 4 i + m. VPMADDUBSW adds
 // pairs of products into 16 bits (at most 2 x 15 x 128: no saturation) and VPMADDWD with ones
 // adds the pairs: VPDPBUSD's exact sums; then the same FP32 operations, so the same bits.
-template <int NT>
-void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb, const std::uint8_t* scales,
-                   const Int4DotChunk* const* xs, float* out) {
-  simd::V16 acc[NT];
-  for (int m = 0; m < NT; ++m) acc[m] = simd::zero16();
+template <int NT, int NS>
+void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::int64_t cpb,
+                   const std::uint8_t* const* tile_scales, const Int4DotChunk* const* xs, float* out) {
+  simd::V16 acc[NS][NT];
+  const std::uint8_t* p[NS];
+  const std::uint8_t* scales[NS];
+  for (int s = 0; s < NS; ++s) {
+    p[s] = tiles[s], scales[s] = tile_scales[s];
+    for (int m = 0; m < NT; ++m) acc[s][m] = simd::zero16();
+  }
   const __m256i low4 = _mm256_set1_epi8(0x0F), offset_binary = _mm256_set1_epi8(static_cast<char>(0x88));
   const __m256i ones = _mm256_set1_epi16(1);
   // VPSHUFB controls: the BF16 scale bytes of rows 0 and 1 (2 and 3) into the upper halves of
@@ -1463,41 +1504,54 @@ void int4_dot_tile(const std::uint8_t* p, std::int64_t chunks, std::int64_t cpb,
   auto dot = [&](__m256i a, __m256i u, __m256i d) {
     return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, d), ones));
   };
-  simd::V16 s{_mm256_setzero_ps(), _mm256_setzero_ps()};
+  simd::V16 sc[NS];
   std::int64_t left = 0;  // chunks before the next scale block
-  for (std::int64_t j = 0; j < chunks; ++j, p += kTileChunkBytes) {
-    prefetch_stream(p);
-    if (left-- == 0) {
-      std::int64_t block;
-      std::memcpy(&block, scales, sizeof block);
-      const __m256i b = _mm256_set1_epi64x(block);
-      s = {_mm256_castsi256_ps(_mm256_shuffle_epi8(b, rows01)), _mm256_castsi256_ps(_mm256_shuffle_epi8(b, rows23))};
-      scales += sizeof block;
-      left = cpb - 1;
+  for (std::int64_t j = 0; j < chunks; ++j) {
+    const bool reload = left-- == 0;
+    if (reload) left = cpb - 1;
+    __m256i ul0[NS], uh0[NS], ul1[NS], uh1[NS];
+    for (int s = 0; s < NS; ++s) {
+      prefetch_stream(p[s]);
+      if (reload) {
+        std::int64_t block;
+        std::memcpy(&block, scales[s], sizeof block);
+        const __m256i b = _mm256_set1_epi64x(block);
+        sc[s] = {_mm256_castsi256_ps(_mm256_shuffle_epi8(b, rows01)), _mm256_castsi256_ps(_mm256_shuffle_epi8(b, rows23))};
+        scales[s] += sizeof block;
+      }
+      const __m256i v0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[s])), offset_binary);
+      const __m256i v1 =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[s] + kTileChunkBytes / 2)), offset_binary);
+      ul0[s] = _mm256_and_si256(v0, low4), uh0[s] = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4);
+      ul1[s] = _mm256_and_si256(v1, low4), uh1[s] = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4);
+      p[s] += kTileChunkBytes;
     }
-    const __m256i v0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), offset_binary);
-    const __m256i v1 =
-        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kTileChunkBytes / 2)), offset_binary);
-    const __m256i ul0 = _mm256_and_si256(v0, low4), uh0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4);
-    const __m256i ul1 = _mm256_and_si256(v1, low4), uh1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4);
     for (int m = 0; m < NT; ++m) {
       const Int4DotChunk& c = xs[m][j];
-      __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+      __m256i a0[NS], a1[NS];
+      for (int s = 0; s < NS; ++s) a0[s] = _mm256_setzero_si256(), a1[s] = _mm256_setzero_si256();
       for (int q = 0; q < 3; ++q) {
-        if (q > 0) a0 = _mm256_slli_epi32(a0, 8), a1 = _mm256_slli_epi32(a1, 8);
         const __m256i dl = broadcast_16_bytes(c.digit[q]), dh = broadcast_16_bytes(c.digit[q] + 16);
-        a0 = dot(dot(a0, ul0, dl), uh0, dh);
-        a1 = dot(dot(a1, ul1, dl), uh1, dh);
+        for (int s = 0; s < NS; ++s) {
+          if (q > 0) a0[s] = _mm256_slli_epi32(a0[s], 8), a1[s] = _mm256_slli_epi32(a1[s], 8);
+          a0[s] = dot(dot(a0[s], ul0[s], dl), uh0[s], dh);
+          a1[s] = dot(dot(a1[s], ul1[s], dl), uh1[s], dh);
+        }
       }
       const __m256i bias = broadcast_16_bytes(c.bias);
-      const simd::V16 sum{_mm256_cvtepi32_ps(_mm256_add_epi32(a0, bias)), _mm256_cvtepi32_ps(_mm256_add_epi32(a1, bias))};
-      acc[m] = simd::fmadd(sum, simd::mul(s, simd::set1(c.unit)), acc[m]);
+      const simd::V16 unit = simd::set1(c.unit);
+      for (int s = 0; s < NS; ++s) {
+        const simd::V16 sum{_mm256_cvtepi32_ps(_mm256_add_epi32(a0[s], bias)), _mm256_cvtepi32_ps(_mm256_add_epi32(a1[s], bias))};
+        acc[s][m] = simd::fmadd(sum, simd::mul(sc[s], unit), acc[s][m]);
+      }
     }
   }
-  for (int m = 0; m < NT; ++m) {
-    alignas(32) float lane[16];
-    simd::store16(lane, acc[m]);
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i);
+  for (int s = 0; s < NS; ++s) {
+    for (int m = 0; m < NT; ++m) {
+      alignas(32) float lane[16];
+      simd::store16(lane, acc[s][m]);
+      for (int i = 0; i < 4; ++i) out[(s * NT + m) * 4 + i] = tile_row_sum(lane, i);
+    }
   }
 }
 #endif
@@ -1550,16 +1604,16 @@ template <int NT>
 void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
   switch (layout_) {
     case WeightLayout::kF32:
-      simd16<WeightLayout::kF32, NT>(x, cols_, out, t);
+      simd16<WeightLayout::kF32, NT, 1>(x, cols_, out, &t);
       break;
     case WeightLayout::kBf16:
-      simd16<WeightLayout::kBf16, NT>(x, cols_, out, t);
+      simd16<WeightLayout::kBf16, NT, 1>(x, cols_, out, &t);
       break;
     case WeightLayout::kF16:
-      simd16<WeightLayout::kF16, NT>(x, cols_, out, t);
+      simd16<WeightLayout::kF16, NT, 1>(x, cols_, out, &t);
       break;
     case WeightLayout::kE4M3:
-      simd16<WeightLayout::kE4M3, NT>(x, cols_, out, t);
+      simd16<WeightLayout::kE4M3, NT, 1>(x, cols_, out, &t);
       break;
     case WeightLayout::kNibble:
       simd_nibble<NT>(x, cols_, out, t);
@@ -1868,35 +1922,74 @@ void for_each_tile(std::int64_t tokens, std::int64_t token_block, std::int64_t r
     }
   }
 }
+
+// Drives a tile kernel over rows [r0, r1) of one token (a decode step) in two sequential streams:
+// the range's tiles split into halves, tile k of the first half read side by side with tile k of
+// the second (two(ts, out) writes tile ts[0]'s sums to out[0, TileRows) and ts[1]'s to
+// out[TileRows, 2 TileRows)), an odd last tile alone (one(t, out)); rows inside [r0, r1) go to
+// y[r - r0]. The hardware prefetchers keep more lines in flight for two streams than for one
+// (the bandwidth probe, measure_read_bandwidth: 26-35 GB/s for one stream, 34-53 for two on a
+// Zen 4 VM's 2 threads, 2026-11-28); bench runtime decode, 2 threads, alternating runs: bf16
+// 97-115 -> 121-128 tok/s, int4-w4a16-g32 202-205 -> 208-226 (fp8-block, bound elsewhere,
+// 143-150 either way). A prefill's 4-token tiles keep one stream: their arithmetic, not the
+// weight reads, bounds them.
+template <std::int64_t TileRows, typename One, typename Two>
+void for_each_tile_pair(std::int64_t r0, std::int64_t r1, float* y, One&& one, Two&& two) {
+  const std::int64_t ta = r0 / TileRows, tb = (r1 + TileRows - 1) / TileRows, half = (tb - ta + 1) / 2;
+  auto put = [&](std::int64_t t, const float* o) {
+    for (std::int64_t i = 0; i < TileRows; ++i) {
+      const std::int64_t r = t * TileRows + i;
+      if (r >= r0 && r < r1) y[r - r0] = o[i];
+    }
+  };
+  for (std::int64_t k = 0; k < half; ++k) {
+    const std::int64_t ts[2] = {ta + k, ta + half + k};
+    float out[2 * TileRows] = {};
+    if (ts[1] < tb) {
+      two(ts, out);
+      put(ts[0], out), put(ts[1], out + TileRows);
+    } else {
+      one(ts[0], out);
+      put(ts[0], out);
+    }
+  }
+}
 }  // namespace
 #endif
 
 #ifdef RLSIM_AVX512_BF16
-template <int NT>
-void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, std::int64_t t) const {
+template <int NT, int NS>
+void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, const std::int64_t* tiles) const {
   constexpr int R = kTileRows;
+  constexpr int RS = R * NS;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kBf16);  // 16 BF16 weights of a row
-  __m512 acc[R][NT];
-  for (int i = 0; i < R; ++i) {
+  __m512 acc[RS][NT];
+  for (int i = 0; i < RS; ++i) {
     for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
   }
-  const std::uint8_t* p = data_.data() + t * chunks_ * R * CB;
+  const std::uint8_t* ps[NS];
+  for (int s = 0; s < NS; ++s) ps[s] = data_.data() + tiles[s] * chunks_ * R * CB;
   // Two 16-column chunks per step: a row's 32 weights, one dot-product instruction per token
   // (lane l sums the products of columns 2l and 2l + 1 of the 32).
-  for (std::int64_t c = 0; c < chunks_; c += 2, p += 2 * R * CB) {
-    for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch_stream(p + b);
+  for (std::int64_t c = 0; c < chunks_; c += 2) {
+    for (int s = 0; s < NS; ++s)
+      for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch_stream(ps[s] + b);
     const bool pair = c + 1 < chunks_;
     __m512bh xv[NT];
     for (int n = 0; n < NT; ++n) xv[n] = (__m512bh)_mm512_loadu_si512(xb + n * ldxb + 16 * c);
-    for (int i = 0; i < R; ++i) {
-      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * CB));
-      const __m256i hi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (R + i) * CB)) : _mm256_setzero_si256();
-      const __m512bh w = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_dpbf16_ps(acc[i][n], w, xv[n]);
+    for (int s = 0; s < NS; ++s) {
+      const std::uint8_t* p = ps[s];
+      for (int i = 0; i < R; ++i) {
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * CB));
+        const __m256i hi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (R + i) * CB)) : _mm256_setzero_si256();
+        const __m512bh w = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        for (int n = 0; n < NT; ++n) acc[s * R + i][n] = _mm512_dpbf16_ps(acc[s * R + i][n], w, xv[n]);
+      }
+      ps[s] += 2 * R * CB;
     }
   }
   for (int n = 0; n < NT; ++n) {
-    for (int i = 0; i < R; ++i) y[n * R + i] = _mm512_reduce_add_ps(acc[i][n]);
+    for (int i = 0; i < RS; ++i) y[n * RS + i] = _mm512_reduce_add_ps(acc[i][n]);
   }
 }
 #endif
@@ -1955,12 +2048,18 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb.data() + n * ldxb + c), (__m256i)v);
       }
     }
+    if (tokens == 1) {
+      for_each_tile_pair<kTileRows>(
+          r0, r1, y, [&](std::int64_t t, float* out) { simd_bf16_dot<1, 1>(xb.data(), ldxb, out, &t); },
+          [&](const std::int64_t* ts, float* out) { simd_bf16_dot<1, 2>(xb.data(), ldxb, out, ts); });
+      return;
+    }
     for_each_tile<kTileRows>(tokens, std::max<std::int64_t>(tokens, 1), r0, r1, y, ldy,
                              [&](std::int64_t n, bool four, float* out, std::int64_t t) {
                                if (four) {
-                                 simd_bf16_dot<4>(xb.data() + n * ldxb, ldxb, out, t);
+                                 simd_bf16_dot<4, 1>(xb.data() + n * ldxb, ldxb, out, &t);
                                } else {
-                                 simd_bf16_dot<1>(xb.data() + n * ldxb, ldxb, out, t);
+                                 simd_bf16_dot<1, 1>(xb.data() + n * ldxb, ldxb, out, &t);
                                }
                              });
     return;
@@ -1982,6 +2081,18 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
 #ifdef RLSIM_SIMD16
 void PackedWeight::simd_tiles(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
                               std::int64_t r1) const {
+  if (tokens == 1 && (layout_ == WeightLayout::kBf16 || layout_ == WeightLayout::kE4M3)) {
+    for_each_tile_pair<kTileRows>(
+        r0, r1, y, [&](std::int64_t t, float* out) { simd_tile<1>(x, out, t); },
+        [&](const std::int64_t* ts, float* out) {
+          if (layout_ == WeightLayout::kBf16) {
+            simd16<WeightLayout::kBf16, 1, 2>(x, cols_, out, ts);
+          } else {
+            simd16<WeightLayout::kE4M3, 1, 2>(x, cols_, out, ts);
+          }
+        });
+    return;
+  }
   // Token blocks of 64 keep their activations in L2 while every tile of [r0, r1) passes over
   // them. Each (token, row) is summed exactly as a single-token call sums it.
   for_each_tile<kTileRows>(tokens, 64, r0, r1, y, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
@@ -2000,16 +2111,32 @@ void PackedWeight::gemm_rows_int4_dot(const float* x, std::int64_t tokens, float
   xs.resize(static_cast<std::size_t>(tokens * chunks_));
   const std::int64_t cpb = nibble_chunks_per_block();
   // Tokens [n0, n1), whose activations are in xs, 4 at a time and the rest one by one.
+  auto tile_data = [&](std::int64_t t) { return data_.data() + t * chunks_ * R * chunk_bytes_; };
+  auto tile_scales = [&](std::int64_t t) { return scale_data_.data() + block_index(t * R, 0) * sizeof(std::uint16_t); };
   auto run = [&](std::int64_t n0, std::int64_t n1) {
+    if (n1 - n0 == 1) {
+      const Int4DotChunk* token[1] = {xs.data() + n0 * chunks_};
+      for_each_tile_pair<R>(
+          r0, r1, y + n0 * ldy,
+          [&](std::int64_t t, float* out) {
+            const std::uint8_t *p = tile_data(t), *sc = tile_scales(t);
+            int4_dot_tile<1, 1>(&p, chunks_, cpb, &sc, token, out);
+          },
+          [&](const std::int64_t* ts, float* out) {
+            const std::uint8_t* p[2] = {tile_data(ts[0]), tile_data(ts[1])};
+            const std::uint8_t* sc[2] = {tile_scales(ts[0]), tile_scales(ts[1])};
+            int4_dot_tile<1, 2>(p, chunks_, cpb, sc, token, out);
+          });
+      return;
+    }
     for_each_tile<R>(n1 - n0, 64, r0, r1, y + n0 * ldy, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
-      const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
-      const std::uint8_t* scales = scale_data_.data() + block_index(t * R, 0) * sizeof(std::uint16_t);
+      const std::uint8_t *p = tile_data(t), *scales = tile_scales(t);
       const Int4DotChunk* token[4] = {};
       for (int m = 0; m < (four ? 4 : 1); ++m) token[m] = xs.data() + (n0 + n + m) * chunks_;
       if (four) {
-        int4_dot_tile<4>(p, chunks_, cpb, scales, token, out);
+        int4_dot_tile<4, 1>(&p, chunks_, cpb, &scales, token, out);
       } else {
-        int4_dot_tile<1>(p, chunks_, cpb, scales, token, out);
+        int4_dot_tile<1, 1>(&p, chunks_, cpb, &scales, token, out);
       }
     });
   };
@@ -2264,17 +2391,20 @@ std::array<std::uint8_t, 16> e2m1_unsigned_codes(const float* lut) {
 }
 
 #ifdef RLSIM_AVX512_VNNI
-// The W4A4 integer kernel of one tile for NT tokens (n0..): `p` the tile's chunks (64 bytes each:
-// row i's 16 bytes at 16 i, byte k holding column k in its low nibble and k + 16 in its high
-// one), `scales` its tile-permuted E4M3 scales (8 bytes a chunk: the 4 rows' of the chunk's
-// first 16-column block, then of its second). Lane 4 i + m of every vector belongs to row i and
-// columns 4m..4m+3 of a block, so one VPDPBUSD sums a block's 16 products into the 4 lanes of each
-// row. out[m * 4 + i]: row i of token n0 + m.
-template <int NT>
-void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t chunks, __m512i table, const E2M1Activations& x,
-               std::int64_t n0, float weight_tensor_scale, float* out) {
-  __m512 acc[NT];
-  for (int m = 0; m < NT; ++m) acc[m] = _mm512_setzero_ps();
+// The W4A4 integer kernel of NS tiles read side by side for NT tokens (n0..): tiles[s] a tile's
+// chunks (64 bytes each: row i's 16 bytes at 16 i, byte k holding column k in its low nibble and
+// k + 16 in its high one), tile_scales[s] its tile-permuted E4M3 scales (8 bytes a chunk: the 4
+// rows' of the chunk's first 16-column block, then of its second). Lane 4 i + m of every vector
+// belongs to row i and columns 4m..4m+3 of a block, so one VPDPBUSD sums a block's 16 products
+// into the 4 lanes of each row. out[(s * NT + m) * 4 + i]: row i of tiles[s] for token n0 + m,
+// the same bits for any NS.
+template <int NT, int NS>
+void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile_scales, std::int64_t chunks, __m512i table,
+               const E2M1Activations& x, std::int64_t n0, float weight_tensor_scale, float* out) {
+  __m512 acc[NS][NT];
+  for (int s = 0; s < NS; ++s) {
+    for (int m = 0; m < NT; ++m) acc[s][m] = _mm512_setzero_ps();
+  }
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   // Byte 4d of lane d takes scale byte d / 4 (first block) or 4 + d / 4 (second); the mask zeroes
   // the lane's other three bytes.
@@ -2284,35 +2414,44 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
   const __m512i idx_lo = _mm512_load_si512(idx[0]), idx_hi = _mm512_load_si512(idx[1]);
   constexpr __mmask64 kLowByte = 0x1111111111111111ULL;
   const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
-  for (std::int64_t j = 0; j < chunks; ++j, p += 64) {
-    prefetch_stream(p);
-    const __m512i v = _mm512_loadu_si512(p);
-    const __m512i wl = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low4));
-    const __m512i wh = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
-    std::uint64_t b8;
-    std::memcpy(&b8, scales + 8 * j, sizeof b8);
-    const __m512i sb = _mm512_set1_epi64(static_cast<long long>(b8));
-    // Each lane's E4M3 scale bits at FP32 bits 26..20: 2^-120 times the scale (kE4M3Fix).
-    const __m512 sl =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_lo, sb), simd::kE4M3Fp32Shift));
-    const __m512 sh =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_hi, sb), simd::kE4M3Fp32Shift));
+  for (std::int64_t j = 0; j < chunks; ++j) {
+    __m512i wl[NS], wh[NS];
+    __m512 sl[NS], sh[NS];
+    for (int s = 0; s < NS; ++s) {
+      const std::uint8_t* p = tiles[s] + 64 * j;
+      prefetch_stream(p);
+      const __m512i v = _mm512_loadu_si512(p);
+      wl[s] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low4));
+      wh[s] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      std::uint64_t b8;
+      std::memcpy(&b8, tile_scales[s] + 8 * j, sizeof b8);
+      const __m512i sb = _mm512_set1_epi64(static_cast<long long>(b8));
+      // Each lane's E4M3 scale bits at FP32 bits 26..20: 2^-120 times the scale (kE4M3Fix).
+      sl[s] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_lo, sb), simd::kE4M3Fp32Shift));
+      sh[s] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_hi, sb), simd::kE4M3Fp32Shift));
+    }
     for (int m = 0; m < NT; ++m) {
       const std::int64_t n = n0 + m;
       const std::int8_t* xc = x.codes.data() + n * x.ld + 32 * j;
       const std::int32_t* xb = x.bias.data() + n * ldb + 8 * j;
       const float* xs = x.scales.data() + n * lds + 2 * j;
-      const __m512i il = _mm512_dpbusd_epi32(broadcast_16_bytes(xb), wl, broadcast_16_bytes(xc));
-      const __m512i ih = _mm512_dpbusd_epi32(broadcast_16_bytes(xb + 4), wh, broadcast_16_bytes(xc + 16));
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(sl, _mm512_set1_ps(xs[0])), acc[m]);
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ih), _mm512_mul_ps(sh, _mm512_set1_ps(xs[1])), acc[m]);
+      const __m512i cl = broadcast_16_bytes(xc), ch = broadcast_16_bytes(xc + 16), bl = broadcast_16_bytes(xb),
+                    bh = broadcast_16_bytes(xb + 4);
+      const __m512 xs0 = _mm512_set1_ps(xs[0]), xs1 = _mm512_set1_ps(xs[1]);
+      for (int s = 0; s < NS; ++s) {
+        const __m512i il = _mm512_dpbusd_epi32(bl, wl[s], cl), ih = _mm512_dpbusd_epi32(bh, wh[s], ch);
+        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(sl[s], xs0), acc[s][m]);
+        acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ih), _mm512_mul_ps(sh[s], xs1), acc[s][m]);
+      }
     }
   }
-  for (int m = 0; m < NT; ++m) {
-    alignas(64) float lane[16];
-    _mm512_store_ps(lane, acc[m]);
-    const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i) * ts;
+  for (int s = 0; s < NS; ++s) {
+    for (int m = 0; m < NT; ++m) {
+      alignas(64) float lane[16];
+      _mm512_store_ps(lane, acc[s][m]);
+      const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
+      for (int i = 0; i < 4; ++i) out[(s * NT + m) * 4 + i] = tile_row_sum(lane, i) * ts;
+    }
   }
 }
 #elif defined(RLSIM_AVX2)
@@ -2322,11 +2461,13 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
 // 2 x 24 x 12 = 576: no saturation) and VPMADDWD with ones adds the pairs: the same exact sum of
 // 4 products as VPDPBUSD (Intel SDM vol. 2B), then the same FP32 operations in the same order,
 // so both give the same bits.
-template <int NT>
-void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t chunks, __m256i table, const E2M1Activations& x,
-               std::int64_t n0, float weight_tensor_scale, float* out) {
-  simd::V16 acc[NT];
-  for (int m = 0; m < NT; ++m) acc[m] = simd::zero16();
+template <int NT, int NS>
+void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile_scales, std::int64_t chunks, __m256i table,
+               const E2M1Activations& x, std::int64_t n0, float weight_tensor_scale, float* out) {
+  simd::V16 acc[NS][NT];
+  for (int s = 0; s < NS; ++s) {
+    for (int m = 0; m < NT; ++m) acc[s][m] = simd::zero16();
+  }
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   // Lanes 0-3 take the scale of the register's first row, lanes 4-7 of its second.
   const __m256i rows01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), rows23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
@@ -2336,19 +2477,24 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
   auto dot = [&](__m256i w, __m256i xc, __m256i bias) {
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xc), ones), bias);
   };
-  for (std::int64_t j = 0; j < chunks; ++j, p += 64) {
-    prefetch_stream(p);
-    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
-    const __m256i wl0 = _mm256_shuffle_epi8(table, _mm256_and_si256(v0, low4));
-    const __m256i wh0 = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4));
-    const __m256i wl1 = _mm256_shuffle_epi8(table, _mm256_and_si256(v1, low4));
-    const __m256i wh1 = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4));
-    // The chunk's 8 E4M3 scale bytes at FP32 bits 26..20: 2^-120 times each scale (kE4M3Fix).
-    const __m256 s8 = _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * j))), simd::kE4M3Fp32Shift));
-    const simd::V16 sl{_mm256_permutevar8x32_ps(s8, rows01), _mm256_permutevar8x32_ps(s8, rows23)};
-    const simd::V16 sh{_mm256_permutevar8x32_ps(s8, rows45), _mm256_permutevar8x32_ps(s8, rows67)};
+  for (std::int64_t j = 0; j < chunks; ++j) {
+    __m256i wl0[NS], wh0[NS], wl1[NS], wh1[NS];
+    simd::V16 sl[NS], sh[NS];
+    for (int s = 0; s < NS; ++s) {
+      const std::uint8_t* p = tiles[s] + 64 * j;
+      prefetch_stream(p);
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+      wl0[s] = _mm256_shuffle_epi8(table, _mm256_and_si256(v0, low4));
+      wh0[s] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4));
+      wl1[s] = _mm256_shuffle_epi8(table, _mm256_and_si256(v1, low4));
+      wh1[s] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4));
+      // The chunk's 8 E4M3 scale bytes at FP32 bits 26..20: 2^-120 times each scale (kE4M3Fix).
+      const __m256 s8 = _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile_scales[s] + 8 * j))), simd::kE4M3Fp32Shift));
+      sl[s] = {_mm256_permutevar8x32_ps(s8, rows01), _mm256_permutevar8x32_ps(s8, rows23)};
+      sh[s] = {_mm256_permutevar8x32_ps(s8, rows45), _mm256_permutevar8x32_ps(s8, rows67)};
+    }
     for (int m = 0; m < NT; ++m) {
       const std::int64_t n = n0 + m;
       const std::int8_t* xc = x.codes.data() + n * x.ld + 32 * j;
@@ -2356,17 +2502,22 @@ void e2m1_tile(const std::uint8_t* p, const std::uint8_t* scales, std::int64_t c
       const float* xs = x.scales.data() + n * lds + 2 * j;
       const __m256i cl = broadcast_16_bytes(xc), ch = broadcast_16_bytes(xc + 16), bl = broadcast_16_bytes(xb),
                     bh = broadcast_16_bytes(xb + 4);
-      const simd::V16 il{_mm256_cvtepi32_ps(dot(wl0, cl, bl)), _mm256_cvtepi32_ps(dot(wl1, cl, bl))};
-      const simd::V16 ih{_mm256_cvtepi32_ps(dot(wh0, ch, bh)), _mm256_cvtepi32_ps(dot(wh1, ch, bh))};
-      acc[m] = simd::fmadd(il, simd::mul(sl, simd::set1(xs[0])), acc[m]);
-      acc[m] = simd::fmadd(ih, simd::mul(sh, simd::set1(xs[1])), acc[m]);
+      const simd::V16 xs0 = simd::set1(xs[0]), xs1 = simd::set1(xs[1]);
+      for (int s = 0; s < NS; ++s) {
+        const simd::V16 il{_mm256_cvtepi32_ps(dot(wl0[s], cl, bl)), _mm256_cvtepi32_ps(dot(wl1[s], cl, bl))};
+        const simd::V16 ih{_mm256_cvtepi32_ps(dot(wh0[s], ch, bh)), _mm256_cvtepi32_ps(dot(wh1[s], ch, bh))};
+        acc[s][m] = simd::fmadd(il, simd::mul(sl[s], xs0), acc[s][m]);
+        acc[s][m] = simd::fmadd(ih, simd::mul(sh[s], xs1), acc[s][m]);
+      }
     }
   }
-  for (int m = 0; m < NT; ++m) {
-    alignas(32) float lane[16];
-    simd::store16(lane, acc[m]);
-    const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
-    for (int i = 0; i < 4; ++i) out[m * 4 + i] = tile_row_sum(lane, i) * ts;
+  for (int s = 0; s < NS; ++s) {
+    for (int m = 0; m < NT; ++m) {
+      alignas(32) float lane[16];
+      simd::store16(lane, acc[s][m]);
+      const float ts = weight_tensor_scale * x.tensor[static_cast<std::size_t>(n0 + m)];
+      for (int i = 0; i < 4; ++i) out[(s * NT + m) * 4 + i] = tile_row_sum(lane, i) * ts;
+    }
   }
 }
 #endif
@@ -2384,16 +2535,30 @@ void PackedWeight::gemm_rows_e2m1(const E2M1Activations& x, float* y, std::int64
   const __m256i table = broadcast_16_bytes(u.data());
 #endif
   constexpr int R = kTileRows;
-  for_each_tile<kTileRows>(x.tokens, std::max<std::int64_t>(x.tokens, 1), r0, r1, y, ldy,
-                           [&](std::int64_t n, bool four, float* out, std::int64_t t) {
-                             const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
-                             const std::uint8_t* sc = scale_data_.data() + block_index(t * R, 0);
-                             if (four) {
-                               e2m1_tile<4>(p, sc, chunks_, table, x, n, tensor_scale_, out);
-                             } else {
-                               e2m1_tile<1>(p, sc, chunks_, table, x, n, tensor_scale_, out);
-                             }
-                           });
+  auto tile_data = [&](std::int64_t t) { return data_.data() + t * chunks_ * R * chunk_bytes_; };
+  auto tile_scales = [&](std::int64_t t) { return scale_data_.data() + block_index(t * R, 0); };
+  if (x.tokens == 1) {
+    for_each_tile_pair<R>(
+        r0, r1, y,
+        [&](std::int64_t t, float* out) {
+          const std::uint8_t *p = tile_data(t), *sc = tile_scales(t);
+          e2m1_tile<1, 1>(&p, &sc, chunks_, table, x, 0, tensor_scale_, out);
+        },
+        [&](const std::int64_t* ts, float* out) {
+          const std::uint8_t* p[2] = {tile_data(ts[0]), tile_data(ts[1])};
+          const std::uint8_t* sc[2] = {tile_scales(ts[0]), tile_scales(ts[1])};
+          e2m1_tile<1, 2>(p, sc, chunks_, table, x, 0, tensor_scale_, out);
+        });
+    return;
+  }
+  for_each_tile<R>(x.tokens, x.tokens, r0, r1, y, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
+    const std::uint8_t *p = tile_data(t), *sc = tile_scales(t);
+    if (four) {
+      e2m1_tile<4, 1>(&p, &sc, chunks_, table, x, n, tensor_scale_, out);
+    } else {
+      e2m1_tile<1, 1>(&p, &sc, chunks_, table, x, n, tensor_scale_, out);
+    }
+  });
 #else
   gemm_rows_e2m1_scalar(x, y, ldy, r0, r1);
 #endif

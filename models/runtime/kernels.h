@@ -290,9 +290,11 @@ class PackedWeight {
   float code_value(std::int64_t r, std::int64_t c) const;                  // element value before scaling
   float chunk_value(const std::uint8_t* chunk_row, std::int64_t k) const;  // element k of a chunk row
 #ifdef RLSIM_SIMD16
-  // One tile for NT activation rows (row n at x + n * ldx): y[n * 4 + i] for tile row i.
-  template <WeightLayout L, int NT>
-  void simd16(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
+  // NS tiles (tiles[0..NS), read side by side: NS sequential streams) for NT activation rows (row
+  // n at x + n * ldx): y[n * 4 NS + 4 s + i] for row i of tiles[s]. Each row is summed as with
+  // NS = 1, so the bits do not depend on NS.
+  template <WeightLayout L, int NT, int NS>
+  void simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const;
   template <int NT>
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
   template <int NT>
@@ -321,10 +323,10 @@ class PackedWeight {
   friend void gemv(std::span<const GemvJob> jobs);
 #endif
 #ifdef RLSIM_AVX512_BF16
-  // kBf16 with BF16 activations: one tile for NT rows of BF16 pairs (row n at xb + n * ldxb, 32
-  // columns per dot-product instruction), y[n * 4 + i] for tile row i.
-  template <int NT>
-  void simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, std::int64_t tile) const;
+  // kBf16 with BF16 activations: NS tiles (as simd16) for NT rows of BF16 pairs (row n at xb + n *
+  // ldxb, 32 columns per dot-product instruction), y[n * 4 NS + 4 s + i] for row i of tiles[s].
+  template <int NT, int NS>
+  void simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, const std::int64_t* tiles) const;
 #endif
   void kmajor_scalar(const float* x, float* y, std::int64_t r0, std::int64_t r1) const;
   // kE4M3KMajor sums a row in kKMajorSegments fixed segments of its 32-column blocks (blocks

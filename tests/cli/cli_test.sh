@@ -197,7 +197,9 @@ JSON
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp32,int4-w4a16-g32 --decode-tokens 4 --prefill-tokens 16 \
   --repeat 1 >"$WORK/bench_rt.txt" 2>"$WORK/bench_rt.err"
 check "bench runtime: exit 0" test $? -eq 0
-check "bench runtime: bandwidth line" grep -qE '^bandwidth [0-9]+\.[0-9] GB/s$' "$WORK/bench_rt.txt"
+check "bench runtime: bandwidth line" grep -qE '^bandwidth [0-9]+\.[0-9] GB/s streams_1 [0-9]+\.[0-9] streams_2 [0-9]+\.[0-9] streams_4 [0-9]+\.[0-9]$' "$WORK/bench_rt.txt"
+check "bench runtime: the roofline's bandwidth is the best stream count's" \
+  awk '/^bandwidth / { m = $5; if ($7 > m) m = $7; if ($9 > m) m = $9; ok = ($2 == m) } END { exit !ok }' "$WORK/bench_rt.txt"
 check "bench runtime: decode lines with roofline" test "$(grep -cE '^decode (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s roofline [0-9]+\.[0-9]{2} bytes_per_token [1-9][0-9]*$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: prefill lines" test "$(grep -cE '^prefill (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: prefill-logits lines" test "$(grep -cE '^prefill-logits (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2

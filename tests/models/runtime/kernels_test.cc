@@ -299,6 +299,16 @@ TEST(Gemv, BatchedTokensEqualOneTokenCallsBitForBit) {
         gemv(std::span<const GemvJob>(&job, 1));
         for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], single[i]) << "batch " << batch << " element " << i;
       }
+      // One token over row ranges: a single-token call reads two tiles at once (the range's two
+      // halves), an odd tile count leaves one alone, and a range may start or end inside a tile.
+      for (const auto& [r0, r1] : {std::pair<std::int64_t, std::int64_t>{0, rows}, {2, rows - 1}, {4, 16}, {1, 6}, {8, 12}}) {
+        std::vector<float> one(static_cast<std::size_t>(rows), -7.0f);
+        p.gemm_rows(x.data(), 1, one.data() + r0, rows, r0, r1);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(one[static_cast<std::size_t>(r)], r >= r0 && r < r1 ? single[static_cast<std::size_t>(r)] : -7.0f)
+              << "rows [" << r0 << ", " << r1 << ") row " << r;
+        }
+      }
       // A row range inside a tile, with a leading dimension wider than the range.
       std::vector<float> part(static_cast<std::size_t>(5 * rows), -7.0f);
       p.gemm_rows(x.data(), 5, part.data() + 2, rows, 2, rows - 1);
@@ -535,6 +545,11 @@ TEST(PackedWeight, Bf16DotProductGemvIsWithinBoundAndBatchInvariant) {
         EXPECT_NEAR(alone[static_cast<std::size_t>(n * rows + r)], ref[static_cast<std::size_t>(r)],
                     bound[static_cast<std::size_t>(r)]);
     }
+    // One token over part of the rows (the two-tile path, an odd tile count, a ragged start).
+    std::vector<float> part(static_cast<std::size_t>(rows), -7.0f);
+    p.gemm_rows(x.data(), 1, part.data() + 1, rows, 1, rows - 4, true);
+    for (std::int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(part[static_cast<std::size_t>(r)], r >= 1 && r < rows - 4 ? alone[static_cast<std::size_t>(r)] : -7.0f) << r;
     for (std::int64_t batch : {2, 4, 5, 9}) {
       std::vector<float> y(static_cast<std::size_t>(batch * rows), NAN);
       GemvJob job{&p, x.data(), y.data(), batch, true};
