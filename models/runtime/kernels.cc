@@ -945,6 +945,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
   constexpr bool kE4M3 = L == WeightLayout::kE4M3;
   for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
     const std::int64_t c1 = std::min(cols_, c0 + seg);
+    // E4M3: the segment's (scale block's) sums, added to acc times the block scale at its end.
     __m512 sb[RS][NT];
     for (int i = 0; i < RS; ++i) {
       for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? _mm512_setzero_ps() : acc[i][n];
@@ -1927,9 +1928,10 @@ void for_each_tile(std::int64_t tokens, std::int64_t token_block, std::int64_t r
 // the range's tiles split into halves, tile k of the first half read side by side with tile k of
 // the second (two(ts, out) writes tile ts[0]'s sums to out[0, TileRows) and ts[1]'s to
 // out[TileRows, 2 TileRows)), an odd last tile alone (one(t, out)); rows inside [r0, r1) go to
-// y[r - r0]. The hardware prefetchers keep more lines in flight for two streams than for one
-// (the bandwidth probe, measure_read_bandwidth: 26-35 GB/s for one stream, 34-53 for two on a
-// Zen 4 VM's 2 threads, 2026-11-28); bench runtime decode, 2 threads, alternating runs: bf16
+// y[r - r0]. The hardware prefetchers keep more lines in flight for two streams than for one (a
+// 256 MB read, 2 threads of a Zen 4 VM, 2026-11-28, alternating runs: 26-35 GB/s for one stream
+// a thread, 34-53 for two read a cache line of each in turn, 32 for two read 1 KB of each in
+// turn: the streams must advance together); bench runtime decode, 2 threads, alternating runs: bf16
 // 97-115 -> 121-128 tok/s, int4-w4a16-g32 202-205 -> 208-226 (fp8-block, bound elsewhere,
 // 143-150 either way). A prefill's 4-token tiles keep one stream: their arithmetic, not the
 // weight reads, bounds them.

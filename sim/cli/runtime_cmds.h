@@ -128,8 +128,10 @@ inline constexpr int kMaxReadStreams = 4;
 /// compiler emits. Each thread reads its contiguous share as `streams` (1..kMaxReadStreams) equal
 /// parts side by side, a few cache lines of each in turn: one stream is what a kernel reading
 /// its rows in order sees; the hardware prefetchers of some hosts keep more lines in flight
-/// for two (a Zen 4 VM, 2026-11-28, 2 threads: 26-35 GB/s for one stream, 34-53 for two, in
-/// alternating runs). Throws std::invalid_argument for another `streams`.
+/// for two (kernels.cc, for_each_tile_pair), while on others, or at other times, one stream
+/// reads fastest (a Zen 4 VM, 2026-11-28, 2 threads, 1 / 2 / 4 streams: 45.7 / 37.0 / 47.8
+/// GB/s in one run, 34.2 / 32.4 / 34.9 in another), so callers take the best of several.
+/// Throws std::invalid_argument for another `streams`.
 double measure_read_bandwidth(std::size_t bytes, int repeat, int streams = 1);
 
 }  // namespace rlsim::cli
