@@ -716,10 +716,16 @@ std::vector<double> dequantize(const QuantizedTensor& q) {
       const auto b = static_cast<std::size_t>(row_block + bc);
       const double mult = q.scales[b] * q.tensor_scale;
       const std::int64_t c0 = bc * q.block_cols, c1 = std::min(q.cols, c0 + q.block_cols);
+      const std::uint32_t* codes = q.codes.data() + r * q.cols;
+      double* o = out.data() + r * q.cols;
+      if (table != nullptr && !hif4) {  // the common case, its loop free of the others' branches
+        const double* t = table->data();
+        for (std::int64_t c = c0; c < c1; ++c) o[c] = t[codes[c] & mask] * mult;
+        continue;
+      }
       for (std::int64_t c = c0; c < c1; ++c) {
-        const auto i = static_cast<std::size_t>(r * q.cols + c);
-        const double v = table ? (*table)[q.codes[i] & mask] : decode(q.format.element, q.codes[i]);
-        out[i] = v * (hif4 ? hif4_multiplier(q.scale_codes[b], c - c0) : mult);
+        const double v = table ? (*table)[codes[c] & mask] : decode(q.format.element, codes[c]);
+        o[c] = v * (hif4 ? hif4_multiplier(q.scale_codes[b], c - c0) : mult);
       }
     }
   }
