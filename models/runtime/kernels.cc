@@ -1601,23 +1601,23 @@ void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::
 #endif
 
 #ifdef RLSIM_SIMD16
-template <int NT>
-void PackedWeight::simd_tile(const float* x, float* out, std::int64_t t) const {
+template <int NT, int NS>
+void PackedWeight::simd_tile(const float* x, float* out, const std::int64_t* tiles) const {
   switch (layout_) {
     case WeightLayout::kF32:
-      simd16<WeightLayout::kF32, NT, 1>(x, cols_, out, &t);
+      simd16<WeightLayout::kF32, NT, NS>(x, cols_, out, tiles);
       break;
     case WeightLayout::kBf16:
-      simd16<WeightLayout::kBf16, NT, 1>(x, cols_, out, &t);
+      simd16<WeightLayout::kBf16, NT, NS>(x, cols_, out, tiles);
       break;
     case WeightLayout::kF16:
-      simd16<WeightLayout::kF16, NT, 1>(x, cols_, out, &t);
+      simd16<WeightLayout::kF16, NT, NS>(x, cols_, out, tiles);
       break;
     case WeightLayout::kE4M3:
-      simd16<WeightLayout::kE4M3, NT, 1>(x, cols_, out, &t);
+      simd16<WeightLayout::kE4M3, NT, NS>(x, cols_, out, tiles);
       break;
     case WeightLayout::kNibble:
-      simd_nibble<NT>(x, cols_, out, t);
+      for (int s = 0; s < NS; ++s) simd_nibble<NT>(x, cols_, out + s * NT * kTileRows, tiles[s]);  // one tile at a time
       break;
     case WeightLayout::kE4M3KMajor:
       break;  // not tiled: simd_kmajor, gemv_kmajor
@@ -2083,25 +2083,19 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
 #ifdef RLSIM_SIMD16
 void PackedWeight::simd_tiles(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
                               std::int64_t r1) const {
-  if (tokens == 1 && (layout_ == WeightLayout::kBf16 || layout_ == WeightLayout::kE4M3)) {
+  if (tokens == 1 && layout_ != WeightLayout::kNibble) {  // simd16's layouts: two tiles at once
     for_each_tile_pair<kTileRows>(
-        r0, r1, y, [&](std::int64_t t, float* out) { simd_tile<1>(x, out, t); },
-        [&](const std::int64_t* ts, float* out) {
-          if (layout_ == WeightLayout::kBf16) {
-            simd16<WeightLayout::kBf16, 1, 2>(x, cols_, out, ts);
-          } else {
-            simd16<WeightLayout::kE4M3, 1, 2>(x, cols_, out, ts);
-          }
-        });
+        r0, r1, y, [&](std::int64_t t, float* out) { simd_tile<1, 1>(x, out, &t); },
+        [&](const std::int64_t* ts, float* out) { simd_tile<1, 2>(x, out, ts); });
     return;
   }
   // Token blocks of 64 keep their activations in L2 while every tile of [r0, r1) passes over
   // them. Each (token, row) is summed exactly as a single-token call sums it.
   for_each_tile<kTileRows>(tokens, 64, r0, r1, y, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
     if (four) {
-      simd_tile<4>(x + n * cols_, out, t);
+      simd_tile<4, 1>(x + n * cols_, out, &t);
     } else {
-      simd_tile<1>(x + n * cols_, out, t);
+      simd_tile<1, 1>(x + n * cols_, out, &t);
     }
   });
 }

@@ -297,8 +297,10 @@ class PackedWeight {
   void simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const;
   template <int NT>
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
-  template <int NT>
-  void simd_tile(const float* x, float* y, std::int64_t tile) const;  // dispatch on the layout
+  // Dispatch on the layout: NS tiles side by side (simd16; NS > 1 with NT = 1 only), y as
+  // simd16 writes it.
+  template <int NT, int NS>
+  void simd_tile(const float* x, float* y, const std::int64_t* tiles) const;
   // gemm_rows on the tiled kernels (simd_tile), 4 tokens at a time and the rest one by one.
   void simd_tiles(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
   // gemm_rows on the INT4 integer kernel (int4_dot_ok_; kernels.cc, int4_dot_tile): each token's

@@ -133,6 +133,10 @@ double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
   if (streams < 1 || streams > kMaxReadStreams)
     throw std::invalid_argument(fmt::format("measure_read_bandwidth: {} streams, 1..{} expected", streams, kMaxReadStreams));
   constexpr std::int64_t kStep = 64;  // floats per stream per step: 4 cache lines
+  // Floats between consecutive parts, 33 cache lines, so that parts do not start a power of two
+  // bytes apart: two parts exactly 256 MiB apart read 28-31 GB/s on a Zen 4 VM's 2 threads where
+  // the same parts 33 lines further apart read 35-52 (2026-11-28, alternating runs).
+  constexpr std::int64_t kSkew = 33 * 16;
   const std::size_t n = bytes / sizeof(float);
   std::unique_ptr<float[]> buf(new float[n]);
   const auto sn = static_cast<std::int64_t>(n);
@@ -153,19 +157,25 @@ double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
       // Contiguous share per thread, cut into `streams` parts read side by side, kStep floats of
       // each part a step in independent sums (vectorised); no software prefetch.
       const std::int64_t lo = sn * t / nt / kStep * kStep, hi = t + 1 == nt ? sn : sn * (t + 1) / nt / kStep * kStep;
-      const std::int64_t part = (hi - lo) / streams / kStep * kStep;
+      // A share too short for the parts and their gaps is read as one stream.
+      const int parts = hi - lo >= streams * (kSkew + kStep) ? streams : 1;
+      const std::int64_t part = ((hi - lo) - (parts - 1) * kSkew) / parts / kStep * kStep;
       float acc[kMaxReadStreams][kStep] = {};
       const float* p = buf.get() + lo;
       for (std::int64_t i = 0; i < part; i += kStep) {
-        for (int k = 0; k < streams; ++k) {
-          const float* q = p + k * part + i;
+        for (int k = 0; k < parts; ++k) {
+          const float* q = p + k * (part + kSkew) + i;
 #if !defined(__clang__)  // clang cannot vectorise this reduction into an array and warns that it did not
 #pragma omp simd
 #endif
           for (int j = 0; j < kStep; ++j) acc[k][j] += q[j];
         }
       }
-      for (std::int64_t i = lo + streams * part; i < hi; ++i) acc[0][0] += buf[static_cast<std::size_t>(i)];
+      // The rest: the gap after each part (the last part's runs to the end of the share).
+      for (int k = 0; k < parts; ++k) {
+        const std::int64_t end = k + 1 < parts ? (k + 1) * (part + kSkew) : hi - lo;
+        for (std::int64_t i = k * (part + kSkew) + part; i < end; ++i) acc[0][0] += p[i];
+      }
       for (const auto& a : acc) {
         for (float v : a) sum += v;
       }

@@ -126,12 +126,12 @@ inline constexpr int kMaxReadStreams = 4;
 /// Read bandwidth in GB/s (1e9 bytes per second): the best of `repeat` passes summing a buffer of
 /// `bytes` (first touched by the same threads) on the current OpenMP threads, vector loads the
 /// compiler emits. Each thread reads its contiguous share as `streams` (1..kMaxReadStreams) equal
-/// parts side by side, a few cache lines of each in turn: one stream is what a kernel reading
-/// its rows in order sees; the hardware prefetchers of some hosts keep more lines in flight
-/// for two (kernels.cc, for_each_tile_pair), while on others, or at other times, one stream
-/// reads fastest (a Zen 4 VM, 2026-11-28, 2 threads, 1 / 2 / 4 streams: 45.7 / 37.0 / 47.8
-/// GB/s in one run, 34.2 / 32.4 / 34.9 in another), so callers take the best of several.
-/// Throws std::invalid_argument for another `streams`.
+/// parts side by side, a few cache lines of each in turn, the parts 33 cache lines more than a
+/// part apart (never a power of two bytes: such parts read slower); a share too short for that
+/// is read as one stream. One stream is what a kernel reading its rows in order sees; the
+/// hardware prefetchers of some hosts keep more lines in flight for two (kernels.cc,
+/// for_each_tile_pair), and which reads fastest changes from host to host and run to run, so
+/// callers take the best of several. Throws std::invalid_argument for another `streams`.
 double measure_read_bandwidth(std::size_t bytes, int repeat, int streams = 1);
 
 }  // namespace rlsim::cli
