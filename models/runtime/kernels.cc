@@ -250,7 +250,7 @@ int PackedWeight::scale_size() const { return traits(scale_element_).bits / 8; }
 std::size_t PackedWeight::kernel_code_bytes() const {
   if (layout_ == WeightLayout::kE4M3KMajor) return static_cast<std::size_t>(rows_ * cols_);
   const std::int64_t tiles = (rows_ + kTileRows - 1) / kTileRows;
-  return static_cast<std::size_t>(tiles * chunks_ * kTileRows * chunk_bytes_);
+  return static_cast<std::size_t>(tiles * tile_bytes());
 }
 
 std::size_t PackedWeight::kernel_scale_bytes() const {
@@ -1403,17 +1403,25 @@ inline __m256i broadcast_16_bytes(const void* p) {
 }
 #endif
 
+// a plus the four sums of 4 products of unsigned bytes u and signed bytes d in each 32-bit lane
+// (VPDPBUSD). Without VNNI, VPMADDUBSW adds pairs of products into 16 bits and VPMADDWD with
+// ones adds the pairs: the same sums while every pair fits int16, which the callers' operands
+// keep (INT4 x digits: 2 x 15 x 128; E2M1 x E2M1: 2 x 24 x 12).
 #ifdef RLSIM_AVX512
-// a plus the four sums of 4 products of unsigned bytes u and signed bytes d in each 32-bit lane.
 inline __m512i dot_u8s8(__m512i a, __m512i u, __m512i d) {
 #ifdef RLSIM_AVX512_VNNI
   return _mm512_dpbusd_epi32(a, u, d);
 #else
-  // Pairs of products fit 16 bits (2 x 15 x 128): VPMADDUBSW does not saturate here.
   return _mm512_add_epi32(a, _mm512_madd_epi16(_mm512_maddubs_epi16(u, d), _mm512_set1_epi16(1)));
 #endif
 }
+#else
+inline __m256i dot_u8s8(__m256i a, __m256i u, __m256i d) {
+  return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, d), _mm256_set1_epi16(1)));
+}
+#endif
 
+#ifdef RLSIM_AVX512
 // The INT4 integer kernel of NS tiles read side by side for NT tokens: tiles[s] a tile's chunks
 // (64 bytes each: row i's 16 bytes at 16 i, byte k holding column k in its low nibble and k + 16
 // in its high one), tile_scales[s] its tile-ordered BF16 scales (4 a block, cpb chunks per
@@ -1494,7 +1502,6 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
     for (int m = 0; m < NT; ++m) acc[s][m] = simd::zero16();
   }
   const __m256i low4 = _mm256_set1_epi8(0x0F), offset_binary = _mm256_set1_epi8(static_cast<char>(0x88));
-  const __m256i ones = _mm256_set1_epi16(1);
   // VPSHUFB controls: the BF16 scale bytes of rows 0 and 1 (2 and 3) into the upper halves of
   // lanes 0-3 and 4-7, zeros (index 0x80) below: their FP32 values.
   constexpr char z = static_cast<char>(0x80);
@@ -1502,9 +1509,6 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
       _mm256_setr_epi8(z, z, 0, 1, z, z, 0, 1, z, z, 0, 1, z, z, 0, 1, z, z, 2, 3, z, z, 2, 3, z, z, 2, 3, z, z, 2, 3);
   const __m256i rows23 =
       _mm256_setr_epi8(z, z, 4, 5, z, z, 4, 5, z, z, 4, 5, z, z, 4, 5, z, z, 6, 7, z, z, 6, 7, z, z, 6, 7, z, z, 6, 7);
-  auto dot = [&](__m256i a, __m256i u, __m256i d) {
-    return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, d), ones));
-  };
   simd::V16 sc[NS];
   std::int64_t left = 0;  // chunks before the next scale block
   for (std::int64_t j = 0; j < chunks; ++j) {
@@ -1535,8 +1539,8 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
         const __m256i dl = broadcast_16_bytes(c.digit[q]), dh = broadcast_16_bytes(c.digit[q] + 16);
         for (int s = 0; s < NS; ++s) {
           if (q > 0) a0[s] = _mm256_slli_epi32(a0[s], 8), a1[s] = _mm256_slli_epi32(a1[s], 8);
-          a0[s] = dot(dot(a0[s], ul0[s], dl), uh0[s], dh);
-          a1[s] = dot(dot(a1[s], ul1[s], dl), uh1[s], dh);
+          a0[s] = dot_u8s8(dot_u8s8(a0[s], ul0[s], dl), uh0[s], dh);
+          a1[s] = dot_u8s8(dot_u8s8(a1[s], ul1[s], dl), uh1[s], dh);
         }
       }
       const __m256i bias = broadcast_16_bytes(c.bias);
@@ -1563,7 +1567,7 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
 template <int NT>
 void PackedWeight::simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t t) const {
   constexpr int R = kTileRows;
-  const std::uint8_t* p = data_.data() + t * chunks_ * R * chunk_bytes_;
+  const std::uint8_t* p = tile_codes(t);
   std::size_t sbase[R];  // scale slot of each row's first block; block b at sbase + b * sstride
   for (int i = 0; i < R; ++i)
     sbase[i] = tile_scales_ ? block_index(t * R + i, 0) : block_index(std::min(t * R + i, rows_ - 1), 0);
@@ -2107,7 +2111,6 @@ void PackedWeight::gemm_rows_int4_dot(const float* x, std::int64_t tokens, float
   xs.resize(static_cast<std::size_t>(tokens * chunks_));
   const std::int64_t cpb = nibble_chunks_per_block();
   // Tokens [n0, n1), whose activations are in xs, 4 at a time and the rest one by one.
-  auto tile_data = [&](std::int64_t t) { return data_.data() + t * chunks_ * R * chunk_bytes_; };
   auto tile_scales = [&](std::int64_t t) { return scale_data_.data() + block_index(t * R, 0) * sizeof(std::uint16_t); };
   auto run = [&](std::int64_t n0, std::int64_t n1) {
     if (n1 - n0 == 1) {
@@ -2115,18 +2118,18 @@ void PackedWeight::gemm_rows_int4_dot(const float* x, std::int64_t tokens, float
       for_each_tile_pair<R>(
           r0, r1, y + n0 * ldy,
           [&](std::int64_t t, float* out) {
-            const std::uint8_t *p = tile_data(t), *sc = tile_scales(t);
+            const std::uint8_t *p = tile_codes(t), *sc = tile_scales(t);
             int4_dot_tile<1, 1>(&p, chunks_, cpb, &sc, token, out);
           },
           [&](const std::int64_t* ts, float* out) {
-            const std::uint8_t* p[2] = {tile_data(ts[0]), tile_data(ts[1])};
+            const std::uint8_t* p[2] = {tile_codes(ts[0]), tile_codes(ts[1])};
             const std::uint8_t* sc[2] = {tile_scales(ts[0]), tile_scales(ts[1])};
             int4_dot_tile<1, 2>(p, chunks_, cpb, sc, token, out);
           });
       return;
     }
     for_each_tile<R>(n1 - n0, 64, r0, r1, y + n0 * ldy, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
-      const std::uint8_t *p = tile_data(t), *scales = tile_scales(t);
+      const std::uint8_t *p = tile_codes(t), *scales = tile_scales(t);
       const Int4DotChunk* token[4] = {};
       for (int m = 0; m < (four ? 4 : 1); ++m) token[m] = xs.data() + (n0 + n + m) * chunks_;
       if (four) {
@@ -2435,7 +2438,7 @@ void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile
                     bh = broadcast_16_bytes(xb + 4);
       const __m512 xs0 = _mm512_set1_ps(xs[0]), xs1 = _mm512_set1_ps(xs[1]);
       for (int s = 0; s < NS; ++s) {
-        const __m512i il = _mm512_dpbusd_epi32(bl, wl[s], cl), ih = _mm512_dpbusd_epi32(bh, wh[s], ch);
+        const __m512i il = dot_u8s8(bl, wl[s], cl), ih = dot_u8s8(bh, wh[s], ch);
         acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(sl[s], xs0), acc[s][m]);
         acc[s][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ih), _mm512_mul_ps(sh[s], xs1), acc[s][m]);
       }
@@ -2464,15 +2467,11 @@ void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile
   for (int s = 0; s < NS; ++s) {
     for (int m = 0; m < NT; ++m) acc[s][m] = simd::zero16();
   }
-  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   // Lanes 0-3 take the scale of the register's first row, lanes 4-7 of its second.
   const __m256i rows01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), rows23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
   const __m256i rows45 = _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), rows67 = _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7);
   const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
-  // The 4 sums of 4 products per row of a register, plus the activations' offset correction.
-  auto dot = [&](__m256i w, __m256i xc, __m256i bias) {
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xc), ones), bias);
-  };
   for (std::int64_t j = 0; j < chunks; ++j) {
     __m256i wl0[NS], wh0[NS], wl1[NS], wh1[NS];
     simd::V16 sl[NS], sh[NS];
@@ -2500,8 +2499,9 @@ void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile
                     bh = broadcast_16_bytes(xb + 4);
       const simd::V16 xs0 = simd::set1(xs[0]), xs1 = simd::set1(xs[1]);
       for (int s = 0; s < NS; ++s) {
-        const simd::V16 il{_mm256_cvtepi32_ps(dot(wl0[s], cl, bl)), _mm256_cvtepi32_ps(dot(wl1[s], cl, bl))};
-        const simd::V16 ih{_mm256_cvtepi32_ps(dot(wh0[s], ch, bh)), _mm256_cvtepi32_ps(dot(wh1[s], ch, bh))};
+        // The 4 sums of 4 products per row of a register, plus the activations' offset correction.
+        const simd::V16 il{_mm256_cvtepi32_ps(dot_u8s8(bl, wl0[s], cl)), _mm256_cvtepi32_ps(dot_u8s8(bl, wl1[s], cl))};
+        const simd::V16 ih{_mm256_cvtepi32_ps(dot_u8s8(bh, wh0[s], ch)), _mm256_cvtepi32_ps(dot_u8s8(bh, wh1[s], ch))};
         acc[s][m] = simd::fmadd(il, simd::mul(sl[s], xs0), acc[s][m]);
         acc[s][m] = simd::fmadd(ih, simd::mul(sh[s], xs1), acc[s][m]);
       }
@@ -2531,24 +2531,23 @@ void PackedWeight::gemm_rows_e2m1(const E2M1Activations& x, float* y, std::int64
   const __m256i table = broadcast_16_bytes(u.data());
 #endif
   constexpr int R = kTileRows;
-  auto tile_data = [&](std::int64_t t) { return data_.data() + t * chunks_ * R * chunk_bytes_; };
   auto tile_scales = [&](std::int64_t t) { return scale_data_.data() + block_index(t * R, 0); };
   if (x.tokens == 1) {
     for_each_tile_pair<R>(
         r0, r1, y,
         [&](std::int64_t t, float* out) {
-          const std::uint8_t *p = tile_data(t), *sc = tile_scales(t);
+          const std::uint8_t *p = tile_codes(t), *sc = tile_scales(t);
           e2m1_tile<1, 1>(&p, &sc, chunks_, table, x, 0, tensor_scale_, out);
         },
         [&](const std::int64_t* ts, float* out) {
-          const std::uint8_t* p[2] = {tile_data(ts[0]), tile_data(ts[1])};
+          const std::uint8_t* p[2] = {tile_codes(ts[0]), tile_codes(ts[1])};
           const std::uint8_t* sc[2] = {tile_scales(ts[0]), tile_scales(ts[1])};
           e2m1_tile<1, 2>(p, sc, chunks_, table, x, 0, tensor_scale_, out);
         });
     return;
   }
   for_each_tile<R>(x.tokens, x.tokens, r0, r1, y, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
-    const std::uint8_t *p = tile_data(t), *sc = tile_scales(t);
+    const std::uint8_t *p = tile_codes(t), *sc = tile_scales(t);
     if (four) {
       e2m1_tile<4, 1>(&p, &sc, chunks_, table, x, n, tensor_scale_, out);
     } else {

@@ -272,6 +272,10 @@ class PackedWeight {
   void allocate();                      // zeroed storage for both layouts
   std::size_t kernel_code_bytes() const;
   std::size_t kernel_scale_bytes() const;
+  // Tiled kernel layouts: bytes of one tile's codes (chunks_ chunks of kTileRows rows), and tile
+  // t's first byte.
+  std::int64_t tile_bytes() const { return chunks_ * kTileRows * chunk_bytes_; }
+  const std::uint8_t* tile_codes(std::int64_t t) const { return data_.data() + t * tile_bytes(); }
   std::size_t loader_code_bytes() const;
   std::size_t loader_scale_bytes() const;
   int scale_size() const;                                         // bytes per stored scale
