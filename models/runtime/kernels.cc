@@ -1901,6 +1901,15 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
 
 #ifdef RLSIM_SIMD16
 namespace {
+// Tile t's sums (out[i] for row t * TileRows + i) of the rows inside [r0, r1) into y[r - r0].
+template <std::int64_t TileRows>
+void store_tile_rows(std::int64_t t, const float* out, std::int64_t r0, std::int64_t r1, float* y) {
+  for (std::int64_t i = 0; i < TileRows; ++i) {
+    const std::int64_t r = t * TileRows + i;
+    if (r >= r0 && r < r1) y[r - r0] = out[i];
+  }
+}
+
 // Drives a tile kernel over rows [r0, r1) of `tokens` tokens: blocks of `token_block` (>= 1)
 // tokens, and in each every tile of TileRows rows with its tokens 4 at a time (the rest one by
 // one): tile(n, four, out, t) writes the sums of tile t for tokens n.. (4 of them when `four`)
@@ -1916,12 +1925,7 @@ void for_each_tile(std::int64_t tokens, std::int64_t token_block, std::int64_t r
         float out[4 * TileRows] = {};  // simd_tile writes every entry of a tiled layout
         const std::int64_t nt = n1 - n >= 4 ? 4 : 1;
         tile(n, nt == 4, out, t);
-        for (std::int64_t m = 0; m < nt; ++m) {
-          for (std::int64_t i = 0; i < tile_rows; ++i) {
-            const std::int64_t r = t * tile_rows + i;
-            if (r >= r0 && r < r1) y[(n + m) * ldy + r - r0] = out[m * tile_rows + i];
-          }
-        }
+        for (std::int64_t m = 0; m < nt; ++m) store_tile_rows<TileRows>(t, out + m * tile_rows, r0, r1, y + (n + m) * ldy);
         n += nt;
       }
     }
@@ -1942,22 +1946,16 @@ void for_each_tile(std::int64_t tokens, std::int64_t token_block, std::int64_t r
 template <std::int64_t TileRows, typename One, typename Two>
 void for_each_tile_pair(std::int64_t r0, std::int64_t r1, float* y, One&& one, Two&& two) {
   const std::int64_t ta = r0 / TileRows, tb = (r1 + TileRows - 1) / TileRows, half = (tb - ta + 1) / 2;
-  auto put = [&](std::int64_t t, const float* o) {
-    for (std::int64_t i = 0; i < TileRows; ++i) {
-      const std::int64_t r = t * TileRows + i;
-      if (r >= r0 && r < r1) y[r - r0] = o[i];
-    }
-  };
   for (std::int64_t k = 0; k < half; ++k) {
     const std::int64_t ts[2] = {ta + k, ta + half + k};
     float out[2 * TileRows] = {};
     if (ts[1] < tb) {
       two(ts, out);
-      put(ts[0], out), put(ts[1], out + TileRows);
+      store_tile_rows<TileRows>(ts[1], out + TileRows, r0, r1, y);
     } else {
       one(ts[0], out);
-      put(ts[0], out);
     }
+    store_tile_rows<TileRows>(ts[0], out, r0, r1, y);
   }
 }
 }  // namespace
