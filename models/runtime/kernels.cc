@@ -1348,37 +1348,92 @@ struct alignas(64) Int4DotChunk {
 };
 static_assert(sizeof(Int4DotChunk) == 128);
 
+// The exponent E of a chunk's largest magnitude m (m < 2^E; 0 for m = 0), or false when m is
+// outside the kernel's range (0 or [2^-kInt4DotMaxXLog2, 2^kInt4DotMaxXLog2)).
+bool int4_dot_exponent(float m, int& e) {
+  if (m != 0.0f && !(m >= std::ldexp(1.0f, -kInt4DotMaxXLog2) && m < std::ldexp(1.0f, kInt4DotMaxXLog2))) return false;
+  e = m == 0.0f ? 0 : std::ilogb(m) + 1;
+  return true;
+}
+
+#ifdef RLSIM_AVX512
+// Chunk d from the n <= 32 columns of x, on 16-lane registers, with the definition's integers:
+// x 2^(22 - E) is exact in FP32 whenever it is at least 2^-126 (a power-of-two scaling of a
+// normal number below 2^22), any smaller product rounds to 0 either way, and VCVTPS2DQ rounds to
+// nearest even as nearbyint does in the default rounding mode. Each digit step shifts a multiple
+// of 256, an exact division.
+bool int4_dot_chunk(const float* x, std::int64_t n, Int4DotChunk& d) {
+  const auto lo_mask = static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
+  const auto hi_mask = static_cast<__mmask16>(n >= 32 ? 0xFFFFu : n <= 16 ? 0u : (1u << (n - 16)) - 1u);
+  const __m512 x0 = _mm512_maskz_loadu_ps(lo_mask, x), x1 = _mm512_maskz_loadu_ps(hi_mask, x + 16);
+  const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  // |x| >= inf or unordered (NaN): not finite.
+  if ((_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) != 0) return false;
+  int e = 0;
+  if (!int4_dot_exponent(_mm512_reduce_max_ps(_mm512_max_ps(a0, a1)), e)) return false;
+  const __m512 to_fixed = _mm512_set1_ps(std::ldexp(1.0f, kInt4DotFracBits - e));
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512i v[2] = {_mm512_cvt_roundps_epi32(_mm512_mul_ps(x0, to_fixed), kRound),
+                        _mm512_cvt_roundps_epi32(_mm512_mul_ps(x1, to_fixed), kRound)};
+  const __m512i half = _mm512_set1_epi32(128), byte = _mm512_set1_epi32(0xFF);
+  for (int h = 0; h < 2; ++h) {
+    __m512i r = v[h];
+    for (int q = 2; q >= 0; --q) {
+      const __m512i digit = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(r, half), byte), half);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d.digit[q] + 16 * h), _mm512_cvtepi32_epi8(digit));
+      r = _mm512_srai_epi32(_mm512_sub_epi32(r, digit), 8);
+    }
+  }
+  alignas(64) std::int32_t sum[16];
+  _mm512_store_si512(sum, _mm512_add_epi32(v[0], v[1]));  // column k plus column 16 + k
+  for (int l = 0; l < 4; ++l) d.bias[l] = -8 * ((sum[4 * l] + sum[4 * l + 1]) + (sum[4 * l + 2] + sum[4 * l + 3]));
+  d.unit = std::ldexp(1.0f, e - kInt4DotFracBits);
+  return true;
+}
+#else
+// Chunk d's digits, bias and unit from its 32 integers v (zero past the token's columns).
+void int4_dot_digits(const std::int32_t* v, int e, Int4DotChunk& d) {
+  constexpr int kLaneCols = 4, kHalf = 16, kChunkCols = 32;
+  d.unit = std::ldexp(1.0f, e - kInt4DotFracBits);
+  for (int k = 0; k < kChunkCols; ++k) {
+    std::int32_t r = v[k];
+    for (int q = 2; q >= 0; --q) {  // least significant first, each digit in [-128, 127]
+      const std::int32_t digit = ((r + 128) & 0xFF) - 128;
+      d.digit[q][k] = static_cast<std::int8_t>(digit);
+      r = (r - digit) / 256;
+    }
+  }
+  for (int l = 0; l < 4; ++l) {
+    std::int32_t sum = 0;
+    for (int e2 = 0; e2 < kLaneCols; ++e2) sum += v[kLaneCols * l + e2] + v[kHalf + kLaneCols * l + e2];
+    d.bias[l] = -8 * sum;
+  }
+}
+
+// Chunk d from the n <= 32 columns of x by the definition above (double products, nearbyint).
+bool int4_dot_chunk(const float* x, std::int64_t n, Int4DotChunk& d) {
+  float m = 0.0f;
+  for (std::int64_t k = 0; k < n; ++k) {
+    if (!std::isfinite(x[k])) return false;
+    m = std::max(m, std::fabs(x[k]));
+  }
+  int e = 0;
+  if (!int4_dot_exponent(m, e)) return false;
+  const double to_fixed = std::ldexp(1.0, kInt4DotFracBits - e);
+  std::int32_t v[32] = {};
+  for (std::int64_t k = 0; k < n; ++k) v[k] = static_cast<std::int32_t>(std::nearbyint(x[k] * to_fixed));
+  int4_dot_digits(v, e, d);
+  return true;
+}
+#endif
+
 // Token x (cols values, zero past them) as `chunks` Int4DotChunks into out. False (out partly
 // written) when an x is not finite or a chunk's largest magnitude is outside the kernel's range.
 bool int4_dot_activations(const float* x, std::int64_t cols, std::int64_t chunks, Int4DotChunk* out) {
-  constexpr int kLaneCols = 4, kHalf = 16, kChunkCols = 32;
+  constexpr std::int64_t kChunkCols = 32;
   for (std::int64_t j = 0; j < chunks; ++j) {
-    const std::int64_t c0 = kChunkCols * j, n = std::min<std::int64_t>(kChunkCols, cols - c0);
-    float m = 0.0f;
-    for (std::int64_t k = 0; k < n; ++k) {
-      if (!std::isfinite(x[c0 + k])) return false;
-      m = std::max(m, std::fabs(x[c0 + k]));
-    }
-    if (m != 0.0f && !(m >= std::ldexp(1.0f, -kInt4DotMaxXLog2) && m < std::ldexp(1.0f, kInt4DotMaxXLog2))) return false;
-    const int e = m == 0.0f ? 0 : std::ilogb(m) + 1;  // m < 2^e
-    const double to_fixed = std::ldexp(1.0, kInt4DotFracBits - e);
-    Int4DotChunk& d = out[j];
-    d.unit = std::ldexp(1.0f, e - kInt4DotFracBits);
-    std::int32_t v[kChunkCols] = {};
-    for (std::int64_t k = 0; k < n; ++k) v[k] = static_cast<std::int32_t>(std::nearbyint(x[c0 + k] * to_fixed));
-    for (int k = 0; k < kChunkCols; ++k) {
-      std::int32_t r = v[k];
-      for (int q = 2; q >= 0; --q) {  // least significant first, each digit in [-128, 127]
-        const std::int32_t digit = ((r + 128) & 0xFF) - 128;
-        d.digit[q][k] = static_cast<std::int8_t>(digit);
-        r = (r - digit) / 256;
-      }
-    }
-    for (int l = 0; l < 4; ++l) {
-      std::int32_t sum = 0;
-      for (int e2 = 0; e2 < kLaneCols; ++e2) sum += v[kLaneCols * l + e2] + v[kHalf + kLaneCols * l + e2];
-      d.bias[l] = -8 * sum;
-    }
+    if (!int4_dot_chunk(x + kChunkCols * j, std::min(kChunkCols, cols - kChunkCols * j), out[j])) return false;
   }
   return true;
 }
