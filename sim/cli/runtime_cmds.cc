@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <ostream>
+#include <tuple>
+#include <utility>
 
 #include "models/runtime/gemm.h"
 #include "models/runtime/kernels.h"
@@ -129,63 +131,80 @@ int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err)
   return 0;
 }
 
-double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
+ReadBandwidthProbe::ReadBandwidthProbe(std::size_t bytes) : n_(bytes / sizeof(float)), buf_(new float[n_]) {
+  const auto sn = static_cast<std::int64_t>(n_);
+  float* b = buf_.get();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < sn; ++i) b[i] = 1.0f;  // first touch by the readers
+}
+
+double ReadBandwidthProbe::pass(int streams) const {
   if (streams < 1 || streams > kMaxReadStreams)
-    throw std::invalid_argument(fmt::format("measure_read_bandwidth: {} streams, 1..{} expected", streams, kMaxReadStreams));
+    throw std::invalid_argument(fmt::format("ReadBandwidthProbe::pass: {} streams, 1..{} expected", streams, kMaxReadStreams));
   constexpr std::int64_t kStep = 64;  // floats per stream per step: 4 cache lines
   // Floats between consecutive parts, 33 cache lines, so that parts do not start a power of two
   // bytes apart: two parts exactly 256 MiB apart read 28-31 GB/s on a Zen 4 VM's 2 threads where
   // the same parts 33 lines further apart read 35-52 (2026-11-28, alternating runs).
   constexpr std::int64_t kSkew = 33 * 16;
-  const std::size_t n = bytes / sizeof(float);
-  std::unique_ptr<float[]> buf(new float[n]);
-  const auto sn = static_cast<std::int64_t>(n);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < sn; ++i) buf[static_cast<std::size_t>(i)] = 1.0f;  // first touch by the readers
-  double best = std::numeric_limits<double>::infinity();
-  double check = 0;
-  for (int r = 0; r < repeat + 1; ++r) {  // one warm-up pass
-    const auto t0 = std::chrono::steady_clock::now();
-    double sum = 0;
+  const auto sn = static_cast<std::int64_t>(n_);
+  const float* buf = buf_.get();
+  const auto t0 = std::chrono::steady_clock::now();
+  double sum = 0;
 #pragma omp parallel reduction(+ : sum)
-    {
+  {
 #ifdef _OPENMP
-      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
 #else
-      const std::int64_t nt = 1, t = 0;
+    const std::int64_t nt = 1, t = 0;
 #endif
-      // Contiguous share per thread, cut into `streams` parts read side by side, kStep floats of
-      // each part a step in independent sums (vectorised); no software prefetch.
-      const std::int64_t lo = sn * t / nt / kStep * kStep, hi = t + 1 == nt ? sn : sn * (t + 1) / nt / kStep * kStep;
-      // A share too short for the parts and their gaps is read as one stream.
-      const int parts = hi - lo >= streams * (kSkew + kStep) ? streams : 1;
-      const std::int64_t part = ((hi - lo) - (parts - 1) * kSkew) / parts / kStep * kStep;
-      float acc[kMaxReadStreams][kStep] = {};
-      const float* p = buf.get() + lo;
-      for (std::int64_t i = 0; i < part; i += kStep) {
-        for (int k = 0; k < parts; ++k) {
-          const float* q = p + k * (part + kSkew) + i;
+    // Contiguous share per thread, cut into `streams` parts read side by side, kStep floats of
+    // each part a step in independent sums (vectorised); no software prefetch.
+    const std::int64_t lo = sn * t / nt / kStep * kStep, hi = t + 1 == nt ? sn : sn * (t + 1) / nt / kStep * kStep;
+    // A share too short for the parts and their gaps is read as one stream.
+    const int parts = hi - lo >= streams * (kSkew + kStep) ? streams : 1;
+    const std::int64_t part = ((hi - lo) - (parts - 1) * kSkew) / parts / kStep * kStep;
+    float acc[kMaxReadStreams][kStep] = {};
+    const float* p = buf + lo;
+    for (std::int64_t i = 0; i < part; i += kStep) {
+      for (int k = 0; k < parts; ++k) {
+        const float* q = p + k * (part + kSkew) + i;
 #if !defined(__clang__)  // clang cannot vectorise this reduction into an array and warns that it did not
 #pragma omp simd
 #endif
-          for (int j = 0; j < kStep; ++j) acc[k][j] += q[j];
-        }
-      }
-      // The rest: the gap after each part (the last part's runs to the end of the share).
-      for (int k = 0; k < parts; ++k) {
-        const std::int64_t end = k + 1 < parts ? (k + 1) * (part + kSkew) : hi - lo;
-        for (std::int64_t i = k * (part + kSkew) + part; i < end; ++i) acc[0][0] += p[i];
-      }
-      for (const auto& a : acc) {
-        for (float v : a) sum += v;
+        for (int j = 0; j < kStep; ++j) acc[k][j] += q[j];
       }
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) best = std::min(best, s);
-    check = sum;
+    // The rest: the gap after each part (the last part's runs to the end of the share).
+    for (int k = 0; k < parts; ++k) {
+      const std::int64_t end = k + 1 < parts ? (k + 1) * (part + kSkew) : hi - lo;
+      for (std::int64_t i = k * (part + kSkew) + part; i < end; ++i) acc[0][0] += p[i];
+    }
+    for (const auto& a : acc) {
+      for (float v : a) sum += v;
+    }
   }
-  if (check != static_cast<double>(n)) throw std::logic_error("measure_read_bandwidth: wrong sum");
-  return static_cast<double>(n * sizeof(float)) / best / 1e9;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (sum != static_cast<double>(n_)) throw std::logic_error("ReadBandwidthProbe::pass: wrong sum");
+  return static_cast<double>(n_ * sizeof(float)) / s / 1e9;
+}
+
+double ReadBandwidthProbe::best(int repeat, int streams) const {
+  double best = 0;
+  for (int r = 0; r < repeat + 1; ++r) {  // one warm-up pass
+    const double b = pass(streams);
+    if (r > 0) best = std::max(best, b);
+  }
+  return best;
+}
+
+double ReadBandwidthProbe::best_of_streams() const {
+  double best = 0;
+  for (int streams = 1; streams <= kMaxReadStreams; streams *= 2) best = std::max(best, pass(streams));
+  return best;
+}
+
+double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
+  return ReadBandwidthProbe(bytes).best(repeat, streams);
 }
 
 namespace {
@@ -267,32 +286,47 @@ models::TransformerConfig bench_shape(const BenchRuntimeOptions& o) {
   return c;
 }
 
-// Best tok/s of `run` (`tokens` tokens) over `repeat` runs, after one warm-up when `warm`.
-template <typename Run>
-double best_rate(int tokens, int repeat, bool warm, Run&& run) {
-  double best = std::numeric_limits<double>::infinity();
+// Best tok/s of `run` (`tokens` tokens) over `repeat` runs, after one warm-up when `warm`, and
+// what `before` (called untimed ahead of each timed run) returned ahead of the best run.
+template <typename Run, typename Before>
+std::pair<double, double> best_rate_after(int tokens, int repeat, bool warm, Run&& run, Before&& before) {
+  double best = std::numeric_limits<double>::infinity(), at_best = 0;
   for (int r = warm ? -1 : 0; r < repeat; ++r) {
+    const double ahead = r >= 0 ? before() : 0.0;
     const auto t0 = std::chrono::steady_clock::now();
     run();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r >= 0) best = std::min(best, s);
+    if (r >= 0 && s < best) best = s, at_best = ahead;
   }
-  return tokens / best;
+  return {tokens / best, at_best};
+}
+
+template <typename Run>
+double best_rate(int tokens, int repeat, bool warm, Run&& run) {
+  return best_rate_after(tokens, repeat, warm, run, [] { return 0.0; }).first;
 }
 
 // Tok/s of one model: greedy batch-1 decode, the engine's prefill (last logits) and the trainer's
-// (every position's logits).
+// (every position's logits); and the read bandwidth probed right before the best decode run.
 struct RuntimeRates {
   double decode = 0, prefill = 0, prefill_logits = 0;
+  double decode_gbps = 0;  // GB/s; 0 without a probe
 };
 
-RuntimeRates measure_rates(models::Transformer& model, const std::vector<int>& prompt, const BenchRuntimeOptions& o) {
+// The rates of `model`; with a probe, each timed decode run follows a probe pass at every stream
+// count (ReadBandwidthProbe::best_of_streams), so that a decode's roofline fraction divides by
+// the bandwidth of its own moment: a VM's bandwidth changes within seconds (README, runtime).
+RuntimeRates measure_rates(models::Transformer& model, const std::vector<int>& prompt, const BenchRuntimeOptions& o,
+                           const ReadBandwidthProbe* probe) {
   RuntimeRates r;
-  r.decode = best_rate(o.decode_tokens, o.repeat, true, [&] {
-    model.reset();
-    int token = prompt[0];
-    for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
-  });
+  std::tie(r.decode, r.decode_gbps) = best_rate_after(
+      o.decode_tokens, o.repeat, true,
+      [&] {
+        model.reset();
+        int token = prompt[0];
+        for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
+      },
+      [&] { return probe != nullptr ? probe->best_of_streams() : 0.0; });
   r.prefill = best_rate(o.prefill_tokens, o.repeat, false, [&] {
     model.reset();
     const auto logits = model.extend(prompt);
@@ -306,9 +340,11 @@ RuntimeRates measure_rates(models::Transformer& model, const std::vector<int>& p
 }
 
 // Measures precision `p` with the default kernels and prints its lines: decode (with its roofline
-// fraction at `gbps`), both prefills, resident against packed weight bytes.
+// fraction at the bandwidth `probe` read right before the best run), both prefills, resident
+// against packed weight bytes.
 RuntimeRates bench_precision(const models::ModelWeights& w, const models::RuntimePrecision& p, const std::vector<int>& prompt,
-                             double gbps, const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
+                             const ReadBandwidthProbe& probe, const BenchRuntimeOptions& o, std::ostream& out,
+                             std::ostream& err) {
   models::Transformer model(w, p);
   // Weights once per token, and the KV cache at the mean position of the timed steps.
   const double bytes = static_cast<double>(model.decode_weight_bytes()) +
@@ -316,9 +352,9 @@ RuntimeRates bench_precision(const models::ModelWeights& w, const models::Runtim
   const models::Transformer::WeightMemory mem = model.weight_memory();
   err << fmt::format("  {}: {:.1f} MB read per decoded token\n", p.name, bytes / 1e6);
   err.flush();
-  const RuntimeRates r = measure_rates(model, prompt, o);
-  out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f} bytes_per_token {:.0f}\n", p.name, r.decode,
-                     r.decode / (gbps * 1e9 / bytes), bytes);
+  const RuntimeRates r = measure_rates(model, prompt, o, &probe);
+  out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f} bytes_per_token {:.0f} bandwidth {:.1f}\n", p.name, r.decode,
+                     r.decode * bytes / (r.decode_gbps * 1e9), bytes, r.decode_gbps);
   out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, r.prefill);
   out << fmt::format("prefill-logits {} {:.1f} tok/s\n", p.name, r.prefill_logits);
   if (models::gemm_uses_amx()) {
@@ -356,12 +392,14 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
           : (models::simd_kernels_available() ? fmt::format("{} FP32", models::simd_kernels_name()) : "scalar"),
       o.repeat);
   err.flush();
-  // The roofline's bandwidth: the best of 1, 2 and 4 streams per thread (the decode kernels read
-  // two: for_each_tile_pair in kernels.cc), each printed.
+  // The host's read bandwidth: the best of 1, 2 and 4 streams per thread (the decode kernels read
+  // two: for_each_tile_pair in kernels.cc), each printed. Each decode's roofline divides by the
+  // same probe's bandwidth right before its best run instead.
+  const ReadBandwidthProbe probe(std::size_t{1} << 30);
   double gbps = 0;
   std::string per_streams;
   for (int streams = 1; streams <= kMaxReadStreams; streams *= 2) {
-    const double b = measure_read_bandwidth(std::size_t{1} << 30, o.repeat, streams);
+    const double b = probe.best(o.repeat, streams);
     gbps = std::max(gbps, b);
     per_streams += fmt::format(" streams_{} {:.1f}", streams, b);
   }
@@ -373,10 +411,10 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;
   std::vector<std::pair<models::RuntimePrecision, RuntimeRates>> measured;
   for (const models::RuntimePrecision& p : precisions) {
-    const RuntimeRates def = bench_precision(w, p, prompt, gbps, o, out, err);
+    const RuntimeRates def = bench_precision(w, p, prompt, probe, o, out, err);
     if (o.batch_invariant) {
       models::Transformer model(w, p, models::KernelMode::kBatchInvariant);
-      const RuntimeRates bi = measure_rates(model, prompt, o);
+      const RuntimeRates bi = measure_rates(model, prompt, o, nullptr);
       out << fmt::format("batch-invariant decode {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.decode, bi.decode / def.decode);
       out << fmt::format("batch-invariant prefill {} {:.1f} tok/s ratio {:.2f}\n", p.name, bi.prefill_logits,
                          bi.prefill_logits / def.prefill_logits);

@@ -2,8 +2,10 @@
 // precision).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -123,15 +125,32 @@ void use_host_independent_kernels();
 /// Most sequential streams per thread measure_read_bandwidth reads side by side.
 inline constexpr int kMaxReadStreams = 4;
 
-/// Read bandwidth in GB/s (1e9 bytes per second): the best of `repeat` passes summing a buffer of
-/// `bytes` (first touched by the same threads) on the current OpenMP threads, vector loads the
-/// compiler emits. Each thread reads its contiguous share as `streams` (1..kMaxReadStreams) equal
-/// parts side by side, a few cache lines of each in turn, the parts 33 cache lines more than a
-/// part apart (never a power of two bytes: such parts read slower); a share too short for that
-/// is read as one stream. One stream is what a kernel reading its rows in order sees; the
-/// hardware prefetchers of some hosts keep more lines in flight for two (kernels.cc,
-/// for_each_tile_pair), and which reads fastest changes from host to host and run to run, so
-/// callers take the best of several. Throws std::invalid_argument for another `streams`.
+/// A buffer of `bytes` (first touched by the current OpenMP threads) whose read passes measure
+/// the read bandwidth in GB/s (1e9 bytes per second) on those threads, vector loads the compiler
+/// emits. Each thread reads its contiguous share as `streams` (1..kMaxReadStreams) equal parts
+/// side by side, a few cache lines of each in turn, the parts 33 cache lines more than a part
+/// apart (never a power of two bytes: such parts read slower); a share too short for that is
+/// read as one stream. One stream is what a kernel reading its rows in order sees; the hardware
+/// prefetchers of some hosts keep more lines in flight for two (kernels.cc, for_each_tile_pair),
+/// and which reads fastest changes from host to host and run to run, so callers take the best
+/// of several. The passes throw std::invalid_argument for another `streams`.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(std::size_t bytes);
+  /// GB/s of one timed pass.
+  double pass(int streams) const;
+  /// The best of `repeat` passes after one untimed warm-up pass.
+  double best(int repeat, int streams) const;
+  /// The best of one pass at each stream count 1, 2, .. kMaxReadStreams: the bandwidth of the
+  /// moment, for a rate timed right after it (bench runtime's per-run roofline).
+  double best_of_streams() const;
+
+ private:
+  std::size_t n_;  // floats
+  std::unique_ptr<float[]> buf_;
+};
+
+/// ReadBandwidthProbe(bytes).best(repeat, streams).
 double measure_read_bandwidth(std::size_t bytes, int repeat, int streams = 1);
 
 }  // namespace rlsim::cli

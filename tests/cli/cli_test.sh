@@ -200,7 +200,11 @@ check "bench runtime: exit 0" test $? -eq 0
 check "bench runtime: bandwidth line" grep -qE '^bandwidth [0-9]+\.[0-9] GB/s streams_1 [0-9]+\.[0-9] streams_2 [0-9]+\.[0-9] streams_4 [0-9]+\.[0-9]$' "$WORK/bench_rt.txt"
 check "bench runtime: the roofline's bandwidth is the best stream count's" \
   awk '/^bandwidth / { m = $5; if ($7 > m) m = $7; if ($9 > m) m = $9; ok = ($2 == m) } END { exit !ok }' "$WORK/bench_rt.txt"
-check "bench runtime: decode lines with roofline" test "$(grep -cE '^decode (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s roofline [0-9]+\.[0-9]{2} bytes_per_token [1-9][0-9]*$' "$WORK/bench_rt.txt")" -eq 2
+check "bench runtime: decode lines with roofline" test "$(grep -cE '^decode (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s roofline [0-9]+\.[0-9]{2} bytes_per_token [1-9][0-9]* bandwidth [0-9]+\.[0-9]$' "$WORK/bench_rt.txt")" -eq 2
+# A decode's roofline divides by the bandwidth probed right before its best run (the line's own;
+# the roofline is printed to +-0.005, tok/s and bandwidth to +-0.05).
+check "bench runtime: roofline = tok/s x bytes / the line's bandwidth" \
+  awk '/^decode / { d = $3 * $8 / ($10 * 1e9) - $6; n++; if (d < -0.006 || d > 0.006) bad = 1 } END { exit !(n == 2 && !bad) }' "$WORK/bench_rt.txt"
 check "bench runtime: prefill lines" test "$(grep -cE '^prefill (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: prefill-logits lines" test "$(grep -cE '^prefill-logits (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: weight memory lines" test "$(grep -cE '^weights (fp32|int4-w4a16-g32) resident_bytes [1-9][0-9]* packed_bytes [1-9][0-9]* ratio [0-9]+\.[0-9]{3}$' "$WORK/bench_rt.txt")" -eq 2
