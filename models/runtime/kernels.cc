@@ -2328,6 +2328,42 @@ void softmax_row(float* s, std::int64_t n) {
 #endif
 }
 
+void silu_mul(const float* gate, const float* up, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+#ifdef RLSIM_AVX512
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 a = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 t = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(a)));  // e^-|a|
+    const __m512 num = _mm512_mask_mul_ps(a, _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ), a, t);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(num, _mm512_add_ps(one, t)), _mm512_maskz_loadu_ps(m, up + i)));
+  }
+#elif defined(RLSIM_AVX2)
+  // The AVX-512 lanes' operations 8 at a time (exp_nonpositive8 gives exp_nonpositive's bits).
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_loadu_ps(gate + i);
+    const __m256 t = exp_nonpositive8(_mm256_sub_ps(zero, _mm256_and_ps(a, abs_mask)));
+    const __m256 num = _mm256_blendv_ps(a, _mm256_mul_ps(a, t), _mm256_cmp_ps(a, zero, _CMP_LT_OQ));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(one, t)), _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) {  // the tail through a zero-padded block of 8
+    alignas(32) float g8[8] = {}, u8[8] = {}, o8[8];
+    std::copy(gate + i, gate + n, g8);
+    std::copy(up + i, up + n, u8);
+    silu_mul(g8, u8, o8, 8);
+    std::copy(o8, o8 + (n - i), out + i);
+  }
+#else
+  for (; i < n; ++i) {
+    const float a = gate[i], t = std::exp(-std::fabs(a));
+    out[i] = (a < 0.0f ? a * t : a) / (1.0f + t) * up[i];
+  }
+#endif
+}
+
 #ifdef RLSIM_SIMD16
 // The GEMVs of jobs on kE4M3KMajor weights with at most 4 tokens, in two phases in one parallel
 // region. First the threads split (segment, row) pairs: a thread with all rows of a segment reads

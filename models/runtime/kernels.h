@@ -401,6 +401,14 @@ void split_work(std::int64_t total, bool parallel, F&& run) {
 /// element's result depends only on its row, never on the batch or position the row came from.
 void softmax_row(float* s, std::int64_t n);
 
+/// SwiGLU's elementwise step: out[i] = silu(gate[i]) up[i], silu(a) = a sigma(a), for n >= 0
+/// values (out may alias gate or up). With t = e^-|a| (the SIMD e^x of softmax_row on AVX-512 and
+/// AVX2, within 2 ulp of std::exp; std::exp in portable builds), sigma(a) a = a / (1 + t) for
+/// a >= 0 and a t / (1 + t) for a < 0, so e^x is only taken of x <= 0 and never overflows;
+/// +-inf and NaN give what a / (1 + e^-a) gives. Each element is computed alone, the same bits on
+/// AVX-512 and AVX2 hosts, whatever n or the element's place.
+void silu_mul(const float* gate, const float* up, float* out, std::int64_t n);
+
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
 /// rows split among the threads in contiguous ranges of equal work (rows x cols x tokens); jobs
 /// that are all kE4M3KMajor with at most 4 tokens split the halves of their columns first, then

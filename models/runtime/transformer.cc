@@ -572,10 +572,7 @@ void Transformer::feed_forward(const Layer& l, const MatrixRM& xb, MatrixRM& d) 
   round_hidden(gt);
   round_hidden(up);
 #pragma omp parallel for schedule(static) if (gt.size() >= (1 << 16))
-  for (Eigen::Index i = 0; i < gt.size(); ++i) {
-    const float a = gt.data()[i];
-    gt.data()[i] = a / (1.0f + std::exp(-a)) * up.data()[i];
-  }
+  for (Eigen::Index r = 0; r < gt.rows(); ++r) silu_mul(gt.row(r).data(), up.row(r).data(), gt.row(r).data(), gt.cols());
   round_hidden(gt);
   d = linear(l.down, gt);
 }
@@ -662,12 +659,7 @@ void Transformer::moe(const Layer& l, const MatrixRM& x, MatrixRM& out) const {
     round_hidden(he);
     MatrixRM& a = xin[static_cast<std::size_t>(e)];  // reused: the SwiGLU output [n, I]
     a.resize(he.rows(), I);
-    for (Eigen::Index t = 0; t < he.rows(); ++t) {
-      for (Eigen::Index j = 0; j < I; ++j) {
-        const float g = he(t, j);
-        a(t, j) = g / (1.0f + std::exp(-g)) * he(t, I + j);
-      }
-    }
+    for (Eigen::Index t = 0; t < he.rows(); ++t) silu_mul(he.row(t).data(), he.row(t).data() + I, a.row(t).data(), I);
     round_hidden(a);
     round_activation(a, l.expert_activation);
     y[static_cast<std::size_t>(e)].resize(a.rows(), c.dim);
