@@ -2328,6 +2328,96 @@ void softmax_row(float* s, std::int64_t n) {
 #endif
 }
 
+namespace {
+// attention_scores_fixed's dot product one element at a time: 16 lane sums over strides of 16 (product, then
+// sum: two roundings), the n % 16 tail into lanes 0.., the lanes added pairwise from the smallest
+// power of two >= n (8 for n >= 16) down.
+float dot_fixed_scalar(const float* a, const float* b, std::int64_t n) {
+  float lane[16] = {};
+  std::int64_t e = 0;
+  for (; e + 16 <= n; e += 16) {
+    for (int l = 0; l < 16; ++l) lane[l] += a[e + l] * b[e + l];
+  }
+  for (int l = 0; e < n; ++e, ++l) lane[l] += a[e] * b[e];
+  int top = 8;
+  while (top > 1 && top >= n) top /= 2;
+  for (int w = top; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+  }
+  return lane[0];
+}
+
+#ifdef RLSIM_SIMD16
+// Keys a register block of attention_scores_fixed takes side by side (independent sums).
+constexpr std::int64_t kScoreKeys = 4;
+#ifdef RLSIM_AVX512
+using Lanes16 = __m512;
+inline Lanes16 lanes_zero() { return _mm512_setzero_ps(); }
+inline Lanes16 lanes_load(const float* p) { return _mm512_loadu_ps(p); }
+inline void lanes_store(float* p, Lanes16 v) { _mm512_storeu_ps(p, v); }
+inline Lanes16 lanes_set1(float v) { return _mm512_set1_ps(v); }
+inline Lanes16 lanes_add(Lanes16 a, Lanes16 b) { return _mm512_add_ps(a, b); }
+inline Lanes16 lanes_mul(Lanes16 a, Lanes16 b) { return _mm512_mul_ps(a, b); }
+inline float lanes_sum(Lanes16 v) { return _mm512_reduce_add_ps(v); }  // the pairwise tree from 8
+#else
+using Lanes16 = simd::V16;
+inline Lanes16 lanes_zero() { return simd::zero16(); }
+inline Lanes16 lanes_load(const float* p) { return simd::load16(p); }
+inline void lanes_store(float* p, Lanes16 v) { simd::store16(p, v); }
+inline Lanes16 lanes_set1(float v) { return simd::set1(v); }
+inline Lanes16 lanes_add(Lanes16 a, Lanes16 b) { return simd::add(a, b); }
+inline Lanes16 lanes_mul(Lanes16 a, Lanes16 b) { return simd::mul(a, b); }
+inline float lanes_sum(Lanes16 v) { return simd::reduce_add(v); }
+#endif
+#endif
+}  // namespace
+
+void attention_scores_fixed(const float* q, const float* k, std::int64_t ldk, std::int64_t visible, std::int64_t hd, float scale,
+                            float* s) {
+  std::int64_t j = 0;
+#ifdef RLSIM_SIMD16
+  if (hd % 16 == 0) {
+    // kScoreKeys keys at a time, each key's 16 lane sums in its own register: the lanes of
+    // dot_fixed_scalar, added by the same tree (n >= 16 starts it at 8).
+    for (; j + kScoreKeys <= visible; j += kScoreKeys) {
+      Lanes16 acc[kScoreKeys];
+      for (auto& a : acc) a = lanes_zero();
+      for (std::int64_t e = 0; e < hd; e += 16) {
+        const Lanes16 qe = lanes_load(q + e);
+        for (std::int64_t u = 0; u < kScoreKeys; ++u)
+          acc[u] = lanes_add(acc[u], lanes_mul(qe, lanes_load(k + (j + u) * ldk + e)));
+      }
+      for (std::int64_t u = 0; u < kScoreKeys; ++u) s[j + u] = lanes_sum(acc[u]) * scale;
+    }
+  }
+#endif
+  for (; j < visible; ++j) s[j] = dot_fixed_scalar(q, k + j * ldk, hd) * scale;
+}
+
+void attention_values_fixed(const float* p, const float* v, std::int64_t ldv, std::int64_t visible, std::int64_t hd, float* out) {
+  std::int64_t e0 = 0;
+#ifdef RLSIM_SIMD16
+  // Up to 8 registers of 16 outputs (a head of up to 128) summed over the positions in order.
+  while (e0 + 16 <= hd) {
+    const std::int64_t nv = std::min<std::int64_t>(8, (hd - e0) / 16);
+    Lanes16 acc[8];
+    for (std::int64_t r = 0; r < nv; ++r) acc[r] = lanes_zero();
+    for (std::int64_t j = 0; j < visible; ++j) {
+      const Lanes16 pj = lanes_set1(p[j]);
+      const float* vj = v + j * ldv + e0;
+      for (std::int64_t r = 0; r < nv; ++r) acc[r] = lanes_add(acc[r], lanes_mul(pj, lanes_load(vj + 16 * r)));
+    }
+    for (std::int64_t r = 0; r < nv; ++r) lanes_store(out + e0 + 16 * r, acc[r]);
+    e0 += 16 * nv;
+  }
+#endif
+  for (; e0 < hd; ++e0) {
+    float a = 0;
+    for (std::int64_t j = 0; j < visible; ++j) a += p[j] * v[j * ldv + e0];
+    out[e0] = a;
+  }
+}
+
 void silu_mul(const float* gate, const float* up, float* out, std::int64_t n) {
   std::int64_t i = 0;
 #ifdef RLSIM_AVX512

@@ -401,6 +401,20 @@ void split_work(std::int64_t total, bool parallel, F&& run) {
 /// element's result depends only on its row, never on the batch or position the row came from.
 void softmax_row(float* s, std::int64_t n);
 
+/// One query's attention scores in one fixed order whatever the caller (the batch-invariant
+/// kernels' attention, prefill and decode alike): s[j] = dot(q, k_j) scale for j < visible, q
+/// hd values, k_j the cached key at k + j ldk. Each dot product is 16 lane sums over strides of
+/// 16 (each product rounded, then added: -ffp-contract=off), the hd % 16 tail into lanes 0..,
+/// then the lanes added pairwise from the smallest power of two >= hd (8 for hd >= 16) down. With
+/// hd a multiple of 16 on a SIMD build, several keys at a time in registers: the same bits.
+void attention_scores_fixed(const float* q, const float* k, std::int64_t ldk, std::int64_t visible, std::int64_t hd, float scale,
+                            float* s);
+
+/// out[e] = sum over j < visible, in order, of p[j] v[j ldv + e] (each product rounded, then
+/// added), for e < hd: one query's attention output from its probabilities p and the cached
+/// values. On a SIMD build 16 outputs a register (the same operations per output: the same bits).
+void attention_values_fixed(const float* p, const float* v, std::int64_t ldv, std::int64_t visible, std::int64_t hd, float* out);
+
 /// SwiGLU's elementwise step: out[i] = silu(gate[i]) up[i], silu(a) = a sigma(a), for n >= 0
 /// values (out may alias gate or up). With t = e^-|a| (the SIMD e^x of softmax_row on AVX-512 and
 /// AVX2, within 2 ulp of std::exp; std::exp in portable builds), sigma(a) a = a / (1 + t) for

@@ -16,23 +16,6 @@
 namespace rlsim::models {
 namespace {
 
-// Dot product in one fixed order whatever the caller: 16 lane sums over strides of 16 (vectorised),
-// then the lanes added pairwise. Batch-invariant attention scores use it in prefill and decode alike.
-inline float dot_fixed(const float* a, const float* b, Eigen::Index n) {
-  float lane[16] = {};
-  Eigen::Index e = 0;
-  for (; e + 16 <= n; e += 16) {
-    for (int l = 0; l < 16; ++l) lane[l] += a[e + l] * b[e + l];
-  }
-  for (int l = 0; e < n; ++e, ++l) lane[l] += a[e] * b[e];
-  int top = 8;  // lanes past n hold zeros: the tree starts at the smallest power of two >= n
-  while (top > 1 && top >= n) top /= 2;
-  for (int w = top; w >= 1; w /= 2) {
-    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
-  }
-  return lane[0];
-}
-
 // Query rows per attention task of a multi-token pass (default kernels).
 constexpr Eigen::Index kAttentionRows = 64;
 // Cached positions from which a decode step's heads run in parallel: each head's two GEMVs over
@@ -696,30 +679,11 @@ void Transformer::attention_fixed_order(const MatrixRM& q, const MatrixRM& kc, c
       for (int h = 0; h < c.heads; ++h) {
         const Eigen::Index visible = first_pos + t + 1, g = h / group;
         const float* qv = q.row(t).data() + h * hd;
-        for (Eigen::Index j = 0; j < visible; ++j)
-          s[static_cast<std::size_t>(j)] = dot_fixed(qv, kc.row(j).data() + g * hd, hd) * scale;
+        attention_scores_fixed(qv, kc.data() + g * hd, kc.cols(), visible, hd, scale, s.data());
         softmax_row(s.data(), visible);
         round_to_format(s.data(), 1, visible, soft_fmt);
         round_to_format(s.data(), 1, visible, attn_fmt);
-        // out[e] = sum over j in order of p_j v_j[e]: 8 outputs at a time in registers.
-        float* o = out.row(t).data() + h * hd;
-        const float* v0 = vc.data() + g * hd;
-        const Eigen::Index ld = vc.cols();
-        Eigen::Index e0 = 0;
-        for (; e0 + 8 <= hd; e0 += 8) {
-          float a8[8] = {};
-          for (Eigen::Index j = 0; j < visible; ++j) {
-            const float p = s[static_cast<std::size_t>(j)];
-            const float* vv = v0 + j * ld + e0;
-            for (int l = 0; l < 8; ++l) a8[l] += p * vv[l];
-          }
-          std::copy(a8, a8 + 8, o + e0);
-        }
-        for (; e0 < hd; ++e0) {
-          float a = 0;
-          for (Eigen::Index j = 0; j < visible; ++j) a += s[static_cast<std::size_t>(j)] * v0[j * ld + e0];
-          o[e0] = a;
-        }
+        attention_values_fixed(s.data(), vc.data() + g * hd, vc.cols(), visible, hd, out.row(t).data() + h * hd);
       }
     }
   }

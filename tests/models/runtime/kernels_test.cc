@@ -668,5 +668,51 @@ TEST(SiluMul, MatchesDoublePrecisionElementByElement) {
   }
 }
 
+// The batch-invariant attention's two sums against their definition written out element by
+// element, bit for bit (the loops transformer.cc ran before the register paths, kept here on
+// purpose as the reference they must reproduce): head sizes below, at and between multiples of
+// 16 (the register paths take multiples of 16, up to 8 registers of outputs a pass), key counts
+// around the 4 keys a register block takes, keys and values in a wider cache row (ld > hd).
+TEST(AttentionFixed, ScoresAndValuesFollowTheirDefinitionBitForBit) {
+  auto dot = [](const float* a, const float* b, std::int64_t n) {
+    float lane[16] = {};
+    std::int64_t e = 0;
+    for (; e + 16 <= n; e += 16) {
+      for (int l = 0; l < 16; ++l) lane[l] += a[e + l] * b[e + l];
+    }
+    for (int l = 0; e < n; ++e, ++l) lane[l] += a[e] * b[e];
+    int top = 8;
+    while (top > 1 && top >= n) top /= 2;
+    for (int w = top; w >= 1; w /= 2) {
+      for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+    }
+    return lane[0];
+  };
+  for (const std::int64_t hd : {8, 16, 40, 64, 80, 128, 144}) {
+    for (const std::int64_t visible : {1, 3, 4, 5, 8, 31, 100}) {
+      SCOPED_TRACE("hd " + std::to_string(hd) + ", " + std::to_string(visible) + " positions");
+      const std::int64_t ld = 3 * hd + 5;
+      const std::vector<float> q = normal(static_cast<std::size_t>(hd), 31, 1.0f);
+      const std::vector<float> kv = normal(static_cast<std::size_t>(visible * ld), 32, 1.0f);
+      const std::vector<float> p = normal(static_cast<std::size_t>(visible), 33, 0.3f);
+      std::vector<float> s(static_cast<std::size_t>(visible)), out(static_cast<std::size_t>(hd));
+      attention_scores_fixed(q.data(), kv.data() + 2, ld, visible, hd, 0.125f, s.data());
+      attention_values_fixed(p.data(), kv.data() + 1, ld, visible, hd, out.data());
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float want = dot(q.data(), kv.data() + 2 + j * ld, hd) * 0.125f;
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(s[static_cast<std::size_t>(j)]), std::bit_cast<std::uint32_t>(want))
+            << "j = " << j;
+      }
+      for (std::int64_t e = 0; e < hd; ++e) {
+        float want = 0;
+        for (std::int64_t j = 0; j < visible; ++j)
+          want += p[static_cast<std::size_t>(j)] * kv[static_cast<std::size_t>(1 + j * ld + e)];
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(out[static_cast<std::size_t>(e)]), std::bit_cast<std::uint32_t>(want))
+            << "e = " << e;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rlsim::models
