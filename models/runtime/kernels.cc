@@ -2329,9 +2329,9 @@ void softmax_row(float* s, std::int64_t n) {
 }
 
 namespace {
-// attention_scores_fixed's dot product one element at a time: 16 lane sums over strides of 16 (product, then
-// sum: two roundings), the n % 16 tail into lanes 0.., the lanes added pairwise from the smallest
-// power of two >= n (8 for n >= 16) down.
+// attention_scores_fixed's dot product one element at a time: 16 lane sums over strides of 16
+// (product, then sum: two roundings), the n % 16 tail into lanes 0.., the lanes added pairwise
+// from the smallest power of two >= n (8 for n >= 16) down.
 float dot_fixed_scalar(const float* a, const float* b, std::int64_t n) {
   float lane[16] = {};
   std::int64_t e = 0;
