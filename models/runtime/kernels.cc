@@ -936,7 +936,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
     for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
   }
   const std::uint8_t* ps[NS];
-  for (int s = 0; s < NS; ++s) ps[s] = data_.data() + tiles[s] * chunks_ * R * CB;
+  for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
   const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
   std::size_t sbase[RS];  // scale index of each row's first block; segment k uses sbase + k
   for (int s = 0; s < NS; ++s)
@@ -1157,7 +1157,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
     for (int n = 0; n < NT; ++n) acc[i][n] = simd::zero16();
   }
   const std::uint8_t* ps[NS];
-  for (int s = 0; s < NS; ++s) ps[s] = data_.data() + tiles[s] * chunks_ * R * CB;
+  for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
   const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
   std::size_t sbase[RS];  // scale index of each row's first block; segment k uses sbase + k
   for (int s = 0; s < NS; ++s) {
@@ -2027,7 +2027,7 @@ void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, flo
     for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
   }
   const std::uint8_t* ps[NS];
-  for (int s = 0; s < NS; ++s) ps[s] = data_.data() + tiles[s] * chunks_ * R * CB;
+  for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
   // Two 16-column chunks per step: a row's 32 weights, one dot-product instruction per token
   // (lane l sums the products of columns 2l and 2l + 1 of the 32).
   for (std::int64_t c = 0; c < chunks_; c += 2) {
