@@ -1512,8 +1512,10 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
         sc[s] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(kUpperWords, spread, _mm512_zextsi128_si512(block)));
         scales[s] += 4 * sizeof(std::uint16_t);
       }
-      const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(p[s]), offset_binary);
-      ul[s] = _mm512_and_si512(v, low4), uh[s] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      // (code ^ 8) & 0xF, low nibbles then high ones (VPTERNLOGD 0x28: (a ^ b) & c).
+      const __m512i v = _mm512_loadu_si512(p[s]);
+      ul[s] = _mm512_ternarylogic_epi32(v, offset_binary, low4, 0x28);
+      uh[s] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), offset_binary, low4, 0x28);
       p[s] += kTileChunkBytes;
     }
     for (int m = 0; m < NT; ++m) {
