@@ -204,6 +204,16 @@ class SafetensorsModel {
 
 }  // namespace
 
+std::int64_t TransformerConfig::parameters() const {
+  const std::int64_t d = dim, hd = head_dim, q = std::int64_t{heads} * hd, kv = std::int64_t{kv_heads} * hd;
+  std::int64_t layer = 2 * d + d * q + 2 * d * kv + q * d;  // norms, wq, wk and wv, wo
+  if (qkv_bias) layer += q + 2 * kv;
+  if (qk_norm) layer += 2 * hd;
+  layer += experts > 0 ? experts * d + std::int64_t{experts} * 3 * d * expert_hidden_dim : 3 * d * hidden_dim;
+  const std::int64_t table = std::int64_t{vocab} * d;
+  return table + (tied_embeddings ? 0 : table) + d + std::int64_t{layers} * layer;
+}
+
 std::int64_t ModelWeights::parameters() const {
   std::int64_t n = embedding.size() + final_norm.size() + lm_head.size();
   for (const auto& l : layers) {

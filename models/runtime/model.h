@@ -55,6 +55,12 @@ struct TransformerConfig {
   int experts_per_token = 0;
   int expert_hidden_dim = 0;
   int bos = 1, eos = 2;
+
+  /// Parameters of a model of this shape: what ModelWeights::parameters() counts for weights at
+  /// these shapes (embedding, the classifier unless tied, final norm; per layer the two norms,
+  /// q/k/v/o, Qwen2's biases, Qwen3's q/k norms, and the dense FFN or the router and experts).
+  /// Known before any weight exists, e.g. to check that synthetic weights fit the host.
+  std::int64_t parameters() const;
 };
 
 /// One routed expert: a SwiGLU FFN.

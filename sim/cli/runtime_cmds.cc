@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <tuple>
 #include <utility>
@@ -43,6 +45,41 @@ std::vector<models::RuntimePrecision> parse_precisions(const std::vector<std::st
     }
   }
   return out;
+}
+
+// Bytes the host can still give this process: MemAvailable plus SwapFree of /proc/meminfo (Linux
+// proc(5), both in kB); nullopt where the file or either field cannot be read.
+std::optional<double> host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::optional<double> available, swap;
+  std::string key, rest;
+  double kb = 0;
+  while (in >> key >> kb) {
+    std::getline(in, rest);  // " kB"
+    if (key == "MemAvailable:") available = kb * 1024;
+    if (key == "SwapFree:") swap = kb * 1024;
+  }
+  if (!available || !swap) return std::nullopt;
+  return *available + *swap;
+}
+
+// Throws sim::ScenarioError (bad input, exit 2) for `command` when `what` needs at least `bytes`
+// and the host has less available (host_available_bytes; nothing is checked where that cannot be
+// read), before any of it is allocated: past it, Linux's OOM killer ends the process unannounced.
+void require_host_memory(double bytes, std::string_view what, std::string_view command) {
+  const std::optional<double> available = host_available_bytes();
+  if (available && bytes > *available) {
+    throw sim::ScenarioError(
+        fmt::format("{}: {} need at least {:.1f} GB of host memory; the host has {:.1f} GB available "
+                    "(MemAvailable + SwapFree)",
+                    command, what, bytes / 1e9, *available / 1e9));
+  }
+}
+
+// The bytes of a model's synthetic FP32 weights (synthetic_weights) and what to call them.
+std::pair<double, std::string> synthetic_weight_need(const models::TransformerConfig& c, const std::string& source) {
+  return {static_cast<double>(c.parameters()) * static_cast<double>(sizeof(float)),
+          fmt::format("synthetic FP32 weights of {} ({} parameters)", source, c.parameters())};
 }
 
 }  // namespace
@@ -378,6 +415,11 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   std::map<std::string, GgufSpeed> gguf;
   if (!o.compare_gguf.empty()) gguf = read_llama_bench(o.compare_gguf, o.threads, err);  // bad input fails before timing
   const models::TransformerConfig c = bench_shape(o);
+  constexpr std::size_t kProbeBytes = std::size_t{1} << 30;
+  const auto [weight_bytes, weights_what] = synthetic_weight_need(c, o.shape.empty() ? c.name : o.shape);
+  require_host_memory(static_cast<double>(kProbeBytes) + weight_bytes,
+                      fmt::format("the read-bandwidth probe's {} GiB and the {}", kProbeBytes >> 30, weights_what),
+                      "rlsim bench runtime");
 #ifdef _OPENMP
   omp_set_num_threads(o.threads);
 #endif
@@ -395,7 +437,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   // The host's read bandwidth: the best of 1, 2 and 4 streams per thread (the decode kernels read
   // two: for_each_tile_pair in kernels.cc), each printed. Each decode's roofline divides by the
   // same probe's bandwidth right before its best run instead.
-  const ReadBandwidthProbe probe(std::size_t{1} << 30);
+  const ReadBandwidthProbe probe(kProbeBytes);
   double gbps = 0;
   std::string per_streams;
   for (int streams = 1; streams <= kMaxReadStreams; streams *= 2) {
@@ -455,6 +497,8 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
   if (!o.shape.empty()) {
     models::TransformerConfig c = models::read_hf_config(o.shape);
     c.max_seq = std::min(c.max_seq, 64);  // the probe's KV cache
+    const auto [bytes, what] = synthetic_weight_need(c, o.shape);
+    require_host_memory(bytes, fmt::format("the {}", what), "rlsim bench reload");
     w = models::synthetic_weights(c, o.seed);
   } else {
     w = o.model == "synthetic-moe" ? models::synthetic_weights(models::synthetic_moe_config(), o.seed)

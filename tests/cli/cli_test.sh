@@ -240,6 +240,18 @@ echo '{"model_type": "llama"}' >"$WORK/bad_config.json"
 "$RLSIM" bench runtime --shape "$WORK/bad_config.json" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime: bad config is bad input (2)" test $? -eq 2
 check "bench runtime: error names the file and key" grep -q "bad_config.json: missing integer key 'num_hidden_layers'" "$WORK/bench_bad.err"
+# A shape whose synthetic weights no host holds (6 x 10^13 parameters): refused before anything is
+# allocated, where Linux's OOM killer would otherwise end the process without a word.
+cat >"$WORK/vast_config.json" <<'JSON'
+{"model_type": "llama", "hidden_size": 65536, "intermediate_size": 262144, "num_hidden_layers": 1000,
+ "num_attention_heads": 512, "num_key_value_heads": 64, "vocab_size": 1000000, "tie_word_embeddings": true}
+JSON
+for what in runtime reload; do
+  "$RLSIM" bench $what --shape "$WORK/vast_config.json" >/dev/null 2>"$WORK/bench_vast.err"
+  check "bench $what: a shape beyond the host's memory is bad input (2)" test $? -eq 2
+  check "bench $what: the error names the shape, its parameters and the memory they need" \
+    grep -qE "vast_config.json \(61268951105536 parameters\) need at least [0-9.]+ GB of host memory" "$WORK/bench_vast.err"
+done
 
 # --- rlsim bench reload: per-cycle stage lines, the two verdict lines last, bad input -----------
 "$RLSIM" bench reload --model "$ST/stories260K.bin" --precision fp8-block,int4-w4a16-g32 --cycles 3 --check-every 2 \

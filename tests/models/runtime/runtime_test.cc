@@ -71,6 +71,23 @@ TEST(Stories260K, HeaderAndParameterCount) {
   EXPECT_TRUE(c.tied_embeddings);
   // README: 264,128 parameters, of which 512 x 8 are the stored (unused) RoPE tables.
   EXPECT_EQ(stories().parameters(), 264128 - 512 * 8);
+  EXPECT_EQ(c.parameters(), stories().parameters());  // counted from the shapes alone
+}
+
+// The count from a config's shapes is the count of weights built at them, for every optional part
+// (untied classifier, Qwen2 biases, Qwen3 q/k norms and head size, MoE router and experts).
+TEST(TransformerConfig, ParameterCountFromShapesIsThatOfTheWeights) {
+  TransformerConfig dense;
+  dense.dim = 48, dense.hidden_dim = 80, dense.layers = 3, dense.heads = 6, dense.kv_heads = 2, dense.head_dim = 8;
+  dense.vocab = 70, dense.max_seq = 16;
+  TransformerConfig qwen = dense;
+  qwen.tied_embeddings = false, qwen.qkv_bias = true, qwen.qk_norm = true, qwen.head_dim = 16;
+  for (const TransformerConfig& c : {dense, qwen, synthetic_moe_config()}) {
+    EXPECT_EQ(c.parameters(), synthetic_weights(c, 3).parameters()) << c.dim << " x " << c.layers;
+  }
+  // Closed form of the dense case: embedding 70 x 48, final norm 48; per layer norms 2 x 48,
+  // q 48 x 48, k and v 2 x 48 x 16, o 48 x 48, FFN 3 x 48 x 80.
+  EXPECT_EQ(dense.parameters(), 70 * 48 + 48 + 3 * (2 * 48 + 48 * 48 + 2 * 48 * 16 + 48 * 48 + 3 * 48 * 80));
 }
 
 TEST(Stories260K, Fp32PrefillAndDecodeMatchReferenceLogits) {
