@@ -122,7 +122,7 @@ void keep_freed_memory();
 /// drift's mean |delta| came out 14-17 % lower with them).
 void use_host_independent_kernels();
 
-/// Most sequential streams per thread measure_read_bandwidth reads side by side.
+/// Most sequential streams per thread a ReadBandwidthProbe pass reads side by side.
 inline constexpr int kMaxReadStreams = 4;
 
 /// A buffer of `bytes` (first touched by the current OpenMP threads) whose read passes measure
