@@ -1477,6 +1477,28 @@ inline __m256i dot_u8s8(__m256i a, __m256i u, __m256i d) {
 #endif
 
 #ifdef RLSIM_AVX512
+// The offset-binary values (code ^ 8) & 0xF of the two's-complement 4-bit codes in v's bytes:
+// low nibbles into lo, high ones into hi, each in 0..15. With GFNI one GF2P8AFFINEQB each (Intel
+// SDM vol. 2A: bit i of a result byte is the parity of matrix byte 7 - i AND the source byte,
+// XOR bit i of the immediate: here nibble bit i, or i + 4, for i < 4, and the immediate 8 flips
+// bit 3); without it VPTERNLOGD 0x28, (a ^ b) & c, after a shift for the high nibbles.
+inline void offset_binary_nibbles(__m512i v, __m512i& lo, __m512i& hi) {
+#ifdef RLSIM_GFNI
+  constexpr int kFlipBit3 = 0x08;
+  auto nibble_matrix = [](int first_bit) {
+    std::uint64_t m = 0;
+    for (int i = 0; i < 4; ++i) m |= std::uint64_t{1} << (first_bit + i) << (8 * (7 - i));
+    return _mm512_set1_epi64(static_cast<long long>(m));
+  };
+  lo = _mm512_gf2p8affine_epi64_epi8(v, nibble_matrix(0), kFlipBit3);
+  hi = _mm512_gf2p8affine_epi64_epi8(v, nibble_matrix(4), kFlipBit3);
+#else
+  const __m512i low4 = _mm512_set1_epi8(0x0F), offset_binary = _mm512_set1_epi8(static_cast<char>(0x88));
+  lo = _mm512_ternarylogic_epi32(v, offset_binary, low4, 0x28);
+  hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), offset_binary, low4, 0x28);
+#endif
+}
+
 // The INT4 integer kernel of NS tiles read side by side for NT tokens: tiles[s] a tile's chunks
 // (64 bytes each: row i's 16 bytes at 16 i, byte k holding column k in its low nibble and k + 16
 // in its high one), tile_scales[s] its tile-ordered BF16 scales (4 a block, cpb chunks per
@@ -1493,12 +1515,16 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
     p[s] = tiles[s], scales[s] = tile_scales[s];
     for (int m = 0; m < NT; ++m) acc[s][m] = _mm512_setzero_ps();
   }
-  const __m512i low4 = _mm512_set1_epi8(0x0F), offset_binary = _mm512_set1_epi8(static_cast<char>(0x88));
-  // The upper 16 bits of lane 4 i + m (word 8 i + 2 m + 1) take scale i: its FP32 value.
-  alignas(64) std::uint16_t words[32];
-  for (int k = 0; k < 32; ++k) words[k] = static_cast<std::uint16_t>(k / 8);
-  const __m512i spread = _mm512_load_si512(words);
-  constexpr __mmask32 kUpperWords = 0xAAAAAAAAu;
+  // VPSHUFB control: the 8 bytes of a chunk's 4 BF16 scales are in every 128-bit lane; lane i's
+  // dwords take scale i's bytes (2i, 2i+1) into their upper halves, zeros (index 0x80) below:
+  // scale i's FP32 value in lanes 4i..4i+3.
+  alignas(64) std::int8_t control[64];
+  for (int l = 0; l < 16; ++l) {
+    const auto i = static_cast<std::int8_t>(l / 4);
+    control[4 * l] = control[4 * l + 1] = static_cast<std::int8_t>(0x80);
+    control[4 * l + 2] = static_cast<std::int8_t>(2 * i), control[4 * l + 3] = static_cast<std::int8_t>(2 * i + 1);
+  }
+  const __m512i spread = _mm512_load_si512(control);
   __m512 sc[NS];
   std::int64_t left = 0;  // chunks before the next scale block
   for (std::int64_t j = 0; j < chunks; ++j) {
@@ -1508,14 +1534,13 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
     for (int s = 0; s < NS; ++s) {
       prefetch_stream(p[s]);
       if (reload) {
-        const __m128i block = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales[s]));
-        sc[s] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(kUpperWords, spread, _mm512_zextsi128_si512(block)));
-        scales[s] += 4 * sizeof(std::uint16_t);
+        std::int64_t block;
+        std::memcpy(&block, scales[s], sizeof block);
+        sc[s] = _mm512_castsi512_ps(_mm512_shuffle_epi8(_mm512_set1_epi64(block), spread));
+        scales[s] += sizeof block;
       }
-      // (code ^ 8) & 0xF, low nibbles then high ones (VPTERNLOGD 0x28: (a ^ b) & c).
       const __m512i v = _mm512_loadu_si512(p[s]);
-      ul[s] = _mm512_ternarylogic_epi32(v, offset_binary, low4, 0x28);
-      uh[s] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), offset_binary, low4, 0x28);
+      offset_binary_nibbles(v, ul[s], uh[s]);
       p[s] += kTileChunkBytes;
     }
     for (int m = 0; m < NT; ++m) {
