@@ -301,7 +301,7 @@ void check_llama2c_size(const std::string& path, const TransformerConfig& c, std
 
 }  // namespace
 
-ModelWeights load_llama2c(const std::string& path) {
+ModelWeights load_llama2c(const std::string& path, const BeforeTensors& before_tensors) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ModelFileError(path + ": cannot open");
   const std::uint64_t size = fs::file_size(path);
@@ -313,6 +313,7 @@ ModelWeights load_llama2c(const std::string& path) {
   w.config = llama2c_config(path, h);
   const TransformerConfig& c = w.config;
   check_llama2c_size(path, c, size);
+  if (before_tensors) before_tensors(c);
   const Eigen::Index d = c.dim, hd = c.head_dim, kv = static_cast<Eigen::Index>(c.kv_heads) * hd, f = c.hidden_dim, L = c.layers;
   Reader r(path, size, in);
   r.set_offset(kLlama2cHeaderBytes);
@@ -366,12 +367,13 @@ TransformerConfig read_hf_config(const std::string& path) {
   return c;
 }
 
-ModelWeights load_hf(const std::string& dir_name) {
+ModelWeights load_hf(const std::string& dir_name, const BeforeTensors& before_tensors) {
   const fs::path dir(dir_name);
   ModelWeights w;
   w.config = read_hf_config((dir / "config.json").string());
   w.config.name = dir.filename().string();
   const TransformerConfig& c = w.config;
+  if (before_tensors) before_tensors(c);
   const SafetensorsModel st(dir);
   const Eigen::Index d = c.dim, q = static_cast<Eigen::Index>(c.heads) * c.head_dim,
                      kv = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim, ff = c.hidden_dim;
@@ -482,10 +484,10 @@ TransformerConfig synthetic_moe_config() {
   return c;
 }
 
-ModelWeights load_model(const std::string& path) {
+ModelWeights load_model(const std::string& path, const BeforeTensors& before_tensors) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return load_hf(path);
-  return load_llama2c(path);
+  if (fs::is_directory(path, ec)) return load_hf(path, before_tensors);
+  return load_llama2c(path, before_tensors);
 }
 
 }  // namespace rlsim::models

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -90,19 +91,24 @@ struct ModelWeights {
   std::int64_t parameters() const;
 };
 
+/// Called by the loaders with a model's config once it is read and checked, before any tensor is
+/// allocated (e.g. to refuse a model larger than the host's memory: ModelWeights holds
+/// config.parameters() FP32 values). Whatever it throws leaves the loader unchanged.
+using BeforeTensors = std::function<void(const TransformerConfig&)>;
+
 /// Loads a llama2.c checkpoint ("version 0": 7 int32 header dim, hidden_dim, n_layers, n_heads,
 /// n_kv_heads, vocab_size (negative: untied classifier follows), seq_len; then float32 tensors;
 /// format in ../shared/models/stories260K/README.md). Checks the header (positive sizes, heads
 /// dividing dim, kv_heads dividing heads) and that the file holds exactly the tensors it
 /// announces. Throws ModelFileError naming the file and the tensor that is cut short.
-ModelWeights load_llama2c(const std::string& path);
+ModelWeights load_llama2c(const std::string& path, const BeforeTensors& before_tensors = {});
 
 /// Loads a Hugging Face directory: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
 /// Qwen3ForCausalLM) and model.safetensors or model.safetensors.index.json with its shards
 /// (F32, BF16 or F16 tensors). Checks every safetensors header (JSON length within the file,
 /// offsets inside the data, dtype, shape as the config implies). Throws ModelFileError naming the
 /// file and the tensor.
-ModelWeights load_hf(const std::string& dir);
+ModelWeights load_hf(const std::string& dir, const BeforeTensors& before_tensors = {});
 
 /// Reads a Hugging Face config.json (the keys load_hf() uses; max_seq from
 /// max_position_embeddings, default 4096). Throws ModelFileError naming the file and the missing or
@@ -127,6 +133,6 @@ void check_moe_config(const TransformerConfig& c);
 TransformerConfig synthetic_moe_config();
 
 /// Loads either: a directory is a Hugging Face model, a file a llama2.c checkpoint.
-ModelWeights load_model(const std::string& path);
+ModelWeights load_model(const std::string& path, const BeforeTensors& before_tensors = {});
 
 }  // namespace rlsim::models

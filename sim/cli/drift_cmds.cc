@@ -130,7 +130,7 @@ int cmd_drift(const DriftCliOptions& cli, std::ostream& out, std::ostream& err) 
   if (n_prompts <= 0) throw sim::ScenarioError("rlsim drift: prompts must be positive");
   if (d.bootstrap < 0) throw sim::ScenarioError("rlsim drift: bootstrap must be >= 0");
 
-  const models::ModelWeights weights = models::load_model(*o.model);
+  const models::ModelWeights weights = load_model_within_host(*o.model, "rlsim drift");
   const auto tokenizer =
       models::load_tokenizer(o.tokenizer ? *o.tokenizer : default_tokenizer(*o.model, "rlsim drift"), weights.config.vocab);
   const std::vector<std::string> texts = o.prompt_file ? read_prompt_file(*o.prompt_file) : analysis::default_drift_prompts();

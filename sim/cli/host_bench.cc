@@ -210,7 +210,7 @@ int bench_host(const std::string& model, int repeat, std::ostream& out) {
   use_host_independent_kernels();  // the kernels `rlsim train`, whose loop these rates predict, runs
   const int saved_eigen = Eigen::nbThreads();
   Eigen::setNbThreads(1);
-  const models::ModelWeights w = models::load_model(model);
+  const models::ModelWeights w = load_model_within_host(model, "rlsim bench host");
   out << fmt::format("rlsim bench host: one core, best of {} (model shapes: {})\n", repeat, model);
   Host h;
   h.bw = measure_read_bandwidth(std::size_t{512} << 20, repeat) * 1e9;

@@ -84,6 +84,14 @@ std::pair<double, std::string> synthetic_weight_need(const models::TransformerCo
 
 }  // namespace
 
+models::ModelWeights load_model_within_host(const std::string& path, std::string_view command) {
+  return models::load_model(path, [&](const models::TransformerConfig& c) {
+    const std::int64_t n = c.parameters();
+    require_host_memory(static_cast<double>(n) * static_cast<double>(sizeof(float)),
+                        fmt::format("the FP32 weights of {} ({} parameters)", path, n), command);
+  });
+}
+
 void keep_freed_memory() {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -125,7 +133,7 @@ int cmd_generate(const GenerateOptions& o, std::ostream& out, std::ostream& err)
   } catch (const std::invalid_argument& e) {
     throw sim::ScenarioError(std::string("rlsim generate: ") + e.what());
   }
-  const models::ModelWeights weights = models::load_model(o.model);
+  const models::ModelWeights weights = load_model_within_host(o.model, "rlsim generate");
   const auto tokenizer = models::load_tokenizer(o.tokenizer.empty() ? default_tokenizer(o.model, "rlsim generate") : o.tokenizer,
                                                 weights.config.vocab);
   if (tokenizer->vocab_size() > weights.config.vocab) {
@@ -502,7 +510,7 @@ int bench_reload(const BenchReloadOptions& o, std::ostream& out, std::ostream& e
     w = models::synthetic_weights(c, o.seed);
   } else {
     w = o.model == "synthetic-moe" ? models::synthetic_weights(models::synthetic_moe_config(), o.seed)
-                                   : models::load_model(o.model);
+                                   : load_model_within_host(o.model, "rlsim bench reload");
   }
 #ifdef _OPENMP
   omp_set_num_threads(o.threads);

@@ -25,6 +25,12 @@ std::vector<std::vector<int>> encode_prompts(const models::Tokenizer& tokenizer,
 /// (prefixed with `command`) when none is found.
 std::string default_tokenizer(const std::string& model, std::string_view command);
 
+/// models::load_model(path) that first refuses, as bad input for `command` (sim::ScenarioError,
+/// exit 2), a model whose FP32 weights (TransformerConfig::parameters() x 4 bytes) exceed the
+/// host's MemAvailable + SwapFree (/proc/meminfo), before any tensor is allocated: past that,
+/// Linux's OOM killer would end the process without a message. ModelFileError as load_model.
+models::ModelWeights load_model_within_host(const std::string& path, std::string_view command);
+
 /// Options of `rlsim generate`.
 struct GenerateOptions {
   std::string model;      // llama2.c checkpoint file or Hugging Face directory

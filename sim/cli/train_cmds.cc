@@ -126,7 +126,7 @@ struct Run {
 
 Run run_one(const TrainFile& f, const std::string& config, bool quiet, std::ostream& out, std::ostream& err,
             double* prompt_mean) {
-  const models::ModelWeights weights = models::load_model(f.model);
+  const models::ModelWeights weights = load_model_within_host(f.model, "rlsim train");
   const auto tokenizer =
       models::load_tokenizer(f.tokenizer.empty() ? default_tokenizer(f.model, "rlsim train") : f.tokenizer, weights.config.vocab);
   const auto& texts = analysis::default_drift_prompts();

@@ -252,6 +252,16 @@ for what in runtime reload; do
   check "bench $what: the error names the shape, its parameters and the memory they need" \
     grep -qE "vast_config.json \(61268951105536 parameters\) need at least [0-9.]+ GB of host memory" "$WORK/bench_vast.err"
 done
+# The same shape as a Hugging Face directory (config.json alone): every command that loads a model
+# refuses it from its config, before it looks for the safetensors.
+mkdir -p "$WORK/vast_model" && cp "$WORK/vast_config.json" "$WORK/vast_model/config.json"
+for cmd in "generate --model $WORK/vast_model" "drift --model $WORK/vast_model --pairs bf16:bf16" \
+  "bench reload --model $WORK/vast_model" "bench host --model $WORK/vast_model"; do
+  "$RLSIM" $cmd >/dev/null 2>"$WORK/load_vast.err"
+  check "$cmd: a model beyond the host's memory is bad input (2)" test $? -eq 2
+  check "$cmd: the error names the model, its parameters and the memory they need" \
+    grep -qE "vast_model \(61268951105536 parameters\) need at least [0-9.]+ GB of host memory" "$WORK/load_vast.err"
+done
 
 # --- rlsim bench reload: per-cycle stage lines, the two verdict lines last, bad input -----------
 "$RLSIM" bench reload --model "$ST/stories260K.bin" --precision fp8-block,int4-w4a16-g32 --cycles 3 --check-every 2 \

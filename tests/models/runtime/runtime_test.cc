@@ -442,6 +442,26 @@ TEST(HuggingFace, Stories260KConvertedToSafetensorsGivesTheReferenceLogits) {
   fs::remove_all(sharded);
 }
 
+// The loaders hand the checked config to before_tensors before reading any tensor, and what it
+// throws comes out of the loader: how the CLI refuses a model larger than the host's memory.
+TEST(Loaders, BeforeTensorsSeesTheCheckedConfigFirst) {
+  const std::string path = (kStories / "stories260K.bin").string();
+  int calls = 0;
+  const ModelWeights w = load_model(path, [&](const TransformerConfig& c) {
+    ++calls;
+    EXPECT_EQ(c.parameters(), stories().parameters());
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(w.parameters(), stories().parameters());
+  struct Refused {};
+  EXPECT_THROW(load_llama2c(path, [](const TransformerConfig&) { throw Refused{}; }), Refused);
+  // Hugging Face: config.json alone is enough to be refused (no safetensors file is opened).
+  const fs::path dir = temp_dir("hf_config_only");
+  write_config(dir, stories().config, 10000.0, 1e-5);
+  EXPECT_THROW(load_hf(dir.string(), [](const TransformerConfig&) { throw Refused{}; }), Refused);
+  EXPECT_THROW(load_hf(dir.string()), ModelFileError);  // without the hook: the missing safetensors
+}
+
 TEST(HuggingFace, CorruptSafetensorsAreRejectedNamingFileAndTensor) {
   const fs::path dir = temp_dir("hf_bad");
   write_config(dir, stories().config, 10000.0, 1e-5);
