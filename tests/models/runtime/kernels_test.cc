@@ -384,14 +384,18 @@ TEST(Int4Gemv, IntegerKernelFollowsItsSpecificationAndLeavesOutOfRangeTokensToFp
       const PackedWeight p(q);
       // Token 0: BF16 activations (held exactly); 1: FP32 ones; 2: BF16 with elements 2^-20 of
       // their neighbours (rounded to the fixed point); 3: one |x| >= 2^64 (the FP32 kernel); 4:
-      // zeros. Five tokens: a 4-token group and a single one around the FP32 token.
-      const std::int64_t tokens = 5;
+      // zeros; 5: BF16 magnitudes in [1/64, 2), all within 2^7 of each chunk's largest (the
+      // kernels' two-digit chunks), each chunk of token 0 a mix of either kind. Six tokens: a
+      // 4-token group around the FP32 token and two more.
+      const std::int64_t tokens = 6;
       std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 22, 1.0f);
       for (std::int64_t c = 0; c < cols; ++c) {
         x[static_cast<std::size_t>(c)] = round_bf16(x[static_cast<std::size_t>(c)]);
         float& v = x[static_cast<std::size_t>(2 * cols + c)];
         v = round_bf16(c % 7 == 3 ? v * 0x1p-20f : v);
         x[static_cast<std::size_t>(4 * cols + c)] = 0.0f;
+        float& near = x[static_cast<std::size_t>(5 * cols + c)];
+        near = round_bf16(std::copysign(std::clamp(std::fabs(near), 0x1p-6f, 1.99f), near));
       }
       x[static_cast<std::size_t>(3 * cols + 5)] = 0x1p70f;
       std::vector<float> y(static_cast<std::size_t>(tokens * rows), NAN);
