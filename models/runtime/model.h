@@ -93,7 +93,7 @@ struct ModelWeights {
 
 /// Called by the loaders with a model's config once it is read and checked, before any tensor is
 /// allocated (e.g. to refuse a model larger than the host's memory: ModelWeights holds
-/// config.parameters() FP32 values). Whatever it throws leaves the loader unchanged.
+/// config.parameters() FP32 values). Whatever it throws propagates out of the loader unchanged.
 using BeforeTensors = std::function<void(const TransformerConfig&)>;
 
 /// Loads a llama2.c checkpoint ("version 0": 7 int32 header dim, hidden_dim, n_layers, n_heads,

@@ -76,19 +76,22 @@ void require_host_memory(double bytes, std::string_view what, std::string_view c
   }
 }
 
+// The bytes of a model's weights as ModelWeights holds them (FP32), from its shapes alone.
+double fp32_weight_bytes(const models::TransformerConfig& c) {
+  return static_cast<double>(c.parameters()) * static_cast<double>(sizeof(float));
+}
+
 // The bytes of a model's synthetic FP32 weights (synthetic_weights) and what to call them.
 std::pair<double, std::string> synthetic_weight_need(const models::TransformerConfig& c, const std::string& source) {
-  return {static_cast<double>(c.parameters()) * static_cast<double>(sizeof(float)),
-          fmt::format("synthetic FP32 weights of {} ({} parameters)", source, c.parameters())};
+  return {fp32_weight_bytes(c), fmt::format("synthetic FP32 weights of {} ({} parameters)", source, c.parameters())};
 }
 
 }  // namespace
 
 models::ModelWeights load_model_within_host(const std::string& path, std::string_view command) {
   return models::load_model(path, [&](const models::TransformerConfig& c) {
-    const std::int64_t n = c.parameters();
-    require_host_memory(static_cast<double>(n) * static_cast<double>(sizeof(float)),
-                        fmt::format("the FP32 weights of {} ({} parameters)", path, n), command);
+    require_host_memory(fp32_weight_bytes(c), fmt::format("the FP32 weights of {} ({} parameters)", path, c.parameters()),
+                        command);
   });
 }
 
