@@ -434,6 +434,11 @@ sed 's/^group_size: .*/group_sise: 8/' "$WORK/train.yaml" >"$WORK/train_bad.yaml
 "$RLSIM" train "$WORK/train_bad.yaml" >/dev/null 2>"$WORK/train_bad.err"
 check "train: unknown key is bad input (2) at file:line:column" \
   test $? -eq 2 -a -n "$(grep "train_bad.yaml:10:1: unknown key 'group_sise'" "$WORK/train_bad.err")"
+sed -e "s|^model: .*|model: $WORK/vast_model|" "$WORK/train.yaml" >"$WORK/train_vast.yaml"
+"$RLSIM" train "$WORK/train_vast.yaml" --out "$WORK/train_vast" >/dev/null 2>"$WORK/train_vast.err"
+check "train: a model beyond the host's memory is bad input (2), refused by name, nothing written" \
+  test $? -eq 2 -a -n "$(grep -E 'rlsim train: the FP32 weights of .*vast_model \(61268951105536 parameters\) need' "$WORK/train_vast.err")" \
+  -a ! -e "$WORK/train_vast"
 test ! -e "$WORK/drift_long" -a ! -e "$WORK/.drift_long.tmp"
 check "drift: nothing half-written on error" test $? -eq 0
 
