@@ -2639,13 +2639,17 @@ void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile
     for (int m = 0; m < NT; ++m) acc[s][m] = _mm512_setzero_ps();
   }
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  // Byte 4d of lane d takes scale byte d / 4 (first block) or 4 + d / 4 (second); the mask zeroes
-  // the lane's other three bytes.
-  alignas(64) std::uint8_t idx[2][64] = {};
-  for (int d = 0; d < 16; ++d)
-    idx[0][4 * d] = static_cast<std::uint8_t>(d / 4), idx[1][4 * d] = static_cast<std::uint8_t>(4 + d / 4);
+  // VPSHUFB controls on the chunk's 8 scale bytes, which every 128-bit lane holds: byte 4d of
+  // lane d takes scale byte d / 4 (first block) or 4 + d / 4 (second), the lane's other three
+  // bytes zero (index 0x80). Lane d's 128-bit lane is d / 4, so the control is per 128-bit lane.
+  alignas(64) std::int8_t idx[2][64];
+  for (int b = 0; b < 64; ++b) {
+    const bool low_byte = b % 4 == 0;
+    const auto lane = static_cast<std::int8_t>(b / 16);
+    idx[0][b] = low_byte ? lane : static_cast<std::int8_t>(0x80);
+    idx[1][b] = low_byte ? static_cast<std::int8_t>(4 + lane) : static_cast<std::int8_t>(0x80);
+  }
   const __m512i idx_lo = _mm512_load_si512(idx[0]), idx_hi = _mm512_load_si512(idx[1]);
-  constexpr __mmask64 kLowByte = 0x1111111111111111ULL;
   const std::int64_t ldb = x.ld / 4, lds = x.ld / 16;
   for (std::int64_t j = 0; j < chunks; ++j) {
     __m512i wl[NS], wh[NS];
@@ -2660,8 +2664,8 @@ void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile
       std::memcpy(&b8, tile_scales[s] + 8 * j, sizeof b8);
       const __m512i sb = _mm512_set1_epi64(static_cast<long long>(b8));
       // Each lane's E4M3 scale bits at FP32 bits 26..20: 2^-120 times the scale (kE4M3Fix).
-      sl[s] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_lo, sb), simd::kE4M3Fp32Shift));
-      sh[s] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_permutexvar_epi8(kLowByte, idx_hi, sb), simd::kE4M3Fp32Shift));
+      sl[s] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_shuffle_epi8(sb, idx_lo), simd::kE4M3Fp32Shift));
+      sh[s] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_shuffle_epi8(sb, idx_hi), simd::kE4M3Fp32Shift));
     }
     for (int m = 0; m < NT; ++m) {
       const std::int64_t n = n0 + m;
