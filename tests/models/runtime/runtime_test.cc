@@ -460,6 +460,7 @@ TEST(Loaders, BeforeTensorsSeesTheCheckedConfigFirst) {
   write_config(dir, stories().config, 10000.0, 1e-5);
   EXPECT_THROW(load_hf(dir.string(), [](const TransformerConfig&) { throw Refused{}; }), Refused);
   EXPECT_THROW(load_hf(dir.string()), ModelFileError);  // without the hook: the missing safetensors
+  fs::remove_all(dir);
 }
 
 TEST(HuggingFace, CorruptSafetensorsAreRejectedNamingFileAndTensor) {
