@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -270,6 +271,26 @@ TEST(Sampling, TemperatureAndTopP) {
   EXPECT_EQ(sample_token(logits, 1.0, 1.0, 0.06), 1);
   EXPECT_EQ(sample_token(logits, 1.0, 1.0, 0.45), 1);
   EXPECT_EQ(sample_token(logits, 1.0, 1.0, 0.46), 2);
+}
+
+// Greedy sampling is std::max_element's index (the first largest) for any length, ties across
+// and within lanes, signed zeros, infinities and NaNs, whatever path computes it.
+TEST(Sampling, GreedyIsTheFirstLargestLogit) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> level(-3, 3);  // few distinct values: many ties
+  for (std::size_t n : {1, 2, 15, 16, 17, 31, 32, 33, 100, 49152}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> x(n);
+      for (float& v : x) v = static_cast<float>(level(rng));
+      const std::size_t k = rng() % n;
+      if (trial % 5 == 1) x[k] = -0.0f, x[(k + 7) % n] = 0.0f;
+      if (trial % 5 == 2) x[k] = std::numeric_limits<float>::infinity();
+      if (trial % 5 == 3) std::fill(x.begin(), x.end(), -std::numeric_limits<float>::infinity());
+      if (trial % 5 == 4) x[k] = std::numeric_limits<float>::quiet_NaN();
+      const auto want = static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
+      ASSERT_EQ(sample_token(x, 0, 1, 0.5), want) << "n " << n << " trial " << trial;
+    }
+  }
 }
 
 // ---- corrupt llama2.c files ------------------------------------------------------------------
