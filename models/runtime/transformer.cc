@@ -7,6 +7,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -739,8 +740,12 @@ int first_arg_max(std::span<const float> x) {
   constexpr std::size_t kLanes = 16;
   const std::size_t n = x.size();
   if (n < kLanes) return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
-  std::array<float, kLanes> best{};
+  // Lane l starts at index l with -inf, which any x[l] but -inf (index l either way) or NaN (the
+  // fallback) replaces.
+  std::array<float, kLanes> best;
+  best.fill(-std::numeric_limits<float>::infinity());
   std::array<std::uint32_t, kLanes> at{}, unordered{};  // unordered[l]: lane l has seen a NaN
+  for (std::size_t l = 0; l < kLanes; ++l) at[l] = static_cast<std::uint32_t>(l);
   auto step = [&](std::size_t i, std::size_t l) {
     const float v = x[i + l];
     const bool larger = v > best[l];
@@ -748,8 +753,7 @@ int first_arg_max(std::span<const float> x) {
     best[l] = larger ? v : best[l];
     at[l] = larger ? static_cast<std::uint32_t>(i + l) : at[l];
   };
-  for (std::size_t l = 0; l < kLanes; ++l) best[l] = x[l], at[l] = static_cast<std::uint32_t>(l), unordered[l] = x[l] != x[l];
-  std::size_t i = kLanes;
+  std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (std::size_t l = 0; l < kLanes; ++l) step(i, l);
   }
