@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -256,15 +257,17 @@ double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
 }
 
 namespace {
+// A whole CSV field as a number of type T (std::from_chars: no sign prefix '+', no spaces, nothing
+// after the digits), or nullopt.
+template <typename T>
+std::optional<T> whole_number(const std::string& field) {
+  T v{};
+  const auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+  if (ec != std::errc() || ptr != field.data() + field.size()) return std::nullopt;
+  return v;
+}
+}  // namespace
 
-// llama-bench results of one GGUF weight type: prompt processing and generation tok/s.
-struct GgufSpeed {
-  double prefill = 0, decode = 0;
-};
-
-// Every *.csv file in `dir` (llama-bench -o csv), by the weight type ending model_type ("llama
-// 256M Q8_0" -> "Q8_0"). Rows with n_prompt > 0 and n_gen 0 are prompt processing, n_prompt 0 and
-// n_gen > 0 generation; the last of each kind wins.
 std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -294,22 +297,25 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
       if (row.size() != h.size()) {
         throw sim::ScenarioError(fmt::format("{}:{}: {} fields, the header has {}", f.string(), r + 1, row.size(), h.size()));
       }
-      double v = 0;
-      long prompt = 0, gen = 0, thr = 0;
-      try {
-        v = std::stod(row[ts]), prompt = std::stol(row[np]), gen = std::stol(row[ng]), thr = std::stol(row[nt]);
-      } catch (const std::exception&) {
-        throw sim::ScenarioError(fmt::format("{}:{}: avg_ts, n_prompt, n_gen and n_threads must be numbers", f.string(), r + 1));
+      const auto v = whole_number<double>(row[ts]);
+      const auto prompt = whole_number<long>(row[np]), gen = whole_number<long>(row[ng]), thr = whole_number<long>(row[nt]);
+      if (!v || !std::isfinite(*v) || *v <= 0 || !prompt || *prompt < 0 || !gen || *gen < 0 || !thr || *thr < 1) {
+        throw sim::ScenarioError(fmt::format(
+            "{}:{}: expected avg_ts a positive number of tok/s, n_prompt and n_gen counts >= 0 and n_threads >= 1, got "
+            "'{}', '{}', '{}', '{}'",
+            f.string(), r + 1, row[ts], row[np], row[ng], row[nt]));
       }
       const std::string& mt = row[type];
       const std::string t = mt.substr(mt.find_last_of(' ') + 1);  // npos + 1 == 0: the whole name
-      if (thr != threads) err << fmt::format("  note: {}:{} ran on {} threads, rlsim on {}\n", f.string(), r + 1, thr, threads);
-      if (prompt > 0 && gen == 0) out[t].prefill = v;
-      if (prompt == 0 && gen > 0) out[t].decode = v;
+      if (*thr != threads) err << fmt::format("  note: {}:{} ran on {} threads, rlsim on {}\n", f.string(), r + 1, *thr, threads);
+      if (*prompt > 0 && *gen == 0) out[t].prefill = *v;
+      if (*prompt == 0 && *gen > 0) out[t].decode = *v;
     }
   }
   return out;
 }
+
+namespace {
 
 // The GGUF type a precision's linear weights compare with: BF16, Q8_0 (8-bit) or Q4_0 (4-bit).
 std::string gguf_class(const models::RuntimePrecision& p) {

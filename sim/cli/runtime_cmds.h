@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -64,6 +65,22 @@ struct BenchRuntimeOptions {
   std::string compare_gguf;      // folder of llama-bench CSV files; empty: no comparison
 };
 
+/// llama-bench's speed for one GGUF weight type, tok/s (0: no such test in the files).
+struct GgufSpeed {
+  double prefill = 0;  // prompt processing (pp: n_prompt > 0, n_gen 0)
+  double decode = 0;   // generation (tg: n_prompt 0, n_gen > 0)
+};
+
+/// The llama-bench results in the folder `dir` for `bench runtime --compare-gguf`: every *.csv file
+/// (llama-bench -o csv, read in name order), keyed by the weight type that ends model_type
+/// ("llama 256M Q8_0" -> "Q8_0"); the last row of each kind wins, rows with both n_prompt and n_gen
+/// above 0 (llama-bench's pg test) are skipped. Notes a row run on other than `threads` threads on
+/// `err`. Throws sim::ScenarioError (exit 2) naming the file and line for a missing folder, a file
+/// without the columns model_type, n_threads, n_prompt, n_gen and avg_ts, a row of another field
+/// count, or a field that is not wholly a number (avg_ts finite and positive, n_prompt and n_gen
+/// integers >= 0, n_threads >= 1).
+std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err);
+
 /// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
 /// at a model's shapes. Prints to `out` one line per figure:
 ///   bandwidth GBPS GB/s                 (read bandwidth of a 1 GiB buffer on `threads` threads)
@@ -83,8 +100,8 @@ struct BenchRuntimeOptions {
 /// 8-bit: Q8_0; 4-bit: Q4_0) has llama-bench results in the folder:
 ///   compare PRECISION GGUF_TYPE prefill_ratio A decode_ratio B   (rlsim tok/s / llama.cpp tok/s)
 /// Progress (weight bytes per token, kernels) goes to `err`. Throws sim::ScenarioError (exit 2)
-/// for an unknown precision, a missing or unreadable comparison folder or a CSV file without
-/// llama-bench's columns, models::ModelFileError for a bad config file.
+/// for an unknown precision or a comparison folder read_llama_bench() refuses, before any
+/// timing; models::ModelFileError for a bad config file.
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err);
 
 /// Options of `rlsim bench reload`.

@@ -228,6 +228,11 @@ printf 'model_type,avg_ts\n"x","1"\n' >"$WORK/gguf/bad.csv"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/gguf" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime --compare-gguf: a CSV without llama-bench's columns is bad input (2)" test $? -eq 2
 check "bench runtime --compare-gguf: error names the file and column" grep -q "bad.csv:1: no column 'n_prompt'" "$WORK/bench_bad.err"
+mkdir -p "$WORK/gguf_num"
+printf 'model_type,n_threads,n_prompt,n_gen,avg_ts\n"x Q8_0","2","0","4","12abc"\n' >"$WORK/gguf_num/partial.csv"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/gguf_num" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --compare-gguf: a field that is not wholly a number is bad input (2)" test $? -eq 2
+check "bench runtime --compare-gguf: error names the file, line and field" grep -q "partial.csv:2: .*'12abc'" "$WORK/bench_bad.err"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/no_such_dir" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime --compare-gguf: a missing folder is bad input (2)" test $? -eq 2
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --decode-tokens 4 --prefill-tokens 16 --repeat 1 --batch-invariant \

@@ -159,4 +159,17 @@ put("graphml", "fake-quant.graphml", graphml("training", attn_nodes[:3], [
 # Calibration files: the built-in one, and one that sets only a device's fractions.
 put("calibration", "default.yaml", read("models/calibration/default.yaml"))
 put("calibration", "one-device.yaml", "devices:\n  h100-sxm: {compute: 0.5, memory: 0.8}\n")
+# llama-bench -o csv output (bench runtime --compare-gguf): its columns as llama.cpp c392e50 writes
+# them (a pp and a tg row), and the five columns rlsim reads.
+bench_cols = ("build_commit,build_number,cpu_info,gpu_info,backends,model_filename,model_type,model_size,"
+              "model_n_params,n_batch,n_ubatch,n_threads,cpu_mask,cpu_strict,poll,type_k,type_v,n_gpu_layers,"
+              "split_mode,main_gpu,no_kv_offload,flash_attn,tensor_split,use_mmap,embeddings,n_prompt,n_gen,"
+              "test_time,avg_ns,stddev_ns,avg_ts,stddev_ts")
+bench_row = ('"unknown","0","AMD EPYC","","CPU","smollm2-q4_0.gguf","llama ?B Q4_0","89941248","134515008","2048",'
+             '"512","2","0x0","0","50","f16","f16","99","layer","0","0","0","0.00","1","0",'
+             '"{np}","{ng}","2026-11-28T19:10:50Z","{ns}","6168492","{ts}","3.134670"')
+put("llama_bench_csv", "llama_bench_q4_0.csv", "\n".join([bench_cols, bench_row.format(np=512, ng=0, ns=1003703977, ts="510.125973"),
+                                                           bench_row.format(np=0, ng=128, ns=745054000, ts="171.800000")]) + "\n")
+put("llama_bench_csv", "minimal.csv", 'model_type,n_threads,n_prompt,n_gen,avg_ts\n"llama 1M Q4_0","2","16","0","1000.0"\n'
+    '"llama 1M Q4_0","2","0","4","100.0"\n')
 print("seeds written under", out)
