@@ -598,6 +598,18 @@ BlockScale block_scale(const Format& f, const Plan& p, std::int64_t cols, const 
   return scale_from_amax(f, p, amax, nan);
 }
 
+// E8M0's exponent bias and range (OCP MX v1.0 sec. 5.4: code 255 is NaN).
+constexpr int kE8M0Bias = 127, kE8M0MinExp = -127, kE8M0MaxExp = 127;
+
+// The exponent of an MX block's E8M0 scale (OCP MX v1.0 sec. 6.3: floor(log2(amax)) minus the
+// element's largest exponent, clamped to E8M0's range; -127 for a block of zeros).
+int mx_shared_exponent(double amax, int element_emax) {
+  if (!(amax > 0)) return kE8M0MinExp;
+  int ex = 0;
+  std::frexp(amax, &ex);
+  return std::clamp(ex - 1 - element_emax, kE8M0MinExp, kE8M0MaxExp);
+}
+
 BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan) {
   const Element el = f.element;
   BlockScale bs;
@@ -606,13 +618,8 @@ BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan
       return bs;
     case ScaleKind::kMx32: {
       if (nan) return {std::numeric_limits<double>::quiet_NaN(), 0xFFu};
-      int shared = -127;
-      if (amax > 0) {
-        int ex = 0;
-        std::frexp(amax, &ex);
-        shared = std::clamp(ex - 1 - emax(el), -127, 127);
-      }
-      return {std::ldexp(1.0, shared), static_cast<std::uint32_t>(shared + 127)};
+      const int shared = mx_shared_exponent(amax, emax(el));
+      return {std::ldexp(1.0, shared), static_cast<std::uint32_t>(shared + kE8M0Bias)};
     }
     case ScaleKind::kNv16: {
       // encode() and decode() of E4M3, without the generic encoder's libm calls (one per 16 values).
@@ -986,6 +993,110 @@ QuantizedTensor quantize_float(const Format& f, std::int64_t rows, std::int64_t 
   return q;
 }
 }  // namespace
+
+namespace {
+// Whether fake_quantize's FP32 path applies: mx32 scaling of a binary float element of <= 8 bits.
+bool mx_float_path(const Format& f) {
+  if (f.scaling.kind != ScaleKind::kMx32) return false;
+  const FloatLayout& l = traits(f.element).layout;
+  return l.exp_bits > 0 && traits(f.element).bits <= 8;
+}
+
+// 2^k as an FP32 value, for k in [-149, 127] (subnormal below -126), from its bits.
+float pow2f(int k) {
+  return k >= -126 ? std::bit_cast<float>(static_cast<std::uint32_t>(k + 127) << 23) : std::bit_cast<float>(1u << (k + 149));
+}
+
+// An MX float element's grid as fake_quantize's FP32 path rounds onto it.
+struct MxGrid {
+  int m = 0;                         // mantissa bits
+  float min_normal = 0;              // 2^emin
+  float subnormal_shift = 0;         // 2^(emin - m + 23): (a + it) - it rounds a to the subnormal grid
+  std::uint32_t half = 0, keep = 0;  // RNE on FP32 bits to m mantissa bits: (b + half + odd) & keep
+  float max_value = 0;               // the largest finite value (saturation)
+  explicit MxGrid(Element e) {
+    const FloatLayout& l = traits(e).layout;
+    const int emin = 1 - l.bias;
+    m = l.man_bits;
+    min_normal = pow2f(emin);
+    subnormal_shift = pow2f(emin - m + 23);
+    half = (1u << (22 - m)) - 1u;
+    keep = ~((1u << (23 - m)) - 1u);
+    max_value = static_cast<float>(max_finite(e));
+  }
+};
+
+// The FP32 path of fake_quantize for one 1 x n block (n <= 32) with E8M0 scale 2^shared:
+// x[i] = RNE of x[i] 2^-shared onto the grid, saturated to its largest finite value, times
+// 2^shared. Every step is exact but the rounding itself.
+void mx_round_block(float* x, std::int64_t n, int shared, const MxGrid& g) {
+  const float down = pow2f(-shared), up = pow2f(shared);
+  const int m = g.m;
+  std::int64_t i = 0;
+#ifdef RLSIM_AVX512
+  const __m512 vdown = _mm512_set1_ps(down), vup = _mm512_set1_ps(up), vmin = _mm512_set1_ps(g.min_normal),
+               vshift = _mm512_set1_ps(g.subnormal_shift), vmax = _mm512_set1_ps(g.max_value);
+  const __m512i vhalf = _mm512_set1_epi32(static_cast<int>(g.half)), vkeep = _mm512_set1_epi32(static_cast<int>(g.keep)),
+                one = _mm512_set1_epi32(1), sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + i), vdown);
+    const __m512 a = _mm512_abs_ps(v);
+    const __m512i b = _mm512_castps_si512(a);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 23 - m), one);
+    const __m512 normal = _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(b, vhalf), odd), vkeep));
+    const __m512 sub = _mm512_sub_ps(_mm512_add_ps(a, vshift), vshift);
+    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, vmin, _CMP_GE_OQ), sub, normal);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, vmax, _CMP_GT_OQ), r, vmax);  // +inf rounds past it too
+    r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(v), sign)));
+    _mm512_mask_storeu_ps(x + i, live, _mm512_mul_ps(r, vup));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i] * down, a = std::fabs(v);
+    const auto b = std::bit_cast<std::uint32_t>(a);
+    float r = a >= g.min_normal ? std::bit_cast<float>((b + g.half + ((b >> (23 - m)) & 1u)) & g.keep)
+                                : (a + g.subnormal_shift) - g.subnormal_shift;
+    if (r > g.max_value) r = g.max_value;
+    x[i] = std::copysign(r, v) * up;
+  }
+}
+}  // namespace
+
+void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float* x) {
+  const std::int64_t n = rows * cols;
+  const Plan p = make_plan(f, rows, cols, static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));  // throws as quantize()
+  if (mx_float_path(f)) {
+    // The blocks' shared exponents first (scale_from_amax's), so that a NaN anywhere sends the
+    // whole tensor down the double path before anything is written.
+    thread_local std::vector<int> shared;
+    shared.resize(static_cast<std::size_t>(rows * p.grid_c));
+    const int element_emax = emax(f.element);
+    bool any_nan = false;
+    for (std::int64_t r = 0; r < rows && !any_nan; ++r) {
+      for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+        const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+        bool nan = false;
+        const float amax = segment_amax(x + r * cols + c0, c1 - c0, nan);
+        any_nan |= nan;
+        shared[static_cast<std::size_t>(r * p.grid_c + bc)] = mx_shared_exponent(static_cast<double>(amax), element_emax);
+      }
+    }
+    if (!any_nan) {
+      const MxGrid g(f.element);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+          const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+          mx_round_block(x + r * cols + c0, c1 - c0, shared[static_cast<std::size_t>(r * p.grid_c + bc)], g);
+        }
+      }
+      return;
+    }
+  }
+  const QuantizedTensor q = quantize(f, rows, cols, std::span<const float>(x, static_cast<std::size_t>(n)));
+  const std::vector<double> d = dequantize(q);
+  for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(d[static_cast<std::size_t>(i)]);
+}
 
 double sqnr_db(const std::vector<double>& x, const std::vector<double>& y) {
   if (x.size() != y.size()) throw std::invalid_argument("sqnr_db: sizes differ");

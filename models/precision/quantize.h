@@ -131,6 +131,16 @@ QuantizedTensor quantize(const Format& f, std::int64_t rows, std::int64_t cols, 
 QuantizedTensor quantize_slice(const Format& f, std::int64_t rows, std::int64_t cols, std::span<const float> x,
                                float tensor_amax);
 
+/// dequantize(quantize(f, rows, cols, x)) rounded to FP32, in place: the values a tensor of FP32
+/// activations stands for once quantised (the runtime's activation rounding). MX formats (mx32
+/// scaling: a power-of-two E8M0 scale, OCP MX v1.0 sec. 5) of a binary float element of at most
+/// 8 bits (E4M3, E5M2, E2M1) take a path that never leaves FP32: x times 2^-shared is exact in
+/// FP32 wherever the element can tell it from 0, its rounding to the element's grid is an integer
+/// round-to-nearest-even on the bits (normal) or an addition and subtraction of 2^(emin - m + 23)
+/// (subnormal), and the product with 2^shared is exact; a tensor with a NaN takes the double path.
+/// The same bits either way (tested on each of the three). Throws as quantize().
+void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float* x);
+
 /// The value of one block's scale code under format `f`: decode() of the scaling's storage element
 /// (FP32, BF16, E8M0, E4M3), HiF4's E6M2 level-1 scale (bits 31..24 of the metadata word), 1 for an
 /// unscaled format.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -561,6 +562,50 @@ TEST(QuantizeSlice, Nvfp4SlicesWithTheTensorAmaxEqualTheWholeTensor) {
   // Other scalings ignore the amax: a row-local format's slice is the slice.
   const Format g = parse_format("fp8-e4m3/group1x128");
   EXPECT_EQ(quantize_slice(g, half, cols, s0, 1e6f).codes, quantize(g, half, cols, s0).codes);
+}
+
+// fake_quantize gives dequantize(quantize(...)) rounded to FP32, bit for bit: MX float formats on
+// their FP32 path (block amaxes from 2^-140 to 2^120, so the E8M0 exponent clamps at -127 and
+// values reach FP32's subnormals; exact ties; values past the element's largest; zeros of both
+// signs; infinities; a ragged block), and through the double path a tensor with a NaN and formats
+// without an FP32 path.
+TEST(FakeQuantize, EqualsDequantizeOfQuantizeInFp32) {
+  const std::int64_t rows = 5, cols = 70;  // 3 blocks of 32 a row, the last of 6
+  sim::Rng rng(23);
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t b = 0; b < 3; ++b) {
+      const int e = static_cast<int>(rng.uniform() * 260.0) - 140;  // the block's binade, 2^-140 .. 2^119
+      for (std::int64_t c = 32 * b; c < std::min(cols, 32 * b + 32); ++c) {
+        const double u = rng.uniform() * 2.0 - 1.0;
+        x[static_cast<std::size_t>(r * cols + c)] = static_cast<float>(std::ldexp(u * (1.0 + 7.0 * rng.uniform()), e));
+      }
+    }
+  }
+  auto at = [&](std::int64_t r, std::int64_t c) -> float& { return x[static_cast<std::size_t>(r * cols + c)]; };
+  for (std::int64_t c = 8; c < 32; ++c) at(0, c) = static_cast<float>(rng.uniform() * 16.0 - 8.0);  // amax 448 below
+  at(0, 0) = 448.0f, at(0, 1) = 1.0f, at(0, 2) = 1.0625f, at(0, 3) = -1.1875f;                      // E4M3 ties at 2^-shared = 1
+  at(0, 4) = 0.0f, at(0, 5) = -0.0f, at(0, 6) = std::ldexp(1.0f, -149), at(0, 7) = -std::ldexp(3.0f, -12);
+  at(1, 40) = std::numeric_limits<float>::infinity(), at(1, 41) = -std::numeric_limits<float>::infinity();
+  at(2, 10) = std::numeric_limits<float>::max(), at(2, 11) = -std::numeric_limits<float>::max();
+  for (std::int64_t c = 64; c < cols; ++c) at(3, c) = 0.0f;  // an all-zero block
+  auto same = [](float a, float b) {
+    return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b) || (a != a && b != b);
+  };
+  auto check = [&](const Format& f, const std::vector<float>& in) {
+    const std::vector<double> ref = dequantize(quantize(f, rows, cols, std::span<const float>(in)));
+    std::vector<float> got(in);
+    fake_quantize(f, rows, cols, got.data());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      ASSERT_TRUE(same(got[i], static_cast<float>(ref[i])))
+          << f.str() << " element " << i << ": " << in[i] << " -> " << got[i] << ", reference " << static_cast<float>(ref[i]);
+    }
+  };
+  for (const char* name : {"mxfp8", "fp8-e5m2/mx32", "mxfp4", "fp8-e4m3/group1x128", "nvfp4"}) check(parse_format(name), x);
+  std::vector<float> with_nan(x);
+  with_nan[static_cast<std::size_t>(3 * cols + 5)] = std::numeric_limits<float>::quiet_NaN();
+  check(parse_format("mxfp8"), with_nan);
+  EXPECT_THROW(fake_quantize(parse_format("mxfp8"), 0, cols, x.data()), std::invalid_argument);
 }
 
 }  // namespace
