@@ -1061,6 +1061,62 @@ void mx_round_block(float* x, std::int64_t n, int shared, const MxGrid& g) {
     x[i] = std::copysign(r, v) * up;
   }
 }
+
+// Whether fake_quantize's scaled-double path applies: a binary float element of <= 8 bits with a
+// scale per block of whole row segments or per tensor, stored in a plain float type (not MX's
+// E8M0, nv16's two levels or HiF4's own).
+bool scaled_float_path(const Format& f) {
+  switch (f.scaling.kind) {
+    case ScaleKind::kTensor:
+    case ScaleKind::kChannel:
+    case ScaleKind::kToken:
+    case ScaleKind::kGroup1xN:
+    case ScaleKind::kGroupN:
+    case ScaleKind::kBlockMxN:
+      break;
+    default:
+      return false;
+  }
+  const FloatLayout& l = traits(f.element).layout;
+  return l.exp_bits > 0 && traits(f.element).bits <= 8;
+}
+
+// fake_quantize's scaled-double path for one row segment with divisor d (finite, > 0): the steps
+// of FastFloatEncoder (the quotient x / d in double, RNE on its bits to m mantissa bits, or onto the
+// subnormal grid by an add and subtract of 2^(emin - m + 52), saturation) and of dequantize()
+// (the value times d in double, exact), then the cast to FP32, without the codes between them.
+void scaled_round_segment(float* x, std::int64_t n, double d, const FloatLayout& l, double max_value) {
+  const int m = l.man_bits, emin = 1 - l.bias;
+  const std::uint64_t half = (std::uint64_t{1} << (51 - m)) - 1u, keep = ~((std::uint64_t{1} << (52 - m)) - 1u);
+  const double min_normal = std::ldexp(1.0, emin), shift = std::ldexp(1.0, emin - m + 52);
+  std::int64_t i = 0;
+#ifdef RLSIM_AVX512
+  const __m512d vd = _mm512_set1_pd(d), vmin = _mm512_set1_pd(min_normal), vshift = _mm512_set1_pd(shift),
+                vmax = _mm512_set1_pd(max_value);
+  const __m512i vhalf = _mm512_set1_epi64(static_cast<long long>(half)), vkeep = _mm512_set1_epi64(static_cast<long long>(keep)),
+                one = _mm512_set1_epi64(1), sign = _mm512_set1_epi64(static_cast<long long>(0x8000000000000000ull));
+  for (; i < n; i += 8) {
+    const auto live = static_cast<__mmask8>(n - i >= 8 ? 0xFFu : (1u << (n - i)) - 1u);
+    const __m512d v = _mm512_div_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, x + i)), vd);
+    const __m512d a = _mm512_abs_pd(v);
+    const __m512i b = _mm512_castpd_si512(a);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi64(b, 52 - m), one);
+    const __m512d normal = _mm512_castsi512_pd(_mm512_and_si512(_mm512_add_epi64(_mm512_add_epi64(b, vhalf), odd), vkeep));
+    const __m512d sub = _mm512_sub_pd(_mm512_add_pd(a, vshift), vshift);
+    __m512d r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, vmin, _CMP_GE_OQ), sub, normal);
+    r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(r, vmax, _CMP_GT_OQ), r, vmax);  // +inf rounds past it too
+    r = _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(r), _mm512_and_si512(_mm512_castpd_si512(v), sign)));
+    _mm256_mask_storeu_ps(x + i, live, _mm512_cvtpd_ps(_mm512_mul_pd(r, vd)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const double v = static_cast<double>(x[i]) / d, a = std::fabs(v);
+    const auto b = std::bit_cast<std::uint64_t>(a);
+    double r = a >= min_normal ? std::bit_cast<double>((b + half + ((b >> (52 - m)) & 1u)) & keep) : (a + shift) - shift;
+    if (r > max_value) r = max_value;
+    x[i] = static_cast<float>(std::copysign(r, v) * d);
+  }
+}
 }  // namespace
 
 void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float* x) {
@@ -1088,6 +1144,40 @@ void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float*
         for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
           const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
           mx_round_block(x + r * cols + c0, c1 - c0, shared[static_cast<std::size_t>(r * p.grid_c + bc)], g);
+        }
+      }
+      return;
+    }
+  }
+  if (scaled_float_path(f)) {
+    // Each block's divisor first (scale_from_amax's, as quantize() finds it), so that a NaN
+    // anywhere sends the whole tensor down the reference path before anything is written.
+    thread_local std::vector<double> divisor;
+    divisor.resize(static_cast<std::size_t>(p.grid_r * p.grid_c));
+    bool any_nan = false;
+    for (std::int64_t br = 0; br < p.grid_r && !any_nan; ++br) {
+      for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+        const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+        float amax = 0;
+        bool nan = false;
+        for (std::int64_t r = br * p.b.rows; r < std::min(rows, (br + 1) * p.b.rows); ++r) {
+          bool row_nan = false;
+          amax = std::max(amax, segment_amax(x + r * cols + c0, c1 - c0, row_nan));
+          nan |= row_nan;
+        }
+        any_nan |= nan;
+        divisor[static_cast<std::size_t>(br * p.grid_c + bc)] =
+            scale_from_amax(f, p, static_cast<double>(amax), nan).scale * p.tensor_scale;
+      }
+    }
+    if (!any_nan) {
+      const FloatLayout& l = traits(f.element).layout;
+      const double max_value = max_finite(f.element);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+          const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+          scaled_round_segment(x + r * cols + c0, c1 - c0, divisor[static_cast<std::size_t>((r / p.b.rows) * p.grid_c + bc)], l,
+                               max_value);
         }
       }
       return;
