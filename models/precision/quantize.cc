@@ -539,7 +539,13 @@ struct Plan {
 };
 
 // NVFP4's FP32 tensor scale from the tensor's amax over finite values (1 for an all-zero tensor).
-double nv16_tensor_scale(double amax) { return amax > 0 ? static_cast<double>(static_cast<float>(amax / (448.0 * 6.0))) : 1.0; }
+// NVFP4's two levels (NVIDIA's NVFP4 recipe): a block's E4M3 scale is its amax / 6 (E2M1's
+// largest) over the tensor scale, which is the tensor's amax / (448 x 6) (E4M3's largest times it).
+constexpr double kNv16ElementMax = 6.0, kNv16ScaleMax = 448.0;
+
+double nv16_tensor_scale(double amax) {
+  return amax > 0 ? static_cast<double>(static_cast<float>(amax / (kNv16ScaleMax * kNv16ElementMax))) : 1.0;
+}
 
 Plan make_plan(const Format& f, std::int64_t rows, std::int64_t cols, std::size_t n_values) {
   if (rows <= 0 || cols <= 0) throw std::invalid_argument("quantize: shape must be positive");
@@ -625,7 +631,7 @@ BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan
       // encode() and decode() of E4M3, without the generic encoder's libm calls (one per 16 values).
       static const FastFloatEncoder e4m3(Element::kFp8E4M3);
       std::int64_t saturated = 0;  // a scale past 448 is stored as 448, as encode() does
-      bs.code = e4m3(amax / 6.0 / p.tensor_scale, saturated);
+      bs.code = e4m3(amax / kNv16ElementMax / p.tensor_scale, saturated);
       bs.scale = (*decode_table(Element::kFp8E4M3))[bs.code];
       return bs;
     }
@@ -1081,40 +1087,68 @@ bool scaled_float_path(const Format& f) {
   return l.exp_bits > 0 && traits(f.element).bits <= 8;
 }
 
+// A binary float element's grid as FastFloatEncoder rounds a double onto it, for values rather
+// than codes: RNE on the double's bits to m mantissa bits at or above 2^emin, onto the subnormal
+// grid below it by an add and subtract of 2^(emin - m + 52), then saturation at the largest
+// finite value (which +inf also rounds past). round() takes |v| and returns the rounded |v|.
+struct DoubleGrid {
+  int m = 0;
+  double min_normal = 0, shift = 0, max_value = 0;
+  std::uint64_t half = 0, keep = 0;
+  explicit DoubleGrid(Element e) {
+    const FloatLayout& l = traits(e).layout;
+    const int emin = 1 - l.bias;
+    m = l.man_bits;
+    min_normal = std::ldexp(1.0, emin);
+    shift = std::ldexp(1.0, emin - m + 52);
+    max_value = max_finite(e);
+    half = (std::uint64_t{1} << (51 - m)) - 1u;
+    keep = ~((std::uint64_t{1} << (52 - m)) - 1u);
+  }
+  double round(double a) const {
+    const auto b = std::bit_cast<std::uint64_t>(a);
+    const double r = a >= min_normal ? std::bit_cast<double>((b + half + ((b >> (52 - m)) & 1u)) & keep) : (a + shift) - shift;
+    return r > max_value ? max_value : r;
+  }
+#ifdef RLSIM_AVX512
+  __m512d round(__m512d a) const {
+    const __m512i b = _mm512_castpd_si512(a);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi64(b, 52 - m), _mm512_set1_epi64(1));
+    const __m512i up = _mm512_add_epi64(_mm512_add_epi64(b, _mm512_set1_epi64(static_cast<long long>(half))), odd);
+    const __m512d normal = _mm512_castsi512_pd(_mm512_and_si512(up, _mm512_set1_epi64(static_cast<long long>(keep))));
+    const __m512d vshift = _mm512_set1_pd(shift), vmax = _mm512_set1_pd(max_value);
+    const __m512d sub = _mm512_sub_pd(_mm512_add_pd(a, vshift), vshift);
+    const __m512d r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, _mm512_set1_pd(min_normal), _CMP_GE_OQ), sub, normal);
+    return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(r, vmax, _CMP_GT_OQ), r, vmax);
+  }
+#endif
+};
+
+// v with the sign of s (s's sign bit copied into v, whose sign bit is clear).
+#ifdef RLSIM_AVX512
+__m512d with_sign_of(__m512d v, __m512d s) {
+  const __m512i sign = _mm512_set1_epi64(static_cast<long long>(0x8000000000000000ull));
+  return _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(v), _mm512_and_si512(_mm512_castpd_si512(s), sign)));
+}
+#endif
+
 // fake_quantize's scaled-double path for one row segment with divisor d (finite, > 0): the steps
-// of FastFloatEncoder (the quotient x / d in double, RNE on its bits to m mantissa bits, or onto the
-// subnormal grid by an add and subtract of 2^(emin - m + 52), saturation) and of dequantize()
+// of FastFloatEncoder (the quotient x / d in double, rounded onto the grid) and of dequantize()
 // (the value times d in double, exact), then the cast to FP32, without the codes between them.
-void scaled_round_segment(float* x, std::int64_t n, double d, const FloatLayout& l, double max_value) {
-  const int m = l.man_bits, emin = 1 - l.bias;
-  const std::uint64_t half = (std::uint64_t{1} << (51 - m)) - 1u, keep = ~((std::uint64_t{1} << (52 - m)) - 1u);
-  const double min_normal = std::ldexp(1.0, emin), shift = std::ldexp(1.0, emin - m + 52);
+void scaled_round_segment(float* x, std::int64_t n, double d, const DoubleGrid& g) {
   std::int64_t i = 0;
 #ifdef RLSIM_AVX512
-  const __m512d vd = _mm512_set1_pd(d), vmin = _mm512_set1_pd(min_normal), vshift = _mm512_set1_pd(shift),
-                vmax = _mm512_set1_pd(max_value);
-  const __m512i vhalf = _mm512_set1_epi64(static_cast<long long>(half)), vkeep = _mm512_set1_epi64(static_cast<long long>(keep)),
-                one = _mm512_set1_epi64(1), sign = _mm512_set1_epi64(static_cast<long long>(0x8000000000000000ull));
+  const __m512d vd = _mm512_set1_pd(d);
   for (; i < n; i += 8) {
     const auto live = static_cast<__mmask8>(n - i >= 8 ? 0xFFu : (1u << (n - i)) - 1u);
     const __m512d v = _mm512_div_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, x + i)), vd);
-    const __m512d a = _mm512_abs_pd(v);
-    const __m512i b = _mm512_castpd_si512(a);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi64(b, 52 - m), one);
-    const __m512d normal = _mm512_castsi512_pd(_mm512_and_si512(_mm512_add_epi64(_mm512_add_epi64(b, vhalf), odd), vkeep));
-    const __m512d sub = _mm512_sub_pd(_mm512_add_pd(a, vshift), vshift);
-    __m512d r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, vmin, _CMP_GE_OQ), sub, normal);
-    r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(r, vmax, _CMP_GT_OQ), r, vmax);  // +inf rounds past it too
-    r = _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(r), _mm512_and_si512(_mm512_castpd_si512(v), sign)));
+    const __m512d r = with_sign_of(g.round(_mm512_abs_pd(v)), v);
     _mm256_mask_storeu_ps(x + i, live, _mm512_cvtpd_ps(_mm512_mul_pd(r, vd)));
   }
 #endif
   for (; i < n; ++i) {
-    const double v = static_cast<double>(x[i]) / d, a = std::fabs(v);
-    const auto b = std::bit_cast<std::uint64_t>(a);
-    double r = a >= min_normal ? std::bit_cast<double>((b + half + ((b >> (52 - m)) & 1u)) & keep) : (a + shift) - shift;
-    if (r > max_value) r = max_value;
-    x[i] = static_cast<float>(std::copysign(r, v) * d);
+    const double v = static_cast<double>(x[i]) / d;
+    x[i] = static_cast<float>(std::copysign(g.round(std::fabs(v)), v) * d);
   }
 }
 }  // namespace
@@ -1171,13 +1205,11 @@ void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float*
       }
     }
     if (!any_nan) {
-      const FloatLayout& l = traits(f.element).layout;
-      const double max_value = max_finite(f.element);
+      const DoubleGrid g(f.element);
       for (std::int64_t r = 0; r < rows; ++r) {
         for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
           const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
-          scaled_round_segment(x + r * cols + c0, c1 - c0, divisor[static_cast<std::size_t>((r / p.b.rows) * p.grid_c + bc)], l,
-                               max_value);
+          scaled_round_segment(x + r * cols + c0, c1 - c0, divisor[static_cast<std::size_t>((r / p.b.rows) * p.grid_c + bc)], g);
         }
       }
       return;
@@ -1186,6 +1218,65 @@ void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float*
   const QuantizedTensor q = quantize(f, rows, cols, std::span<const float>(x, static_cast<std::size_t>(n)));
   const std::vector<double> d = dequantize(q);
   for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(d[static_cast<std::size_t>(i)]);
+}
+
+double quantize_nvfp4_doubled(const Format& f, std::span<const float> x, std::int8_t* doubled, double* scales) {
+  if (f.element != Element::kFp4E2M1 || f.scaling.kind != ScaleKind::kNv16) {
+    throw std::invalid_argument("quantize_nvfp4_doubled: " + f.str() + " is not fp4-e2m1 with nv16 scaling");
+  }
+  const auto n = static_cast<std::int64_t>(x.size());
+  Plan p = make_plan(f, 1, n, x.size());  // throws for an empty row
+  auto reference = [&] {
+    const QuantizedTensor q = quantize(f, 1, n, x);
+    for (std::int64_t c = 0; c < n; ++c)
+      doubled[c] = static_cast<std::int8_t>(2.0 * decode(Element::kFp4E2M1, q.codes[static_cast<std::size_t>(c)]));
+    std::copy(q.scales.begin(), q.scales.end(), scales);
+    return q.tensor_scale;
+  };
+  bool nan = false;
+  const float row_amax = segment_amax(x.data(), n, nan);
+  p.tensor_scale = nv16_tensor_scale(static_cast<double>(row_amax));
+  if (nan || !(p.tensor_scale > 0)) return reference();  // NaN codes, or NaN block scales
+  static const DoubleGrid e4m3(Element::kFp8E4M3), e2m1(Element::kFp4E2M1);
+  const double ts = p.tensor_scale;
+  // Block amaxes, then their E4M3 scales: scale_from_amax's amax / 6 / ts on E4M3's grid.
+  for (std::int64_t b = 0; b < p.grid_c; ++b) {
+    const std::int64_t c0 = b * p.b.cols;
+    bool block_nan = false;
+    scales[b] = static_cast<double>(segment_amax(x.data() + c0, std::min(n, c0 + p.b.cols) - c0, block_nan));
+  }
+  std::int64_t b = 0;
+#ifdef RLSIM_AVX512
+  for (; b + 8 <= p.grid_c; b += 8) {
+    const __m512d u =
+        _mm512_div_pd(_mm512_div_pd(_mm512_loadu_pd(scales + b), _mm512_set1_pd(kNv16ElementMax)), _mm512_set1_pd(ts));
+    _mm512_storeu_pd(scales + b, e4m3.round(u));
+  }
+#endif
+  for (; b < p.grid_c; ++b) scales[b] = e4m3.round(scales[b] / kNv16ElementMax / ts);
+  // Each element: x / (scale x ts) on E2M1's grid, doubled; a block whose scale is 0 is all +0.
+  for (b = 0; b < p.grid_c; ++b) {
+    const std::int64_t c0 = b * p.b.cols, c1 = std::min(n, c0 + p.b.cols);
+    const double d = scales[b] * ts;
+    std::int64_t c = c0;
+    if (!(d > 0)) {
+      std::fill(doubled + c0, doubled + c1, std::int8_t{0});
+      continue;
+    }
+#ifdef RLSIM_AVX512
+    const __m512d vd = _mm512_set1_pd(d), two = _mm512_set1_pd(2.0);
+    for (; c + 8 <= c1; c += 8) {
+      const __m512d v = _mm512_div_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x.data() + c)), vd);
+      const __m512d r = with_sign_of(_mm512_mul_pd(e2m1.round(_mm512_abs_pd(v)), two), v);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(doubled + c), _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(r)));
+    }
+#endif
+    for (; c < c1; ++c) {
+      const double v = static_cast<double>(x[static_cast<std::size_t>(c)]) / d;
+      doubled[c] = static_cast<std::int8_t>(std::copysign(2.0 * e2m1.round(std::fabs(v)), v));
+    }
+  }
+  return ts;
 }
 
 double sqnr_db(const std::vector<double>& x, const std::vector<double>& y) {

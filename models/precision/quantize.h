@@ -141,6 +141,15 @@ QuantizedTensor quantize_slice(const Format& f, std::int64_t rows, std::int64_t 
 /// The same bits either way (tested on each of the three). Throws as quantize().
 void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float* x);
 
+/// One row of n = x.size() FP32 values in NVFP4 (f: fp4-e2m1 with nv16 scaling) as the runtime's
+/// W4A4 GEMV takes it: doubled[c] = twice the E2M1 value of x[c]'s code (an integer in [-12, 12]),
+/// scales[b] the decoded E4M3 scale of 16-column block b (ceil(n / 16) of them); returns the FP32
+/// tensor scale. Bit for bit what quantize(f, 1, n, x) gives (tested), without its codes: the same
+/// roundings as FastFloatEncoder, on values in double registers, 8 blocks' scales at a time; a row
+/// with a NaN or whose tensor scale underflows FP32 takes quantize() itself. Throws
+/// std::invalid_argument for another format or an empty row.
+double quantize_nvfp4_doubled(const Format& f, std::span<const float> x, std::int8_t* doubled, double* scales);
+
 /// The value of one block's scale code under format `f`: decode() of the scaling's storage element
 /// (FP32, BF16, E8M0, E4M3), HiF4's E6M2 level-1 scale (bits 31..24 of the metadata word), 1 for an
 /// unscaled format.

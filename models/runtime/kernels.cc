@@ -2589,25 +2589,16 @@ E2M1Activations::E2M1Activations(const float* x, std::int64_t t, std::int64_t c,
   bias.assign(n / 4, 0);
   scales.assign(n / 16, 0.0f);
   tensor.assign(static_cast<std::size_t>(t), 1.0f);
-  std::int8_t doubled[16];
-  for (std::uint32_t k = 0; k < 16; ++k) doubled[k] = static_cast<std::int8_t>(2.0 * decode(Element::kFp4E2M1, k));
   const float lift = kE4M3Fix * 0.25f;  // 2^118: the scale's 2^120 and the doubled codes' 1/4
+  thread_local std::vector<double> row_scales;
+  row_scales.resize(static_cast<std::size_t>((c + 15) / 16));
   for (std::int64_t r = 0; r < t; ++r) {
-    const QuantizedTensor q = quantize(f, 1, c, std::span<const float>(x + r * c, static_cast<std::size_t>(c)));
     std::int8_t* row = codes.data() + r * ld;
-    std::int64_t k = 0;
-#ifdef RLSIM_AVX512
-    // 16 codes a step through the 16-byte table of doubled values (VPSHUFB; codes are < 16).
-    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(doubled));
-    for (; k + 16 <= c; k += 16) {
-      const __m128i idx = _mm512_cvtepi32_epi8(_mm512_loadu_si512(q.codes.data() + k));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + k), _mm_shuffle_epi8(table, idx));
-    }
-#endif
-    for (; k < c; ++k) row[k] = doubled[q.codes[static_cast<std::size_t>(k)] & 0xFu];
-    for (std::size_t b = 0; b < q.scales.size(); ++b)
-      scales[static_cast<std::size_t>(r * ld / 16) + b] = static_cast<float>(q.scales[b]) * lift;
-    tensor[static_cast<std::size_t>(r)] = static_cast<float>(q.tensor_scale);
+    // quantize(f, 1, c, row)'s codes as their doubled values, its block scales and tensor scale.
+    tensor[static_cast<std::size_t>(r)] = static_cast<float>(
+        quantize_nvfp4_doubled(f, std::span<const float>(x + r * c, static_cast<std::size_t>(c)), row, row_scales.data()));
+    for (std::size_t b = 0; b < row_scales.size(); ++b)
+      scales[static_cast<std::size_t>(r * ld / 16) + b] = static_cast<float>(row_scales[b]) * lift;
     for (std::int64_t g = 0; g < ld / 4; ++g)
       bias[static_cast<std::size_t>(r * ld / 4 + g)] = -kOffset * (row[4 * g] + row[4 * g + 1] + row[4 * g + 2] + row[4 * g + 3]);
   }

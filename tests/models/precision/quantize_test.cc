@@ -613,5 +613,51 @@ TEST(FakeQuantize, EqualsDequantizeOfQuantizeInFp32) {
   EXPECT_THROW(fake_quantize(parse_format("mxfp8"), 0, cols, x.data()), std::invalid_argument);
 }
 
+// quantize_nvfp4_doubled gives quantize()'s NVFP4 codes (doubled values), block scales and tensor
+// scale bit for bit: random rows over a wide range, a row whose tensor scale is 1 and a block scale
+// of 1 so that the E2M1 midpoints are exact ties, infinities (saturation), an
+// all-zero block (scale 0), a block far below the row's amax (its E4M3 scale underflows to 0), a
+// ragged last block, and on quantize()'s own path a row with a NaN and one whose tensor scale
+// underflows FP32.
+TEST(QuantizeNvfp4Doubled, EqualsQuantize) {
+  const Format f = parse_format("nvfp4");
+  sim::Rng rng(29);
+  std::vector<std::vector<float>> rows;
+  for (int k = 0; k < 6; ++k) {
+    std::vector<float> row(203);  // 13 blocks: 8 scaled at a time, the rest one by one, the last of 11
+    for (std::size_t c = 0; c < row.size(); ++c)
+      row[c] = static_cast<float>(std::ldexp(rng.uniform() * 2.0 - 1.0, static_cast<int>(rng.uniform() * 40.0) - 20));
+    rows.push_back(row);
+  }
+  std::vector<float> ties(203, 0.0f);
+  ties[0] = 2688.0f;  // tensor scale 2688 / (448 x 6) = 1
+  const float block1[] = {6.0f,   0.25f,  0.75f, 1.25f, 1.75f, 2.5f,  3.5f,   5.0f,
+                          -0.25f, -0.75f, -2.5f, -5.0f, 0.0f,  -0.0f, -1.25f, 3.0f};
+  std::copy(std::begin(block1), std::end(block1), ties.begin() + 16);  // block scale 6 / 6 / 1 = 1
+  ties[40] = std::numeric_limits<float>::infinity(), ties[41] = -std::numeric_limits<float>::infinity();
+  ties[50] = 1e-6f;  // a block whose E4M3 scale (1e-6 / 6) underflows to 0
+  rows.push_back(ties);
+  std::vector<float> with_nan(rows[0]);
+  with_nan[3] = std::numeric_limits<float>::quiet_NaN();
+  rows.push_back(with_nan);
+  rows.push_back(std::vector<float>(203, 1e-44f));  // the tensor scale underflows FP32
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const std::vector<float>& x = rows[k];
+    const QuantizedTensor q = quantize(f, 1, static_cast<std::int64_t>(x.size()), std::span<const float>(x));
+    std::vector<std::int8_t> doubled(x.size());
+    std::vector<double> scales(q.scales.size());
+    const double ts = quantize_nvfp4_doubled(f, std::span<const float>(x), doubled.data(), scales.data());
+    ASSERT_EQ(ts, q.tensor_scale) << "row " << k;
+    for (std::size_t b = 0; b < scales.size(); ++b) ASSERT_EQ(scales[b], q.scales[b]) << "row " << k << " block " << b;
+    for (std::size_t c = 0; c < x.size(); ++c) {
+      ASSERT_EQ(doubled[c], static_cast<std::int8_t>(2.0 * decode(Element::kFp4E2M1, q.codes[c])))
+          << "row " << k << " column " << c << ": " << x[c];
+    }
+  }
+  std::int8_t d[1];
+  double sc[1];
+  EXPECT_THROW(quantize_nvfp4_doubled(parse_format("mxfp4"), std::span<const float>(rows[0]), d, sc), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace rlsim::models
