@@ -172,4 +172,9 @@ put("llama_bench_csv", "llama_bench_q4_0.csv", "\n".join([bench_cols, bench_row.
                                                            bench_row.format(np=0, ng=128, ns=745054000, ts="171.800000")]) + "\n")
 put("llama_bench_csv", "minimal.csv", 'model_type,n_threads,n_prompt,n_gen,avg_ts\n"llama 1M Q4_0","2","16","0","1000.0"\n'
     '"llama 1M Q4_0","2","0","4","100.0"\n')
+# The differential harness of the activation quantisers' fast paths: format index, 2 rows of 40,
+# then FP32 bits of ties, saturating values, a subnormal, -0 and +inf (one seed per format).
+vals = [0.5, -1.25, 3.0, 448.0, 1e-3, -0.0, float("inf"), 2688.0, 6.0, 0.25, 0.75, -5.0, 1e-40, 7.0, 12.5, -300.0] * 5
+for k in range(10):
+    put("quantize_paths", "format%d.bin" % k, bytes([k, 1, 39]) + b"".join(struct.pack("<f", v) for v in vals))
 print("seeds written under", out)
