@@ -9,6 +9,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "models/precision/simd.h"
 
@@ -1008,63 +1009,92 @@ bool mx_float_path(const Format& f) {
   return l.exp_bits > 0 && traits(f.element).bits <= 8;
 }
 
-// 2^k as an FP32 value, for k in [-149, 127] (subnormal below -126), from its bits.
+// A binary float element's grid as FastFloatEncoder rounds onto it, for values rather than codes,
+// in FP32 (T = float: MX, whose scaling is exact there) or double (T = double: the encoder's own
+// width): RNE on T's bits to m mantissa bits at or above 2^emin, onto the subnormal grid below it
+// by an add and subtract of 2^(emin - m + T's mantissa bits), then saturation at the largest
+// finite value (which +inf also rounds past). round() takes |v| and returns the rounded |v|.
+template <typename T>
+struct ElementGrid {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  static constexpr int kMantissa = std::numeric_limits<T>::digits - 1;  // 23 or 52
+  int m = 0;
+  T min_normal = 0, shift = 0, max_value = 0;
+  Bits half = 0, keep = 0;
+  explicit ElementGrid(Element e) {
+    const FloatLayout& l = traits(e).layout;
+    const int emin = 1 - l.bias;
+    m = l.man_bits;
+    min_normal = std::ldexp(T{1}, emin);
+    shift = std::ldexp(T{1}, emin - m + kMantissa);
+    max_value = static_cast<T>(max_finite(e));
+    half = (Bits{1} << (kMantissa - 1 - m)) - 1u;
+    keep = ~((Bits{1} << (kMantissa - m)) - 1u);
+  }
+  T round(T a) const {
+    const auto b = std::bit_cast<Bits>(a);
+    const T r = a >= min_normal ? std::bit_cast<T>((b + half + ((b >> (kMantissa - m)) & 1u)) & keep) : (a + shift) - shift;
+    return r > max_value ? max_value : r;
+  }
+};
+
+#ifdef RLSIM_AVX512
+// ElementGrid::round on 16 floats and on 8 doubles.
+__m512 grid_round(const ElementGrid<float>& g, __m512 a) {
+  const __m512i b = _mm512_castps_si512(a);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, ElementGrid<float>::kMantissa - g.m), _mm512_set1_epi32(1));
+  const __m512i up = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(static_cast<int>(g.half))), odd);
+  const __m512 normal = _mm512_castsi512_ps(_mm512_and_si512(up, _mm512_set1_epi32(static_cast<int>(g.keep))));
+  const __m512 vshift = _mm512_set1_ps(g.shift), vmax = _mm512_set1_ps(g.max_value);
+  const __m512 sub = _mm512_sub_ps(_mm512_add_ps(a, vshift), vshift);
+  const __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(g.min_normal), _CMP_GE_OQ), sub, normal);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, vmax, _CMP_GT_OQ), r, vmax);
+}
+__m512d grid_round(const ElementGrid<double>& g, __m512d a) {
+  const __m512i b = _mm512_castpd_si512(a);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi64(b, ElementGrid<double>::kMantissa - g.m), _mm512_set1_epi64(1));
+  const __m512i up = _mm512_add_epi64(_mm512_add_epi64(b, _mm512_set1_epi64(static_cast<long long>(g.half))), odd);
+  const __m512d normal = _mm512_castsi512_pd(_mm512_and_si512(up, _mm512_set1_epi64(static_cast<long long>(g.keep))));
+  const __m512d vshift = _mm512_set1_pd(g.shift), vmax = _mm512_set1_pd(g.max_value);
+  const __m512d sub = _mm512_sub_pd(_mm512_add_pd(a, vshift), vshift);
+  const __m512d r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, _mm512_set1_pd(g.min_normal), _CMP_GE_OQ), sub, normal);
+  return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(r, vmax, _CMP_GT_OQ), r, vmax);
+}
+
+// v with the sign of s (s's sign bit copied into v, whose sign bit is clear).
+__m512 with_sign_of(__m512 v, __m512 s) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), _mm512_and_si512(_mm512_castps_si512(s), sign)));
+}
+__m512d with_sign_of(__m512d v, __m512d s) {
+  const __m512i sign = _mm512_set1_epi64(static_cast<long long>(0x8000000000000000ull));
+  return _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(v), _mm512_and_si512(_mm512_castpd_si512(s), sign)));
+}
+#endif
+
+// 2^k as an FP32 value, for k in [-149, 127] (subnormal below -126), from its bits (no libm call:
+// two a block).
 float pow2f(int k) {
   return k >= -126 ? std::bit_cast<float>(static_cast<std::uint32_t>(k + 127) << 23) : std::bit_cast<float>(1u << (k + 149));
 }
 
-// An MX float element's grid as fake_quantize's FP32 path rounds onto it.
-struct MxGrid {
-  int m = 0;                         // mantissa bits
-  float min_normal = 0;              // 2^emin
-  float subnormal_shift = 0;         // 2^(emin - m + 23): (a + it) - it rounds a to the subnormal grid
-  std::uint32_t half = 0, keep = 0;  // RNE on FP32 bits to m mantissa bits: (b + half + odd) & keep
-  float max_value = 0;               // the largest finite value (saturation)
-  explicit MxGrid(Element e) {
-    const FloatLayout& l = traits(e).layout;
-    const int emin = 1 - l.bias;
-    m = l.man_bits;
-    min_normal = pow2f(emin);
-    subnormal_shift = pow2f(emin - m + 23);
-    half = (1u << (22 - m)) - 1u;
-    keep = ~((1u << (23 - m)) - 1u);
-    max_value = static_cast<float>(max_finite(e));
-  }
-};
-
 // The FP32 path of fake_quantize for one 1 x n block (n <= 32) with E8M0 scale 2^shared:
 // x[i] = RNE of x[i] 2^-shared onto the grid, saturated to its largest finite value, times
 // 2^shared. Every step is exact but the rounding itself.
-void mx_round_block(float* x, std::int64_t n, int shared, const MxGrid& g) {
+void mx_round_block(float* x, std::int64_t n, int shared, const ElementGrid<float>& g) {
   const float down = pow2f(-shared), up = pow2f(shared);
-  const int m = g.m;
   std::int64_t i = 0;
 #ifdef RLSIM_AVX512
-  const __m512 vdown = _mm512_set1_ps(down), vup = _mm512_set1_ps(up), vmin = _mm512_set1_ps(g.min_normal),
-               vshift = _mm512_set1_ps(g.subnormal_shift), vmax = _mm512_set1_ps(g.max_value);
-  const __m512i vhalf = _mm512_set1_epi32(static_cast<int>(g.half)), vkeep = _mm512_set1_epi32(static_cast<int>(g.keep)),
-                one = _mm512_set1_epi32(1), sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512 vdown = _mm512_set1_ps(down), vup = _mm512_set1_ps(up);
   for (; i < n; i += 16) {
     const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + i), vdown);
-    const __m512 a = _mm512_abs_ps(v);
-    const __m512i b = _mm512_castps_si512(a);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 23 - m), one);
-    const __m512 normal = _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(b, vhalf), odd), vkeep));
-    const __m512 sub = _mm512_sub_ps(_mm512_add_ps(a, vshift), vshift);
-    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, vmin, _CMP_GE_OQ), sub, normal);
-    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, vmax, _CMP_GT_OQ), r, vmax);  // +inf rounds past it too
-    r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(v), sign)));
-    _mm512_mask_storeu_ps(x + i, live, _mm512_mul_ps(r, vup));
+    _mm512_mask_storeu_ps(x + i, live, _mm512_mul_ps(with_sign_of(grid_round(g, _mm512_abs_ps(v)), v), vup));
   }
 #endif
   for (; i < n; ++i) {
-    const float v = x[i] * down, a = std::fabs(v);
-    const auto b = std::bit_cast<std::uint32_t>(a);
-    float r = a >= g.min_normal ? std::bit_cast<float>((b + g.half + ((b >> (23 - m)) & 1u)) & g.keep)
-                                : (a + g.subnormal_shift) - g.subnormal_shift;
-    if (r > g.max_value) r = g.max_value;
-    x[i] = std::copysign(r, v) * up;
+    const float v = x[i] * down;
+    x[i] = std::copysign(g.round(std::fabs(v)), v) * up;
   }
 }
 
@@ -1087,62 +1117,17 @@ bool scaled_float_path(const Format& f) {
   return l.exp_bits > 0 && traits(f.element).bits <= 8;
 }
 
-// A binary float element's grid as FastFloatEncoder rounds a double onto it, for values rather
-// than codes: RNE on the double's bits to m mantissa bits at or above 2^emin, onto the subnormal
-// grid below it by an add and subtract of 2^(emin - m + 52), then saturation at the largest
-// finite value (which +inf also rounds past). round() takes |v| and returns the rounded |v|.
-struct DoubleGrid {
-  int m = 0;
-  double min_normal = 0, shift = 0, max_value = 0;
-  std::uint64_t half = 0, keep = 0;
-  explicit DoubleGrid(Element e) {
-    const FloatLayout& l = traits(e).layout;
-    const int emin = 1 - l.bias;
-    m = l.man_bits;
-    min_normal = std::ldexp(1.0, emin);
-    shift = std::ldexp(1.0, emin - m + 52);
-    max_value = max_finite(e);
-    half = (std::uint64_t{1} << (51 - m)) - 1u;
-    keep = ~((std::uint64_t{1} << (52 - m)) - 1u);
-  }
-  double round(double a) const {
-    const auto b = std::bit_cast<std::uint64_t>(a);
-    const double r = a >= min_normal ? std::bit_cast<double>((b + half + ((b >> (52 - m)) & 1u)) & keep) : (a + shift) - shift;
-    return r > max_value ? max_value : r;
-  }
-#ifdef RLSIM_AVX512
-  __m512d round(__m512d a) const {
-    const __m512i b = _mm512_castpd_si512(a);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi64(b, 52 - m), _mm512_set1_epi64(1));
-    const __m512i up = _mm512_add_epi64(_mm512_add_epi64(b, _mm512_set1_epi64(static_cast<long long>(half))), odd);
-    const __m512d normal = _mm512_castsi512_pd(_mm512_and_si512(up, _mm512_set1_epi64(static_cast<long long>(keep))));
-    const __m512d vshift = _mm512_set1_pd(shift), vmax = _mm512_set1_pd(max_value);
-    const __m512d sub = _mm512_sub_pd(_mm512_add_pd(a, vshift), vshift);
-    const __m512d r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, _mm512_set1_pd(min_normal), _CMP_GE_OQ), sub, normal);
-    return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(r, vmax, _CMP_GT_OQ), r, vmax);
-  }
-#endif
-};
-
-// v with the sign of s (s's sign bit copied into v, whose sign bit is clear).
-#ifdef RLSIM_AVX512
-__m512d with_sign_of(__m512d v, __m512d s) {
-  const __m512i sign = _mm512_set1_epi64(static_cast<long long>(0x8000000000000000ull));
-  return _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(v), _mm512_and_si512(_mm512_castpd_si512(s), sign)));
-}
-#endif
-
 // fake_quantize's scaled-double path for one row segment with divisor d (finite, > 0): the steps
 // of FastFloatEncoder (the quotient x / d in double, rounded onto the grid) and of dequantize()
 // (the value times d in double, exact), then the cast to FP32, without the codes between them.
-void scaled_round_segment(float* x, std::int64_t n, double d, const DoubleGrid& g) {
+void scaled_round_segment(float* x, std::int64_t n, double d, const ElementGrid<double>& g) {
   std::int64_t i = 0;
 #ifdef RLSIM_AVX512
   const __m512d vd = _mm512_set1_pd(d);
   for (; i < n; i += 8) {
     const auto live = static_cast<__mmask8>(n - i >= 8 ? 0xFFu : (1u << (n - i)) - 1u);
     const __m512d v = _mm512_div_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, x + i)), vd);
-    const __m512d r = with_sign_of(g.round(_mm512_abs_pd(v)), v);
+    const __m512d r = with_sign_of(grid_round(g, _mm512_abs_pd(v)), v);
     _mm256_mask_storeu_ps(x + i, live, _mm512_cvtpd_ps(_mm512_mul_pd(r, vd)));
   }
 #endif
@@ -1173,7 +1158,7 @@ void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float*
       }
     }
     if (!any_nan) {
-      const MxGrid g(f.element);
+      const ElementGrid<float> g(f.element);
       for (std::int64_t r = 0; r < rows; ++r) {
         for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
           const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
@@ -1205,7 +1190,7 @@ void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float*
       }
     }
     if (!any_nan) {
-      const DoubleGrid g(f.element);
+      const ElementGrid<double> g(f.element);
       for (std::int64_t r = 0; r < rows; ++r) {
         for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
           const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
@@ -1237,7 +1222,7 @@ double quantize_nvfp4_doubled(const Format& f, std::span<const float> x, std::in
   const float row_amax = segment_amax(x.data(), n, nan);
   p.tensor_scale = nv16_tensor_scale(static_cast<double>(row_amax));
   if (nan || !(p.tensor_scale > 0)) return reference();  // NaN codes, or NaN block scales
-  static const DoubleGrid e4m3(Element::kFp8E4M3), e2m1(Element::kFp4E2M1);
+  static const ElementGrid<double> e4m3(Element::kFp8E4M3), e2m1(Element::kFp4E2M1);
   const double ts = p.tensor_scale;
   // Block amaxes, then their E4M3 scales: scale_from_amax's amax / 6 / ts on E4M3's grid.
   for (std::int64_t b = 0; b < p.grid_c; ++b) {
@@ -1250,7 +1235,7 @@ double quantize_nvfp4_doubled(const Format& f, std::span<const float> x, std::in
   for (; b + 8 <= p.grid_c; b += 8) {
     const __m512d u =
         _mm512_div_pd(_mm512_div_pd(_mm512_loadu_pd(scales + b), _mm512_set1_pd(kNv16ElementMax)), _mm512_set1_pd(ts));
-    _mm512_storeu_pd(scales + b, e4m3.round(u));
+    _mm512_storeu_pd(scales + b, grid_round(e4m3, u));
   }
 #endif
   for (; b < p.grid_c; ++b) scales[b] = e4m3.round(scales[b] / kNv16ElementMax / ts);
@@ -1267,7 +1252,7 @@ double quantize_nvfp4_doubled(const Format& f, std::span<const float> x, std::in
     const __m512d vd = _mm512_set1_pd(d), two = _mm512_set1_pd(2.0);
     for (; c + 8 <= c1; c += 8) {
       const __m512d v = _mm512_div_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x.data() + c)), vd);
-      const __m512d r = with_sign_of(_mm512_mul_pd(e2m1.round(_mm512_abs_pd(v)), two), v);
+      const __m512d r = with_sign_of(_mm512_mul_pd(grid_round(e2m1, _mm512_abs_pd(v)), two), v);
       _mm_storel_epi64(reinterpret_cast<__m128i*>(doubled + c), _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(r)));
     }
 #endif

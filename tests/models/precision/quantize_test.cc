@@ -565,11 +565,11 @@ TEST(QuantizeSlice, Nvfp4SlicesWithTheTensorAmaxEqualTheWholeTensor) {
 }
 
 // fake_quantize gives dequantize(quantize(...)) rounded to FP32, bit for bit: MX float formats on
-// their FP32 path and FP32-scaled ones (group, token, tensor, 2-D block) on the scaled-double path
-// (block amaxes from 2^-140 to 2^120, so the E8M0 exponent clamps at -127, FP32 scales underflow
-// and values reach FP32's subnormals; exact ties; values past the element's largest; zeros of both
-// signs; infinities; a ragged block), and through the reference path a tensor with a NaN and
-// formats with neither (NVFP4, INT8).
+// their FP32 path and FP32- or BF16-scaled ones (group, token, channel, tensor, 2-D block) on the
+// scaled-double path (block amaxes from 2^-140 to 2^120, so the E8M0 exponent clamps at -127, FP32
+// scales underflow and values reach FP32's subnormals; exact ties; values past the element's
+// largest; zeros of both signs; infinities; a ragged block), and through the reference path a
+// tensor with a NaN and formats with neither (NVFP4, INT8).
 TEST(FakeQuantize, EqualsDequantizeOfQuantizeInFp32) {
   const std::int64_t rows = 5, cols = 70;  // 3 blocks of 32 a row, the last of 6
   sim::Rng rng(23);
@@ -602,9 +602,9 @@ TEST(FakeQuantize, EqualsDequantizeOfQuantizeInFp32) {
           << f.str() << " element " << i << ": " << in[i] << " -> " << got[i] << ", reference " << static_cast<float>(ref[i]);
     }
   };
-  for (const char* name :
-       {"mxfp8", "fp8-e5m2/mx32", "mxfp4", "fp8-e4m3/group1x128", "fp8-e4m3/group1x32", "fp8-e4m3/token", "fp8-e4m3/tensor",
-        "fp8-e5m2/token", "fp4-e2m1/group1x16", "fp8-e4m3/block2x32", "nvfp4", "int8/token"})
+  for (const char* name : {"mxfp8", "fp8-e5m2/mx32", "mxfp4", "fp8-e4m3/group1x128", "fp8-e4m3/group1x32", "fp8-e4m3/token",
+                           "fp8-e4m3/tensor", "fp8-e5m2/token", "fp4-e2m1/group1x16", "fp8-e4m3/block2x32", "fp8-e4m3/channel",
+                           "fp8-e4m3/group32", "nvfp4", "int8/token"})
     check(parse_format(name), x);
   std::vector<float> with_nan(x);
   with_nan[static_cast<std::size_t>(3 * cols + 5)] = std::numeric_limits<float>::quiet_NaN();
