@@ -4,7 +4,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -256,18 +255,6 @@ double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
   return ReadBandwidthProbe(bytes).best(repeat, streams);
 }
 
-namespace {
-// A whole CSV field as a number of type T (std::from_chars: no sign prefix '+', no spaces, nothing
-// after the digits), or nullopt.
-template <typename T>
-std::optional<T> whole_number(const std::string& field) {
-  T v{};
-  const auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
-  if (ec != std::errc() || ptr != field.data() + field.size()) return std::nullopt;
-  return v;
-}
-}  // namespace
-
 std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -297,8 +284,9 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
       if (row.size() != h.size()) {
         throw sim::ScenarioError(fmt::format("{}:{}: {} fields, the header has {}", f.string(), r + 1, row.size(), h.size()));
       }
-      const auto v = whole_number<double>(row[ts]);
-      const auto prompt = whole_number<long>(row[np]), gen = whole_number<long>(row[ng]), thr = whole_number<long>(row[nt]);
+      const auto v = sim::csv_number<double>(row[ts]);
+      const auto prompt = sim::csv_number<long>(row[np]), gen = sim::csv_number<long>(row[ng]),
+                 thr = sim::csv_number<long>(row[nt]);
       if (!v || !std::isfinite(*v) || *v <= 0 || !prompt || *prompt < 0 || !gen || *gen < 0 || !thr || *thr < 1) {
         throw sim::ScenarioError(fmt::format(
             "{}:{}: expected avg_ts a positive number of tok/s, n_prompt and n_gen counts >= 0 and n_threads >= 1, got "

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -255,14 +254,13 @@ std::vector<std::int64_t> read_csv_column(const std::string& file, const std::st
   for (std::size_t r = 1; r < rows.size(); ++r) {
     const auto& row = rows[r];
     if (row.size() == 1 && row[0].empty()) continue;  // blank line
-    std::int64_t v = 0;
     const std::string cell = col < row.size() ? row[col] : "";
-    const auto [ptr, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), v);
-    if (ec != std::errc() || ptr != cell.data() + cell.size() || v < 1) {
+    const std::optional<std::int64_t> v = csv_number<std::int64_t>(cell);
+    if (!v || *v < 1) {
       throw ScenarioError(
           fmt::format("{}:{}: column '{}' must hold a positive integer token count, got '{}'", file, r + 1, column, cell));
     }
-    values.push_back(v);
+    values.push_back(*v);
   }
   if (values.empty()) throw ScenarioError(file + ": no data rows");
   return values;
