@@ -322,11 +322,19 @@ double finite_amax(const double* x, std::int64_t n, bool* nan = nullptr) {
   return amax;
 }
 
-// Exponent of the element's largest normal (MX v1.0 sec. 6.3 emax_elem).
+// Exponent of the element's largest normal (MX v1.0 sec. 6.3 emax_elem), from a table built once
+// (every MX block's scale asks for it).
 int emax(Element e) {
-  int ex = 0;
-  std::frexp(max_finite(e), &ex);
-  return ex - 1;
+  static const auto table = [] {
+    std::array<int, kElementTraits.size()> t{};
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      int ex = 0;
+      std::frexp(kElementTraits[i].max_finite, &ex);
+      t[i] = ex - 1;
+    }
+    return t;
+  }();
+  return table[static_cast<std::size_t>(e)];
 }
 
 // HiF8 is tapered: it has 3 mantissa bits only for |E| <= 3. Scaling the amax to max_finite
@@ -626,7 +634,9 @@ BlockScale scale_from_amax(const Format& f, const Plan& p, double amax, bool nan
     case ScaleKind::kMx32: {
       if (nan) return {std::numeric_limits<double>::quiet_NaN(), 0xFFu};
       const int shared = mx_shared_exponent(amax, emax(el));
-      return {std::ldexp(1.0, shared), static_cast<std::uint32_t>(shared + kE8M0Bias)};
+      // 2^shared from its bits: a normal double over E8M0's whole range, without a libm call.
+      const auto bits = static_cast<std::uint64_t>(shared + 1023) << 52;
+      return {std::bit_cast<double>(bits), static_cast<std::uint32_t>(shared + kE8M0Bias)};
     }
     case ScaleKind::kNv16: {
       // encode() and decode() of E4M3, without the generic encoder's libm calls (one per 16 values).
@@ -1002,12 +1012,12 @@ QuantizedTensor quantize_float(const Format& f, std::int64_t rows, std::int64_t 
 }  // namespace
 
 namespace {
-// Whether fake_quantize's FP32 path applies: mx32 scaling of a binary float element of <= 8 bits.
-bool mx_float_path(const Format& f) {
-  if (f.scaling.kind != ScaleKind::kMx32) return false;
-  const FloatLayout& l = traits(f.element).layout;
-  return l.exp_bits > 0 && traits(f.element).bits <= 8;
-}
+// Whether fake_quantize's fast paths round onto element e's grid: a binary float element of at
+// most 8 bits (E4M3, E5M2, E2M1).
+bool small_binary_float(Element e) { return traits(e).layout.exp_bits > 0 && traits(e).bits <= 8; }
+
+// Whether fake_quantize's FP32 path applies: mx32 scaling of such an element.
+bool mx_float_path(const Format& f) { return f.scaling.kind == ScaleKind::kMx32 && small_binary_float(f.element); }
 
 // A binary float element's grid as FastFloatEncoder rounds onto it, for values rather than codes,
 // in FP32 (T = float: MX, whose scaling is exact there) or double (T = double: the encoder's own
@@ -1098,9 +1108,8 @@ void mx_round_block(float* x, std::int64_t n, int shared, const ElementGrid<floa
   }
 }
 
-// Whether fake_quantize's scaled-double path applies: a binary float element of <= 8 bits with a
-// scale per block of whole row segments or per tensor, stored in a plain float type (not MX's
-// E8M0, nv16's two levels or HiF4's own).
+// Whether fake_quantize's scaled-double path applies: such an element with a scale per block of whole row segments or per tensor,
+// stored in a plain float type (not MX's E8M0, nv16's two levels or HiF4's own).
 bool scaled_float_path(const Format& f) {
   switch (f.scaling.kind) {
     case ScaleKind::kTensor:
@@ -1113,8 +1122,7 @@ bool scaled_float_path(const Format& f) {
     default:
       return false;
   }
-  const FloatLayout& l = traits(f.element).layout;
-  return l.exp_bits > 0 && traits(f.element).bits <= 8;
+  return small_binary_float(f.element);
 }
 
 // fake_quantize's scaled-double path for one row segment with divisor d (finite, > 0): the steps
@@ -1141,38 +1149,12 @@ void scaled_round_segment(float* x, std::int64_t n, double d, const ElementGrid<
 void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float* x) {
   const std::int64_t n = rows * cols;
   const Plan p = make_plan(f, rows, cols, static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));  // throws as quantize()
-  if (mx_float_path(f)) {
-    // The blocks' shared exponents first (scale_from_amax's), so that a NaN anywhere sends the
-    // whole tensor down the double path before anything is written.
-    thread_local std::vector<int> shared;
-    shared.resize(static_cast<std::size_t>(rows * p.grid_c));
-    const int element_emax = emax(f.element);
-    bool any_nan = false;
-    for (std::int64_t r = 0; r < rows && !any_nan; ++r) {
-      for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
-        const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
-        bool nan = false;
-        const float amax = segment_amax(x + r * cols + c0, c1 - c0, nan);
-        any_nan |= nan;
-        shared[static_cast<std::size_t>(r * p.grid_c + bc)] = mx_shared_exponent(static_cast<double>(amax), element_emax);
-      }
-    }
-    if (!any_nan) {
-      const ElementGrid<float> g(f.element);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
-          const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
-          mx_round_block(x + r * cols + c0, c1 - c0, shared[static_cast<std::size_t>(r * p.grid_c + bc)], g);
-        }
-      }
-      return;
-    }
-  }
-  if (scaled_float_path(f)) {
-    // Each block's divisor first (scale_from_amax's, as quantize() finds it), so that a NaN
+  const bool mx = mx_float_path(f);
+  if (mx || scaled_float_path(f)) {
+    // Every block's scale first (scale_from_amax's, as quantize() finds it), so that a NaN
     // anywhere sends the whole tensor down the reference path before anything is written.
-    thread_local std::vector<double> divisor;
-    divisor.resize(static_cast<std::size_t>(p.grid_r * p.grid_c));
+    thread_local std::vector<BlockScale> block;
+    block.resize(static_cast<std::size_t>(p.grid_r * p.grid_c));
     bool any_nan = false;
     for (std::int64_t br = 0; br < p.grid_r && !any_nan; ++br) {
       for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
@@ -1185,17 +1167,28 @@ void fake_quantize(const Format& f, std::int64_t rows, std::int64_t cols, float*
           nan |= row_nan;
         }
         any_nan |= nan;
-        divisor[static_cast<std::size_t>(br * p.grid_c + bc)] =
-            scale_from_amax(f, p, static_cast<double>(amax), nan).scale * p.tensor_scale;
+        block[static_cast<std::size_t>(br * p.grid_c + bc)] = scale_from_amax(f, p, static_cast<double>(amax), nan);
       }
     }
     if (!any_nan) {
-      const ElementGrid<double> g(f.element);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
-          const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
-          scaled_round_segment(x + r * cols + c0, c1 - c0, divisor[static_cast<std::size_t>((r / p.b.rows) * p.grid_c + bc)], g);
+      // Each row segment with its block's scale: MX's E8M0 exponent (code - bias), else the divisor.
+      auto each_segment = [&](auto&& round) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          for (std::int64_t bc = 0; bc < p.grid_c; ++bc) {
+            const std::int64_t c0 = bc * p.b.cols, c1 = std::min(cols, c0 + p.b.cols);
+            round(x + r * cols + c0, c1 - c0, block[static_cast<std::size_t>((r / p.b.rows) * p.grid_c + bc)]);
+          }
         }
+      };
+      if (mx) {
+        const ElementGrid<float> g(f.element);
+        each_segment([&](float* s, std::int64_t k, const BlockScale& b) {
+          mx_round_block(s, k, static_cast<int>(b.code) - kE8M0Bias, g);
+        });
+      } else {
+        const ElementGrid<double> g(f.element);
+        each_segment(
+            [&](float* s, std::int64_t k, const BlockScale& b) { scaled_round_segment(s, k, b.scale * p.tensor_scale, g); });
       }
       return;
     }
