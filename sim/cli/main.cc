@@ -243,7 +243,7 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
   bench->add_option("--compare-gguf", a.runtime.compare_gguf,
                     "runtime: folder of llama-bench CSV files (llama-bench -o csv, e.g. -p 512 -n 128 on BF16, Q8_0 and Q4_0 "
                     "models of the same shapes: docs/baseline/smollm2_random_gguf.py); prints each recipe's prefill and decode "
-                    "ratio to the file of its weight class");
+                    "ratio to the file of its weight class, then llama.cpp's own decode roofline from the files' model_size");
   bench->add_option("--jobs,-j", a.jobs, "plan: parallel jobs (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bench->add_option("--repeat", a.repeat, "Runs to time (the best is reported)")
       ->check(CLI::Range(1, 100))

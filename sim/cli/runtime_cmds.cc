@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -278,6 +279,9 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
     };
     const std::size_t type = column("model_type"), np = column("n_prompt"), ng = column("n_gen"), ts = column("avg_ts"),
                       nt = column("n_threads");
+    const auto size_it = std::find(h.begin(), h.end(), "model_size");  // optional: the roofline line needs it
+    const std::optional<std::size_t> size_col =
+        size_it == h.end() ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(size_it - h.begin()));
     for (std::size_t r = 1; r < rows.size(); ++r) {
       const auto& row = rows[r];
       if (row.size() == 1 && row[0].empty()) continue;  // blank line
@@ -293,11 +297,22 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
             "'{}', '{}', '{}', '{}'",
             f.string(), r + 1, row[ts], row[np], row[ng], row[nt]));
       }
+      std::optional<long> model_size;
+      if (size_col) {
+        model_size = sim::csv_number<long>(row[*size_col]);
+        if (!model_size || *model_size < 1) {
+          throw sim::ScenarioError(
+              fmt::format("{}:{}: expected model_size a byte count >= 1, got '{}'", f.string(), r + 1, row[*size_col]));
+        }
+      }
       const std::string& mt = row[type];
       const std::string t = mt.substr(mt.find_last_of(' ') + 1);  // npos + 1 == 0: the whole name
       if (*thr != threads) err << fmt::format("  note: {}:{} ran on {} threads, rlsim on {}\n", f.string(), r + 1, *thr, threads);
       if (*prompt > 0 && *gen == 0) out[t].prefill = *v;
-      if (*prompt == 0 && *gen > 0) out[t].decode = *v;
+      if (*prompt == 0 && *gen > 0) {
+        out[t].decode = *v;
+        out[t].model_bytes = model_size ? static_cast<double>(*model_size) : 0.0;
+      }
     }
   }
   return out;
@@ -469,11 +484,20 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
     }
     measured.emplace_back(p, def);
   }
+  std::set<std::string> compared;  // GGUF types with a compare line
   for (const auto& [p, r] : measured) {
     const auto it = gguf.find(gguf_class(p));
     if (it == gguf.end() || it->second.prefill <= 0 || it->second.decode <= 0) continue;
     out << fmt::format("compare {} {} prefill_ratio {:.2f} decode_ratio {:.2f}\n", p.name, it->first,
                        r.prefill / it->second.prefill, r.decode / it->second.decode);
+    compared.insert(it->first);
+  }
+  // llama.cpp against the same roofline, so that one run shows how near the baseline itself comes.
+  for (const std::string& t : compared) {
+    const GgufSpeed& g = gguf.at(t);
+    if (g.model_bytes <= 0) continue;
+    out << fmt::format("gguf {} decode {:.1f} tok/s model_bytes {:.0f} roofline {:.2f}\n", t, g.decode, g.model_bytes,
+                       g.decode * g.model_bytes / (gbps * 1e9));
   }
   return 0;
 }

@@ -67,8 +67,9 @@ struct BenchRuntimeOptions {
 
 /// llama-bench's speed for one GGUF weight type, tok/s (0: no such test in the files).
 struct GgufSpeed {
-  double prefill = 0;  // prompt processing (pp: n_prompt > 0, n_gen 0)
-  double decode = 0;   // generation (tg: n_prompt 0, n_gen > 0)
+  double prefill = 0;      // prompt processing (pp: n_prompt > 0, n_gen 0)
+  double decode = 0;       // generation (tg: n_prompt 0, n_gen > 0)
+  double model_bytes = 0;  // the decode row's model_size (bytes of the GGUF's tensors); 0: no such column
 };
 
 /// The llama-bench results in the folder `dir` for `bench runtime --compare-gguf`: every *.csv file
@@ -78,7 +79,7 @@ struct GgufSpeed {
 /// `err`. Throws sim::ScenarioError (exit 2) naming the file and line for a missing folder, a file
 /// without the columns model_type, n_threads, n_prompt, n_gen and avg_ts, a row of another field
 /// count, or a field that is not wholly a number (avg_ts finite and positive, n_prompt and n_gen
-/// integers >= 0, n_threads >= 1).
+/// integers >= 0, n_threads >= 1, model_size where the column is present an integer >= 1).
 std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err);
 
 /// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
@@ -99,6 +100,10 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
 /// and with compare_gguf, after all precisions, for each precision whose weight class (BF16;
 /// 8-bit: Q8_0; 4-bit: Q4_0) has llama-bench results in the folder:
 ///   compare PRECISION GGUF_TYPE prefill_ratio A decode_ratio B   (rlsim tok/s / llama.cpp tok/s)
+/// then, for each GGUF type compared whose files give model_size, llama.cpp's own decode against
+/// the same roofline (the bandwidth line's GBPS; a decode of a model with tied embeddings reads
+/// every tensor of the file once, so model_size stands for its bytes per token, KV cache left out):
+///   gguf GGUF_TYPE decode TOKS tok/s model_bytes B roofline FRACTION   (FRACTION = TOKS B / GBPS)
 /// Progress (weight bytes per token, kernels) goes to `err`. Throws sim::ScenarioError (exit 2)
 /// for an unknown precision or a comparison folder read_llama_bench() refuses, before any
 /// timing; models::ModelFileError for a bad config file.

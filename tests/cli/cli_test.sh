@@ -215,19 +215,35 @@ check "bench runtime: nothing else on stdout" test "$(wc -l <"$WORK/bench_rt.txt
 # --compare-gguf: llama-bench CSV files in a folder; a recipe compares with its weight class.
 mkdir -p "$WORK/gguf"
 cat >"$WORK/gguf/q4.csv" <<'CSV'
-model_type,n_threads,n_prompt,n_gen,avg_ts
-"llama 1M Q4_0","2","16","0","1000.0"
-"llama 1M Q4_0","2","0","4","100.0"
+model_type,model_size,n_threads,n_prompt,n_gen,avg_ts
+"llama 1M Q4_0","1000000000","2","16","0","1000.0"
+"llama 1M Q4_0","1000000000","2","0","4","100.0"
 CSV
-"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp32,int4-w4a16-g32 --decode-tokens 4 --prefill-tokens 16 \
-  --repeat 1 --compare-gguf "$WORK/gguf" >"$WORK/bench_cmp.txt" 2>/dev/null
+cat >"$WORK/gguf/q8.csv" <<'CSV'
+model_type,n_threads,n_prompt,n_gen,avg_ts
+"llama 1M Q8_0","2","16","0","900.0"
+"llama 1M Q8_0","2","0","4","90.0"
+CSV
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp32,int4-w4a16-g32,fp8-tensor --decode-tokens 4 \
+  --prefill-tokens 16 --repeat 1 --compare-gguf "$WORK/gguf" >"$WORK/bench_cmp.txt" 2>/dev/null
 check "bench runtime --compare-gguf: exit 0" test $? -eq 0
-check "bench runtime --compare-gguf: the 4-bit recipe against Q4_0, nothing for fp32" \
-  test "$(grep -cE '^compare int4-w4a16-g32 Q4_0 prefill_ratio [0-9]+\.[0-9]{2} decode_ratio [0-9]+\.[0-9]{2}$' "$WORK/bench_cmp.txt"),$(grep -c '^compare' "$WORK/bench_cmp.txt")" = "1,1"
+check "bench runtime --compare-gguf: the 4-bit recipe against Q4_0, the 8-bit one against Q8_0, nothing for fp32" \
+  test "$(grep -cE '^compare (int4-w4a16-g32 Q4_0|fp8-tensor Q8_0) prefill_ratio [0-9]+\.[0-9]{2} decode_ratio [0-9]+\.[0-9]{2}$' "$WORK/bench_cmp.txt"),$(grep -c '^compare' "$WORK/bench_cmp.txt")" = "2,2"
+# llama.cpp's own roofline: 100 tok/s x 1 GB over the probe's bandwidth (printed to 0.005, the
+# bandwidth to 0.05 GB/s); none for Q8_0, whose file has no model_size column.
+check "bench runtime --compare-gguf: llama.cpp's roofline = its tok/s x model_size / the bandwidth line's" \
+  awk '/^bandwidth / { bw = $2 } /^gguf / { n++; want = 100 * 1e9 / (bw * 1e9); tol = 0.005 + want * 0.05 / bw + 1e-9
+         if ($2 != "Q4_0" || $4 != "100.0" || $7 != "1000000000" || $9 - want > tol || want - $9 > tol) bad = 1 }
+       END { exit !(n == 1 && !bad && bw > 0) }' "$WORK/bench_cmp.txt"
 printf 'model_type,avg_ts\n"x","1"\n' >"$WORK/gguf/bad.csv"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/gguf" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime --compare-gguf: a CSV without llama-bench's columns is bad input (2)" test $? -eq 2
 check "bench runtime --compare-gguf: error names the file and column" grep -q "bad.csv:1: no column 'n_prompt'" "$WORK/bench_bad.err"
+mkdir -p "$WORK/gguf_size"
+printf 'model_type,model_size,n_threads,n_prompt,n_gen,avg_ts\n"x Q8_0","0","2","0","4","12"\n' >"$WORK/gguf_size/zero.csv"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/gguf_size" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --compare-gguf: a model_size of 0 is bad input (2), named with file and line" \
+  sh -c "test $? -eq 2 && grep -q \"zero.csv:2: expected model_size a byte count >= 1, got '0'\" '$WORK/bench_bad.err'"
 mkdir -p "$WORK/gguf_num"
 printf 'model_type,n_threads,n_prompt,n_gen,avg_ts\n"x Q8_0","2","0","4","12abc"\n' >"$WORK/gguf_num/partial.csv"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/gguf_num" >/dev/null 2>"$WORK/bench_bad.err"
