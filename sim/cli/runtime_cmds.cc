@@ -493,6 +493,12 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
     compared.insert(it->first);
   }
   // llama.cpp against the same roofline, so that one run shows how near the baseline itself comes.
+  // Its bytes per token are the file's only when the output reads the embedding table (tied).
+  if (!c.tied_embeddings && !compared.empty()) {
+    err << "  note: no gguf roofline lines: with untied embeddings a decode reads one row of the GGUF's embedding "
+           "table, so model_size overstates its bytes per token\n";
+    compared.clear();
+  }
   for (const std::string& t : compared) {
     const GgufSpeed& g = gguf.at(t);
     if (g.model_bytes <= 0) continue;

@@ -100,9 +100,10 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
 /// and with compare_gguf, after all precisions, for each precision whose weight class (BF16;
 /// 8-bit: Q8_0; 4-bit: Q4_0) has llama-bench results in the folder:
 ///   compare PRECISION GGUF_TYPE prefill_ratio A decode_ratio B   (rlsim tok/s / llama.cpp tok/s)
-/// then, for each GGUF type compared whose files give model_size, llama.cpp's own decode against
-/// the same roofline (the bandwidth line's GBPS; a decode of a model with tied embeddings reads
-/// every tensor of the file once, so model_size stands for its bytes per token, KV cache left out):
+/// then, for a shape with tied embeddings, for each GGUF type compared whose files give
+/// model_size, llama.cpp's own decode against the same roofline (the bandwidth line's GBPS; a
+/// decode of a model with tied embeddings reads every tensor of the file once, so model_size
+/// stands for its bytes per token, KV cache left out; untied shapes get a note on `err` instead):
 ///   gguf GGUF_TYPE decode TOKS tok/s model_bytes B roofline FRACTION   (FRACTION = TOKS B / GBPS)
 /// Progress (weight bytes per token, kernels) goes to `err`. Throws sim::ScenarioError (exit 2)
 /// for an unknown precision or a comparison folder read_llama_bench() refuses, before any

@@ -235,6 +235,12 @@ check "bench runtime --compare-gguf: llama.cpp's roofline = its tok/s x model_si
   awk '/^bandwidth / { bw = $2 } /^gguf / { n++; want = 100 * 1e9 / (bw * 1e9); tol = 0.005 + want * 0.05 / bw + 1e-9
          if ($2 != "Q4_0" || $4 != "100.0" || $7 != "1000000000" || $9 - want > tol || want - $9 > tol) bad = 1 }
        END { exit !(n == 1 && !bad && bw > 0) }' "$WORK/bench_cmp.txt"
+sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$WORK/tiny_config.json" >"$WORK/tiny_untied.json"
+"$RLSIM" bench runtime --shape "$WORK/tiny_untied.json" --precision int4-w4a16-g32 --decode-tokens 4 --prefill-tokens 16 \
+  --repeat 1 --compare-gguf "$WORK/gguf" >"$WORK/bench_untied.txt" 2>"$WORK/bench_untied.err"
+check "bench runtime --compare-gguf, untied embeddings: the ratio, no gguf roofline line, and a note why" \
+  sh -c "grep -q '^compare int4-w4a16-g32 Q4_0' '$WORK/bench_untied.txt' && ! grep -q '^gguf' '$WORK/bench_untied.txt' &&
+         grep -q 'no gguf roofline lines: with untied embeddings' '$WORK/bench_untied.err'"
 printf 'model_type,avg_ts\n"x","1"\n' >"$WORK/gguf/bad.csv"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/gguf" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime --compare-gguf: a CSV without llama-bench's columns is bad input (2)" test $? -eq 2
