@@ -297,9 +297,9 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
             "'{}', '{}', '{}', '{}'",
             f.string(), r + 1, row[ts], row[np], row[ng], row[nt]));
       }
-      std::optional<long> model_size;
+      std::optional<std::int64_t> model_size;
       if (size_col) {
-        model_size = sim::csv_number<long>(row[*size_col]);
+        model_size = sim::csv_number<std::int64_t>(row[*size_col]);
         if (!model_size || *model_size < 1) {
           throw sim::ScenarioError(
               fmt::format("{}:{}: expected model_size a byte count >= 1, got '{}'", f.string(), r + 1, row[*size_col]));
@@ -311,7 +311,7 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
       if (*prompt > 0 && *gen == 0) out[t].prefill = *v;
       if (*prompt == 0 && *gen > 0) {
         out[t].decode = *v;
-        out[t].model_bytes = model_size ? static_cast<double>(*model_size) : 0.0;
+        out[t].model_bytes = model_size.value_or(0);
       }
     }
   }
@@ -494,16 +494,18 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   }
   // llama.cpp against the same roofline, so that one run shows how near the baseline itself comes.
   // Its bytes per token are the file's only when the output reads the embedding table (tied).
-  if (!c.tied_embeddings && !compared.empty()) {
-    err << "  note: no gguf roofline lines: with untied embeddings a decode reads one row of the GGUF's embedding "
-           "table, so model_size overstates its bytes per token\n";
-    compared.clear();
-  }
-  for (const std::string& t : compared) {
-    const GgufSpeed& g = gguf.at(t);
-    if (g.model_bytes <= 0) continue;
-    out << fmt::format("gguf {} decode {:.1f} tok/s model_bytes {:.0f} roofline {:.2f}\n", t, g.decode, g.model_bytes,
-                       g.decode * g.model_bytes / (gbps * 1e9));
+  if (!c.tied_embeddings) {
+    if (!compared.empty()) {
+      err << "  note: no gguf roofline lines: with untied embeddings a decode reads one row of the GGUF's embedding "
+             "table, so model_size overstates its bytes per token\n";
+    }
+  } else {
+    for (const std::string& t : compared) {
+      const GgufSpeed& g = gguf.at(t);
+      if (g.model_bytes <= 0) continue;
+      out << fmt::format("gguf {} decode {:.1f} tok/s model_bytes {} roofline {:.2f}\n", t, g.decode, g.model_bytes,
+                         g.decode * static_cast<double>(g.model_bytes) / (gbps * 1e9));
+    }
   }
   return 0;
 }

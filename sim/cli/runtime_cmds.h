@@ -67,9 +67,9 @@ struct BenchRuntimeOptions {
 
 /// llama-bench's speed for one GGUF weight type, tok/s (0: no such test in the files).
 struct GgufSpeed {
-  double prefill = 0;      // prompt processing (pp: n_prompt > 0, n_gen 0)
-  double decode = 0;       // generation (tg: n_prompt 0, n_gen > 0)
-  double model_bytes = 0;  // the decode row's model_size (bytes of the GGUF's tensors); 0: no such column
+  double prefill = 0;            // prompt processing (pp: n_prompt > 0, n_gen 0)
+  double decode = 0;             // generation (tg: n_prompt 0, n_gen > 0)
+  std::int64_t model_bytes = 0;  // the decode row's model_size (bytes of the GGUF's tensors); 0: no such column
 };
 
 /// The llama-bench results in the folder `dir` for `bench runtime --compare-gguf`: every *.csv file

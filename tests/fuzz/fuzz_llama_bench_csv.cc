@@ -1,6 +1,6 @@
 // llama-bench's CSV output (`rlsim bench runtime --compare-gguf DIR`): the input is the one *.csv
 // file of a folder. Results that load are positive finite tok/s (0 where a test is absent), keyed
-// by a weight type with no space in it.
+// by a weight type with no space in it, and a model_size only beside a decode (tg) result.
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -26,6 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!std::isfinite(v) || v < 0) fuzz::fail("a tok/s that is not a finite number >= 0 for " + type);
     }
     if (s.prefill == 0 && s.decode == 0) fuzz::fail("a weight type with neither test: " + type);
+    if (s.model_bytes < 0 || (s.model_bytes > 0 && s.decode == 0)) fuzz::fail("a model_size without a decode row: " + type);
   }
   return 0;
 }
