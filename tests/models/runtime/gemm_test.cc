@@ -21,6 +21,7 @@
 namespace rlsim::models {
 namespace {
 
+using test_data::float_bits_hash;
 using test_data::normal;
 
 struct Pair {
@@ -87,6 +88,40 @@ TEST(PrefillGemm, EqualsDequantisedWeightsTimesRoundedActivations) {
     check(pc, 96, 256, 64);  // aligned: whole panels, tiles and blocks
     check(pc, 53, 160, 37);  // ragged rows (a partial panel), a partial token tile and vector
   }
+}
+
+// The BF16 kernel gives the same bits with VDPBF16PS (AVX512-BF16) and with its FMA form
+// (AVX-512 without it, AVX2): dot_pair adds a pair's odd product first, as VDPBF16PS does. The
+// hashes below came out alike from three builds on a Zen 4 VM (2026-11-29: -march=native with
+// AVX512-BF16, the same with -mno-avx512bf16, and -march=znver2); before the FMA form's order was
+// fixed, the two without AVX512-BF16 gave other hashes for bf16, fp8, int4 and mxfp8. AMX tiles
+// round their own way and are off here; 70 tokens: a full 64-token tile and a ragged one.
+TEST(PrefillGemm, GivesTheSameBitsWithAndWithoutAvx512Bf16) {
+  if (!simd_kernels_available()) GTEST_SKIP() << "portable build: the scalar kernels sum in another order";
+  gemm_allow_amx(false);
+  const std::pair<Pair, std::uint64_t> cases[] = {{{"bf16", "bf16", true}, 0xb8b0848ace6a4887ull},
+                                                  {{"fp8-e4m3/block128x128", "fp8-e4m3/group1x128", true}, 0x91fcc5249d8afd28ull},
+                                                  {{"int4/group32", "bf16", true}, 0xa97a1aaef06a779eull},
+                                                  {{"nvfp4", "nvfp4", true}, 0xcfd947b65bdc1cfeull},
+                                                  {{"mxfp8", "mxfp8", true}, 0xa2e33d13a516692dull}};
+  for (const auto& [pc, want] : cases) {
+    std::vector<float> out;
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 200}, {64, 576}}) {
+      const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 5, 0.02f);
+      const PackedWeight p(quantize(parse_format(pc.weight), rows, cols, std::span<const float>(w)));
+      const std::int64_t tokens = 70;
+      const std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 6, 1.0f);
+      const Format af = parse_format(pc.activation);
+      ASSERT_TRUE(gemm_bf16_applies(p, af)) << pc.weight;
+      const GemmActivations a(x.data(), tokens, cols, af, true);
+      std::vector<float> y(static_cast<std::size_t>(tokens * rows));
+      const GemmJob job{&p, &a, y.data(), rows};
+      gemm(std::span<const GemmJob>(&job, 1));
+      out.insert(out.end(), y.begin(), y.end());
+    }
+    EXPECT_EQ(float_bits_hash(out), want) << pc.weight << ": 0x" << std::hex << float_bits_hash(out);
+  }
+  gemm_allow_amx(true);
 }
 
 TEST(PrefillGemm, RaggedColumnsAndManyTiles) {

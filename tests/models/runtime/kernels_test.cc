@@ -21,6 +21,7 @@
 namespace rlsim::models {
 namespace {
 
+using test_data::float_bits_hash;
 using test_data::normal;
 
 struct Case {
@@ -201,16 +202,6 @@ TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
       for (float v : one[0]) EXPECT_TRUE(std::isfinite(v));
     }
   }
-}
-
-// FNV-1a (64-bit) over the bits of the floats of v.
-std::uint64_t float_bits_hash(const std::vector<float>& v) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (float f : v) {
-    const auto b = std::bit_cast<std::uint32_t>(f);
-    for (int k = 0; k < 4; ++k) h = (h ^ ((b >> (8 * k)) & 0xFFu)) * 0x100000001b3ull;
-  }
-  return h;
 }
 
 TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
