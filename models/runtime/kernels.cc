@@ -2071,15 +2071,49 @@ void for_each_tile_pair(std::int64_t r0, std::int64_t r1, float* y, One&& one, T
 }  // namespace
 #endif
 
+#ifdef RLSIM_SIMD16
+namespace {
+#ifdef RLSIM_AVX512
+// acc plus, in each 32-bit lane, the products of the lane's two BF16 elements of w and x:
+// VDPBF16PS, or its FMA form where the build lacks AVX512-BF16, in the instruction's order (the
+// odd element's product first; see dot_pair in gemm.cc): the same bits unless an input or a sum
+// is an FP32 denormal, which the instruction flushes.
+inline __m512 bf16_pair_dot(__m512 acc, __m512i w, __m512i x) {
 #ifdef RLSIM_AVX512_BF16
+  return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
+#else
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)), _mm512_castsi512_ps(_mm512_and_si512(x, hi)), acc);
+  return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), acc);
+#endif
+}
+// The accumulator of 16 FP32 lanes, and its sum in _mm512_reduce_add_ps's order.
+using PairAcc = __m512;
+inline PairAcc pair_acc_zero() { return _mm512_setzero_ps(); }
+inline float pair_acc_sum(PairAcc a) { return _mm512_reduce_add_ps(a); }
+#else
+// bf16_pair_dot on AVX2's two 8-lane halves (lanes 0-7: w_lo and x_lo, 8-15: w_hi and x_hi).
+inline simd::V16 bf16_pair_dot(simd::V16 acc, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi) {
+  acc.lo = _mm256_fmadd_ps(simd::bf16_high_halves(w_lo), simd::bf16_high_halves(x_lo), acc.lo);
+  acc.hi = _mm256_fmadd_ps(simd::bf16_high_halves(w_hi), simd::bf16_high_halves(x_hi), acc.hi);
+  acc.lo = _mm256_fmadd_ps(simd::bf16_low_halves(w_lo), simd::bf16_low_halves(x_lo), acc.lo);
+  acc.hi = _mm256_fmadd_ps(simd::bf16_low_halves(w_hi), simd::bf16_low_halves(x_hi), acc.hi);
+  return acc;
+}
+using PairAcc = simd::V16;
+inline PairAcc pair_acc_zero() { return simd::zero16(); }
+inline float pair_acc_sum(PairAcc a) { return simd::reduce_add(a); }
+#endif
+}  // namespace
+
 template <int NT, int NS>
 void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, const std::int64_t* tiles) const {
   constexpr int R = kTileRows;
   constexpr int RS = R * NS;
   constexpr std::int64_t CB = chunk_bytes(WeightLayout::kBf16);  // 16 BF16 weights of a row
-  __m512 acc[RS][NT];
+  PairAcc acc[RS][NT];
   for (int i = 0; i < RS; ++i) {
-    for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
+    for (int n = 0; n < NT; ++n) acc[i][n] = pair_acc_zero();
   }
   const std::uint8_t* ps[NS];
   for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
@@ -2089,21 +2123,33 @@ void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, flo
     for (int s = 0; s < NS; ++s)
       for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch_stream(ps[s] + b);
     const bool pair = c + 1 < chunks_;
-    __m512bh xv[NT];
-    for (int n = 0; n < NT; ++n) xv[n] = (__m512bh)_mm512_loadu_si512(xb + n * ldxb + 16 * c);
+#ifdef RLSIM_AVX512
+    __m512i xv[NT];
+    for (int n = 0; n < NT; ++n) xv[n] = _mm512_loadu_si512(xb + n * ldxb + 16 * c);
+#else
+    __m256i xlo[NT], xhi[NT];
+    for (int n = 0; n < NT; ++n) {
+      xlo[n] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + n * ldxb + 16 * c));
+      xhi[n] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + n * ldxb + 16 * c + 16));
+    }
+#endif
     for (int s = 0; s < NS; ++s) {
       const std::uint8_t* p = ps[s];
       for (int i = 0; i < R; ++i) {
         const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * CB));
         const __m256i hi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (R + i) * CB)) : _mm256_setzero_si256();
-        const __m512bh w = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        for (int n = 0; n < NT; ++n) acc[s * R + i][n] = _mm512_dpbf16_ps(acc[s * R + i][n], w, xv[n]);
+#ifdef RLSIM_AVX512
+        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        for (int n = 0; n < NT; ++n) acc[s * R + i][n] = bf16_pair_dot(acc[s * R + i][n], w, xv[n]);
+#else
+        for (int n = 0; n < NT; ++n) acc[s * R + i][n] = bf16_pair_dot(acc[s * R + i][n], lo, hi, xlo[n], xhi[n]);
+#endif
       }
       ps[s] += 2 * R * CB;
     }
   }
   for (int n = 0; n < NT; ++n) {
-    for (int i = 0; i < RS; ++i) y[n * RS + i] = _mm512_reduce_add_ps(acc[i][n]);
+    for (int i = 0; i < RS; ++i) y[n * RS + i] = pair_acc_sum(acc[i][n]);
   }
 }
 #endif
@@ -2148,19 +2194,16 @@ void PackedWeight::gemm_rows(const float* x, std::int64_t tokens, float* y, std:
     for (std::int64_t n = 0; n < tokens; ++n) kmajor_scalar(x + n * cols_, y + n * ldy, r0, r1);
     return;
   }
-#ifdef RLSIM_AVX512_BF16
+#ifdef RLSIM_SIMD16
   if (simd_ok_ && x_bf16 && layout_ == WeightLayout::kBf16) {
-    // The activations as BF16 (exact: they are BF16 values), each row padded with zeros to a
-    // whole number of 32-column steps; then tile by tile, 4 tokens at a time and the rest one by
-    // one, each (token, row) summed in the same order whatever the batch.
+    // The activations as BF16 (exact: they are BF16 values, so their upper 16 bits), each row
+    // padded with zeros to a whole number of 32-column steps; then tile by tile, 4 tokens at a
+    // time and the rest one by one, each (token, row) summed in the same order whatever the batch.
     const std::int64_t ldxb = (chunks_ + 1) / 2 * 32;
     thread_local std::vector<std::uint16_t> xb;
     xb.assign(static_cast<std::size_t>(tokens * ldxb), 0);
     for (std::int64_t n = 0; n < tokens; ++n) {
-      for (std::int64_t c = 0; c < cols_; c += 16) {
-        const __m256bh v = _mm512_cvtneps_pbh(load_x(x + n * cols_, c, cols_));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb.data() + n * ldxb + c), (__m256i)v);
-      }
+      for (std::int64_t c = 0; c < cols_; ++c) xb[static_cast<std::size_t>(n * ldxb + c)] = bf16_bits(x[n * cols_ + c]);
     }
     if (tokens == 1) {
       for_each_tile_pair<kTileRows>(

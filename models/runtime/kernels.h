@@ -197,8 +197,9 @@ class PackedWeight {
   /// of a token does not depend on how many tokens share the call: the batch-invariant linear
   /// (He et al., "Defeating Nondeterminism in LLM Inference", Thinking Machines 2025).
   /// `x_bf16`: every x value is a BF16 value (the activation format is BF16), so a BF16 weight
-  /// may take the AVX512-BF16 dot-product kernel (products exact, pairs summed into FP32 lanes in
-  /// another order than gemv_rows, DAZ on the BF16 inputs: within the same FP32 summation bound);
+  /// takes the BF16 dot-product kernel on SIMD builds (VDPBF16PS with AVX512-BF16, its FMA form in
+  /// the same order on other AVX-512 and AVX2 hosts, the same bits: products exact, pairs summed
+  /// into FP32 lanes in another order than gemv_rows, within the same FP32 summation bound);
   /// with it too, a token's result does not depend on the batch.
   void gemm_rows(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1,
                  bool x_bf16 = false) const;
@@ -328,9 +329,10 @@ class PackedWeight {
   static void gemv_kmajor(std::span<const GemvJob> jobs);
   friend void gemv(std::span<const GemvJob> jobs);
 #endif
-#ifdef RLSIM_AVX512_BF16
+#ifdef RLSIM_SIMD16
   // kBf16 with BF16 activations: NS tiles (as simd16) for NT rows of BF16 pairs (row n at xb + n *
-  // ldxb, 32 columns per dot-product instruction), y[n * 4 NS + 4 s + i] for row i of tiles[s].
+  // ldxb, 32 columns per dot-product instruction, or its FMA form in the same order without
+  // AVX512-BF16), y[n * 4 NS + 4 s + i] for row i of tiles[s].
   template <int NT, int NS>
   void simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, float* y, const std::int64_t* tiles) const;
 #endif

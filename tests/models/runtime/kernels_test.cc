@@ -239,6 +239,30 @@ TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
   }
 }
 
+// The BF16 dot-product GEMV of the lm_head (x_bf16) gives the same bits with VDPBF16PS and with
+// its FMA form on AVX-512 without AVX512-BF16 and on AVX2 (the odd product of a pair first, as the
+// instruction adds them). The hash came out alike from three builds on a Zen 4 VM (2026-11-29:
+// -march=native with AVX512-BF16, the same with -mno-avx512bf16, -march=znver2). Ragged 37 x 172
+// (an odd chunk count) and 64 x 576, 5 tokens (a 4-token group and a single one) and 1 token (the
+// two-tile path).
+TEST(Gemv, Bf16DotProductKernelGivesTheSameBitsWithAndWithoutAvx512Bf16) {
+  if (!simd_kernels_available()) GTEST_SKIP() << "portable build: the scalar kernels sum in another order";
+  std::vector<float> out;
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 172}, {64, 576}}) {
+    const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 8, 0.02f);
+    const PackedWeight p(quantize(parse_format("bf16"), rows, cols, std::span<const float>(w)));
+    for (std::int64_t tokens : {5, 1}) {
+      std::vector<float> x = normal(static_cast<std::size_t>(tokens * cols), 9, 1.0f);
+      for (float& v : x) v = static_cast<float>(round_to(Element::kBf16, v));
+      std::vector<float> y(static_cast<std::size_t>(tokens * rows));
+      GemvJob job{&p, x.data(), y.data(), tokens, true};
+      gemv(std::span<const GemvJob>(&job, 1));
+      out.insert(out.end(), y.begin(), y.end());
+    }
+  }
+  EXPECT_EQ(float_bits_hash(out), 0x3179946b152be982ull) << "0x" << std::hex << float_bits_hash(out);
+}
+
 TEST(Gemv, E4M3KernelsTakeActivationsBeyondTheirLiftToTheScalarKernel) {
   // The E4M3 SIMD kernels lift x by 2^60, which overflows for |x| >= 2^68: such a token takes the
   // scalar kernel (finite, the true values), its batch neighbours keep their own bits. 64 x 576
