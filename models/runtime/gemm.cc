@@ -497,9 +497,9 @@ inline void dpbf16ps(int c, int a, int b) {
 // The same kernels on AVX2 + FMA (simd.h's V16: a 16-token vector as two 8-lane registers), with
 // every lane's arithmetic as in the AVX-512 kernels without AVX512-BF16: a pair's two products as
 // two FMAs in VDPBF16PS's order (dot_pair), a block's sums times its scale added by one FMA, so
-// they give the same bits. With 16
-// registers they take 3 rows and one token vector a call (6 sums, 4 activation halves, 2 weight
-// halves); a lane's result does not depend on how its rows and tokens are grouped.
+// they give the same bits. With 16 registers they take 3 rows and one token vector a call (6 sums,
+// 4 activation halves, 2 weight halves); a lane's result does not depend on how its rows and
+// tokens are grouped.
 namespace avx2 {
 using simd::V16;
 
