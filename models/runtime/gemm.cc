@@ -255,22 +255,6 @@ struct BlockPlan {
 // j] (row i, token j of the tile). Activation codes of the tile: xt[(k / 2) * 64 + j] (BF16
 // pairs) or xt[k * 64 + j] (FP32), its scales xs[b * 64 + j].
 #ifdef RLSIM_AVX512
-// The product of one pair of BF16 codes per lane into FP32: VDPBF16PS, or the same two products as
-// FP32 FMAs (BF16 -> FP32 is a shift) where the build lacks AVX512-BF16, in VDPBF16PS's order:
-// the odd (upper) element's product first, then the even one's, each rounded to FP32 (Intel SDM
-// vol. 2C, VDPBF16PS; on a Zen 4 VM, 2026-11-29, VDPBF16PS equalled that order in all of 3.2 M
-// random lanes and the other order in 92 %). So the two builds give the same bits, except where
-// VDPBF16PS flushes a BF16 denormal input or an FP32 denormal sum to zero.
-inline __m512 dot_pair(__m512 acc, __m512i x, __m512i w) {
-#ifdef RLSIM_AVX512_BF16
-  return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
-#else
-  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  acc =
-      _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(x, hi_mask)), _mm512_castsi512_ps(_mm512_and_si512(w, hi_mask)), acc);
-  return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), acc);
-#endif
-}
 
 // acc[i][v] += the pair products of columns [k0, k1).
 template <int R, int V>
@@ -284,7 +268,7 @@ inline void bf16_sums(__m512 (&acc)[R][V], const std::uint16_t* w, std::int64_t 
       std::uint32_t pair;
       std::memcpy(&pair, w + i * ldw + 2 * kp, sizeof pair);
       const __m512i wv = _mm512_set1_epi32(static_cast<int>(pair));
-      for (int v = 0; v < V; ++v) acc[i][v] = dot_pair(acc[i][v], xv[v], wv);
+      for (int v = 0; v < V; ++v) acc[i][v] = simd::bf16_pair_dot(acc[i][v], xv[v], wv);
     }
   }
 }
@@ -496,7 +480,7 @@ inline void dpbf16ps(int c, int a, int b) {
 #ifdef RLSIM_AVX2
 // The same kernels on AVX2 + FMA (simd.h's V16: a 16-token vector as two 8-lane registers), with
 // every lane's arithmetic as in the AVX-512 kernels without AVX512-BF16: a pair's two products as
-// two FMAs in VDPBF16PS's order (dot_pair), a block's sums times its scale added by one FMA, so
+// two FMAs in VDPBF16PS's order (simd::bf16_pair_fmadd), a block's sums times its scale added by one FMA, so
 // they give the same bits. With 16 registers they take 3 rows and one token vector a call (6 sums,
 // 4 activation halves, 2 weight halves); a lane's result does not depend on how its rows and
 // tokens are grouped.
@@ -524,7 +508,7 @@ inline void bf16_sums(V16 (&acc)[R], const std::uint16_t* w, std::int64_t ldw, c
       // Broadcast the pair (one VPBROADCASTD from memory), then split it in the vector unit.
       const __m256i wv = _mm256_set1_epi32(static_cast<int>(pair));
       const __m256 wl = simd::bf16_low_halves(wv), wh = simd::bf16_high_halves(wv);
-      acc[i] = simd::fmadd(V16{wl, wl}, xl, simd::fmadd(V16{wh, wh}, xh, acc[i]));  // odd first, as dot_pair
+      acc[i] = simd::bf16_pair_fmadd(acc[i], V16{wh, wh}, xh, V16{wl, wl}, xl);
     }
   }
 }

@@ -2074,19 +2074,7 @@ void for_each_tile_pair(std::int64_t r0, std::int64_t r1, float* y, One&& one, T
 #ifdef RLSIM_SIMD16
 namespace {
 #ifdef RLSIM_AVX512
-// acc plus, in each 32-bit lane, the products of the lane's two BF16 elements of w and x:
-// VDPBF16PS, or its FMA form where the build lacks AVX512-BF16, in the instruction's order (the
-// odd element's product first; see dot_pair in gemm.cc): the same bits unless an input or a sum
-// is an FP32 denormal, which the instruction flushes.
-inline __m512 bf16_pair_dot(__m512 acc, __m512i w, __m512i x) {
-#ifdef RLSIM_AVX512_BF16
-  return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
-#else
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)), _mm512_castsi512_ps(_mm512_and_si512(x, hi)), acc);
-  return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), acc);
-#endif
-}
+using simd::bf16_pair_dot;
 // The accumulator of 16 FP32 lanes, and its sum in _mm512_reduce_add_ps's order.
 using PairAcc = __m512;
 inline PairAcc pair_acc_zero() { return _mm512_setzero_ps(); }
@@ -2094,11 +2082,10 @@ inline float pair_acc_sum(PairAcc a) { return _mm512_reduce_add_ps(a); }
 #else
 // bf16_pair_dot on AVX2's two 8-lane halves (lanes 0-7: w_lo and x_lo, 8-15: w_hi and x_hi).
 inline simd::V16 bf16_pair_dot(simd::V16 acc, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi) {
-  acc.lo = _mm256_fmadd_ps(simd::bf16_high_halves(w_lo), simd::bf16_high_halves(x_lo), acc.lo);
-  acc.hi = _mm256_fmadd_ps(simd::bf16_high_halves(w_hi), simd::bf16_high_halves(x_hi), acc.hi);
-  acc.lo = _mm256_fmadd_ps(simd::bf16_low_halves(w_lo), simd::bf16_low_halves(x_lo), acc.lo);
-  acc.hi = _mm256_fmadd_ps(simd::bf16_low_halves(w_hi), simd::bf16_low_halves(x_hi), acc.hi);
-  return acc;
+  using simd::bf16_high_halves, simd::bf16_low_halves;
+  return simd::bf16_pair_fmadd(acc, {bf16_high_halves(w_lo), bf16_high_halves(w_hi)},
+                               {bf16_high_halves(x_lo), bf16_high_halves(x_hi)}, {bf16_low_halves(w_lo), bf16_low_halves(w_hi)},
+                               {bf16_low_halves(x_lo), bf16_low_halves(x_hi)});
 }
 using PairAcc = simd::V16;
 inline PairAcc pair_acc_zero() { return simd::zero16(); }

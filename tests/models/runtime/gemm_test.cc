@@ -91,11 +91,12 @@ TEST(PrefillGemm, EqualsDequantisedWeightsTimesRoundedActivations) {
 }
 
 // The BF16 kernel gives the same bits with VDPBF16PS (AVX512-BF16) and with its FMA form
-// (AVX-512 without it, AVX2): dot_pair adds a pair's odd product first, as VDPBF16PS does. The
-// hashes below came out alike from three builds on a Zen 4 VM (2026-11-29: -march=native with
-// AVX512-BF16, the same with -mno-avx512bf16, and -march=znver2); before the FMA form's order was
-// fixed, the two without AVX512-BF16 gave other hashes for bf16, fp8, int4 and mxfp8. AMX tiles
-// round their own way and are off here; 70 tokens: a full 64-token tile and a ragged one.
+// (AVX-512 without it, AVX2): simd::bf16_pair_dot adds a pair's odd product first, as VDPBF16PS
+// does. The hashes below came out alike from three builds on a Zen 4 VM (2026-11-29:
+// -march=native with AVX512-BF16, the same with -mno-avx512bf16, and -march=znver2); before the
+// FMA form's order was fixed, the two without AVX512-BF16 gave other hashes for bf16, fp8, int4
+// and mxfp8. AMX tiles round their own way and are off here; 70 tokens: a full 64-token tile and
+// a ragged one.
 TEST(PrefillGemm, GivesTheSameBitsWithAndWithoutAvx512Bf16) {
   if (!simd_kernels_available()) GTEST_SKIP() << "portable build: the scalar kernels sum in another order";
   gemm_allow_amx(false);
