@@ -14,7 +14,8 @@ script makes the same shapes for llama.cpp so that both can be timed on one mach
 Weights are N(0, 0.02^2) from a fixed seed (the values do not change the speed); norms are 1.
 The tokenizer (GPT-2 byte-level BPE, vocabulary and merges) is copied from tokenizer.json so that
 llama.cpp's loader accepts the file. Tensor names and metadata keys are llama.cpp's "llama"
-architecture, written with llama.cpp's own gguf-py (--gguf-py), which needs numpy.
+architecture, written with llama.cpp's own gguf-py (--gguf-py), which imports numpy and sentencepiece
+(Debian bookworm: apt-get install python3-numpy python3-sentencepiece; run it with /usr/bin/python3).
 """
 import argparse
 import json
