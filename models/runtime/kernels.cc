@@ -957,93 +957,106 @@ inline __m512 second_row_of_pair(__m512 lo, __m512 hi) {
 
 template <WeightLayout L, int NT, int NS>
 void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const {
+  if constexpr (L == WeightLayout::kE4M3) {
+    simd16_e4m3<NT, NS>(x, ldx, y, tiles);
+    return;
+  } else {
+    constexpr int R = kTileRows;
+    constexpr int RS = R * NS;
+    constexpr std::int64_t CB = chunk_bytes(L);
+    __m512 acc[RS][NT];
+    for (int i = 0; i < RS; ++i) {
+      for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
+    }
+    const std::uint8_t* ps[NS];
+    for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
+    for (std::int64_t c = 0; c < cols_; c += 16) {
+      for (int s = 0; s < NS; ++s)
+        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(ps[s] + b);
+      __m512 xv[NT];
+      for (int n = 0; n < NT; ++n) xv[n] = load_x(x + n * ldx, c, cols_);
+      for (int s = 0; s < NS; ++s) {
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          const __m512 w = load16<L>(ps[s] + i * CB);
+          for (int n = 0; n < NT; ++n) acc[s * R + i][n] = _mm512_fmadd_ps(w, xv[n], acc[s * R + i][n]);
+        }
+        ps[s] += R * CB;
+      }
+    }
+    for (int n = 0; n < NT; ++n) {
+      for (int i = 0; i < RS; ++i) y[n * RS + i] = _mm512_reduce_add_ps(acc[i][n]);
+    }
+  }
+}
+
+template <int NT, int NS>
+void PackedWeight::simd16_e4m3(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const {
   constexpr int R = kTileRows;
   constexpr int RS = R * NS;
-  constexpr std::int64_t CB = chunk_bytes(L);
+  constexpr std::int64_t CB = chunk_bytes(WeightLayout::kE4M3);
   static_assert(R % 2 == 0, "the E4M3 kernel takes a tile's rows in pairs");
-  // acc[i]: row i's sums; E4M3: a row pair's (e4m3_row_pair), acc[i] its lo and acc[i + 1] its hi lanes.
+  // acc[i] and acc[i + 1] (i even): rows i and i + 1 as e4m3_row_pair's lo and hi lanes.
   __m512 acc[RS][NT];
   for (int i = 0; i < RS; ++i) {
     for (int n = 0; n < NT; ++n) acc[i][n] = _mm512_setzero_ps();
   }
   const std::uint8_t* ps[NS];
   for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
-  const std::int64_t seg = L == WeightLayout::kE4M3 && grid_cols_ > 1 ? block_cols_ : cols_;
+  const std::int64_t seg = grid_cols_ > 1 ? block_cols_ : cols_;  // a scale block's columns
   std::size_t sbase[RS];  // scale index of each row's first block; segment k uses sbase + k
   for (int s = 0; s < NS; ++s)
     for (int i = 0; i < R; ++i)
       sbase[s * R + i] = static_cast<std::size_t>((std::min(tiles[s] * R + i, rows_ - 1) / block_rows_) * grid_cols_);
-  constexpr bool kE4M3 = L == WeightLayout::kE4M3;
   for (std::int64_t c0 = 0, k = 0; c0 < cols_; c0 += seg, ++k) {
     const std::int64_t c1 = std::min(cols_, c0 + seg);
-    // E4M3: the segment's (scale block's) sums, added to acc times the block scale at its end.
+    // The segment's (scale block's) sums, added to acc times the block scale at its end.
     __m512 sb[RS][NT];
     for (int i = 0; i < RS; ++i) {
-      for (int n = 0; n < NT; ++n) sb[i][n] = kE4M3 ? _mm512_setzero_ps() : acc[i][n];
+      for (int n = 0; n < NT; ++n) sb[i][n] = _mm512_setzero_ps();
     }
     for (std::int64_t c = c0; c < c1; c += 16) {
       for (int s = 0; s < NS; ++s)
         for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(ps[s] + b);
-      __m512 xv[NT], xh[NT];  // E4M3: x in the pairs' lo and hi lane orders
+      __m512 xl[NT], xh[NT];  // x lifted, in the pairs' lo and hi lane orders
       for (int n = 0; n < NT; ++n) {
-        xv[n] = load_x(x + n * ldx, c, cols_);
-        if constexpr (kE4M3) {
-          xv[n] = _mm512_mul_ps(xv[n], _mm512_set1_ps(kE4M3Lift));
-          xh[n] = to_pair_hi(xv[n]);
-          xv[n] = to_pair_lo(xv[n]);
-        }
+        const __m512 xv = _mm512_mul_ps(load_x(x + n * ldx, c, cols_), _mm512_set1_ps(kE4M3Lift));
+        xl[n] = to_pair_lo(xv);
+        xh[n] = to_pair_hi(xv);
       }
       for (int s = 0; s < NS; ++s) {
-        if constexpr (kE4M3) {
-          for (int i = 0; i < R; i += 2) {
-            __m512 lo, hi;
-            e4m3_row_pair(ps[s] + i * CB, lo, hi);
-            for (int n = 0; n < NT; ++n) {
-              sb[s * R + i][n] = _mm512_fmadd_ps(lo, xv[n], sb[s * R + i][n]);
-              sb[s * R + i + 1][n] = _mm512_fmadd_ps(hi, xh[n], sb[s * R + i + 1][n]);
-            }
-          }
-        } else {
-#pragma GCC unroll 4
-          for (int i = 0; i < R; ++i) {
-            const __m512 w = load16<L>(ps[s] + i * CB);
-            for (int n = 0; n < NT; ++n) sb[s * R + i][n] = _mm512_fmadd_ps(w, xv[n], sb[s * R + i][n]);
+        for (int i = 0; i < R; i += 2) {
+          __m512 lo, hi;
+          e4m3_row_pair(ps[s] + i * CB, lo, hi);
+          for (int n = 0; n < NT; ++n) {
+            sb[s * R + i][n] = _mm512_fmadd_ps(lo, xl[n], sb[s * R + i][n]);
+            sb[s * R + i + 1][n] = _mm512_fmadd_ps(hi, xh[n], sb[s * R + i + 1][n]);
           }
         }
         ps[s] += R * CB;
       }
     }
-    if constexpr (kE4M3) {
-// Lanes 0-7 of both of a pair's sums are row i's, lanes 8-15 row i + 1's. Unrolled so that
-// GCC 12 keeps sb in registers: otherwise it stored every block sum to the stack after each
-// FMA (8 stores a step of 16 columns).
+    // Lanes 0-7 of both of a pair's sums are row i's, lanes 8-15 row i + 1's. Unrolled so that
+    // GCC 12 keeps sb in registers: otherwise it stored every block sum to the stack after each
+    // FMA (8 stores a step of 16 columns).
+    const auto block_scale = [&](int r) {
+      return (scaled_ ? scale_at(sbase[r] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix;
+    };
 #pragma GCC unroll 16
-      for (int i = 0; i < RS; i += 2) {
-        const auto block_scale = [&](int r) {
-          return (scaled_ ? scale_at(sbase[r] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix;
-        };
-        const __m512 sc =
-            _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(block_scale(i)), _mm512_set1_ps(block_scale(i + 1)));
+    for (int i = 0; i < RS; i += 2) {
+      const __m512 sc =
+          _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(block_scale(i)), _mm512_set1_ps(block_scale(i + 1)));
 #pragma GCC unroll 16
-        for (int n = 0; n < NT; ++n) {
-          acc[i][n] = _mm512_fmadd_ps(sb[i][n], sc, acc[i][n]);
-          acc[i + 1][n] = _mm512_fmadd_ps(sb[i + 1][n], sc, acc[i + 1][n]);
-        }
-      }
-    } else {
-      for (int i = 0; i < RS; ++i) {
-        for (int n = 0; n < NT; ++n) acc[i][n] = sb[i][n];
+      for (int n = 0; n < NT; ++n) {
+        acc[i][n] = _mm512_fmadd_ps(sb[i][n], sc, acc[i][n]);
+        acc[i + 1][n] = _mm512_fmadd_ps(sb[i + 1][n], sc, acc[i + 1][n]);
       }
     }
   }
   for (int n = 0; n < NT; ++n) {
-    if constexpr (kE4M3) {
-      for (int i = 0; i < RS; i += 2) {
-        y[n * RS + i] = _mm512_reduce_add_ps(first_row_of_pair(acc[i][n], acc[i + 1][n]));
-        y[n * RS + i + 1] = _mm512_reduce_add_ps(second_row_of_pair(acc[i][n], acc[i + 1][n]));
-      }
-    } else {
-      for (int i = 0; i < RS; ++i) y[n * RS + i] = _mm512_reduce_add_ps(acc[i][n]);
+    for (int i = 0; i < RS; i += 2) {
+      y[n * RS + i] = _mm512_reduce_add_ps(first_row_of_pair(acc[i][n], acc[i + 1][n]));
+      y[n * RS + i + 1] = _mm512_reduce_add_ps(second_row_of_pair(acc[i][n], acc[i + 1][n]));
     }
   }
 }
