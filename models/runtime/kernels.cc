@@ -920,15 +920,15 @@ inline __m512 load_x(const float* x, std::int64_t c, std::int64_t cols) {
   return c + 16 <= cols ? _mm512_loadu_ps(x + c) : _mm512_maskz_loadu_ps(tail_mask(std::max<std::int64_t>(cols - c, 0)), x + c);
 }
 
-// The E4M3 tile's row-pair lane order (simd16). The 32 codes of two consecutive rows of a tile
+// The E4M3 tile's row-pair lane order (simd16_e4m3). The 32 codes of two consecutive rows of a tile
 // chunk (row i's 16 columns, then row i + 1's) are widened once to 16-bit lanes (sign-extended,
 // << 4, masked to sign and bits 10..4: the upper half of simd::kE4M3Fp32Mask's FP32 bits, 2^-120
 // times the code's value) and moved to the upper halves of 32-bit lanes by VPUNPCKLWD /
 // VPUNPCKHWD, which work within 128-bit quarters: `lo` then holds columns 0-3 and 8-11 of row i
 // in lanes 0-7 and of row i + 1 in lanes 8-15, `hi` columns 4-7 and 12-15 likewise. 5 operations
 // per 32 codes instead of 6, one VPMOVSXBW instead of two VPMOVSXBD. Every lane does the same
-// products in the same order as with the rows one by one, so the same bits. With simd16's block
-// sums kept in registers (below), a 1536 x 576 fp8-e4m3/block128x128 GEMV held in L2 went from
+// products in the same order as with the rows one by one, so the same bits. With the block sums
+// kept in registers (simd16_e4m3), a 1536 x 576 fp8-e4m3/block128x128 GEMV held in L2 went from
 // 57.3 to 42.9 us on one Zen 4 core (2026-11-29, same outputs bit for bit).
 inline void e4m3_row_pair(const std::uint8_t* q, __m512& lo, __m512& hi) {
   const __m512i w16 = _mm512_and_si512(
@@ -959,7 +959,6 @@ template <WeightLayout L, int NT, int NS>
 void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const {
   if constexpr (L == WeightLayout::kE4M3) {
     simd16_e4m3<NT, NS>(x, ldx, y, tiles);
-    return;
   } else {
     constexpr int R = kTileRows;
     constexpr int RS = R * NS;
