@@ -43,7 +43,7 @@ std::vector<int> probe(int vocab, int n) {
   return t;
 }
 
-// --- 500 cycles -------------------------------------------------------------------------------
+// --- Many cycles (500; 100 under the sanitizers) -----------------------------------------------
 
 // Reload cycles of ReloadCycles: 500; 100 under the sanitizers, whose build is there for memory
 // and undefined-behaviour errors that every cycle's same code paths meet in the first cycles (the
