@@ -812,19 +812,35 @@ inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<cons
 inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1); }
 
 // How the tiled GEMVs prefetch a tile's weights (one sequential stream per tile), chosen once per
-// process from the CPU's vendor (CPUID leaf 0). Prefetching far enough ahead keeps enough cache-line
-// misses in flight for DRAM bandwidth from one core; where the lines go is what the two hosts
-// measured differently (2026-11-28, bench runtime decode, 2 threads, alternating runs):
-//  - Intel Xeon (family 6 model 207, a GPU machine's host): 8 KB ahead into L2 against 2 KB into
-//    L1, three rounds: bf16 63.6-72.8 -> 75.9-93.8 tok/s, fp8-block 83.1-106.9 -> 107.1-122.5;
-//    the 4-bit recipes, bound by their arithmetic, within the run-to-run spread (int4 g32 111-163
-//    against 119-141, nvfp4 142-224 against 147-167);
-//  - AMD Zen 4 (EPYC VM): 2 KB into L1 3-8 % faster on one core (bf16 80-81 against 78, nvfp4
-//    151-153 against 143-150), about the same on two.
+// process from the CPU's vendor (CPUID leaf 0) and the kernel's kind (StreamKind). Prefetching
+// far enough ahead keeps enough cache-line misses in flight for DRAM bandwidth from one core; where
+// the lines go, and whether to prefetch at all, is what the hosts measured differently (bench
+// runtime decode, 2 threads, alternating runs):
+//  - Intel Xeon (family 6 model 207, a GPU machine's host, 2026-11-28): 8 KB ahead into L2 against
+//    2 KB into L1, three rounds: bf16 63.6-72.8 -> 75.9-93.8 tok/s, fp8-block 83.1-106.9 ->
+//    107.1-122.5; the 4-bit recipes, bound by their arithmetic, within the run-to-run spread
+//    (int4 g32 111-163 against 119-141, nvfp4 142-224 against 147-167);
+//  - AMD Zen 4 (EPYC VM), decoding kernels: 2 KB into L1 3-8 % faster on one core (bf16 80-81
+//    against 78, nvfp4 151-153 against 143-150), about the same on two (2026-11-28); without
+//    software prefetch int4-w4a16-g32 and nvfp4 decoded 3-7 % slower (2026-11-29);
+//  - AMD Zen 4, plain kernels (2026-11-29, SmolLM2-135M shapes, medians of 8 rounds of 48 tokens,
+//    the settings alternating in one process): without software prefetch bf16 decoded at 8.82 ms
+//    a token against 9.94 with 2 KB into L1 and 10.13 with 8 KB into L2, fp32 at 17.80 against
+//    19.14 (through the BF16 lm_head, fp8-block 5.59 against 5.73, int4-w4a16-g32 4.38 against
+//    4.43). A GEMV-only loop over the bf16 layers (212 MB a pass) read at 0.71-0.84 of a plain
+//    read of the same bytes in the same order with 2 KB into L1, and at 0.90-0.93 without. These
+//    kernels have no arithmetic for the prefetches to hide; the L2's stream prefetcher alone
+//    keeps more lines in flight.
 struct StreamPrefetch {
-  std::int64_t bytes;  // how far ahead of the line being read
+  std::int64_t bytes;  // how far ahead of the line being read; kNone: no software prefetch
   bool to_l2;          // prefetch_l2 instead of prefetch
+  static constexpr std::int64_t kNone = -1;
 };
+
+// The kernels' kinds, by the work between their weight loads: kDecoded turns codes into values
+// (E4M3, 4-bit formats), kPlain multiplies FP32, BF16 or FP16 weights as loaded (simd16's plain
+// layouts, simd_bf16_dot).
+enum class StreamKind { kDecoded, kPlain };
 
 bool host_is_intel() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -836,20 +852,33 @@ bool host_is_intel() {
   return std::string_view(vendor, sizeof vendor) == "GenuineIntel";
 }
 
-const StreamPrefetch kStreamPrefetch = host_is_intel() ? StreamPrefetch{8192, true} : StreamPrefetch{2048, false};
+const bool kHostIsIntel = host_is_intel();
+const StreamPrefetch kStreamPrefetch[] = {
+    kHostIsIntel ? StreamPrefetch{8192, true} : StreamPrefetch{2048, false},                   // kDecoded
+    kHostIsIntel ? StreamPrefetch{8192, true} : StreamPrefetch{StreamPrefetch::kNone, false},  // kPlain
+};
 
-// Prefetches the line kStreamPrefetch.bytes past p.
+// Prefetches the line kStreamPrefetch[Kind].bytes past p, if any.
+template <StreamKind Kind = StreamKind::kDecoded>
 inline void prefetch_stream(const std::uint8_t* p) {
-  if (kStreamPrefetch.to_l2) {
-    prefetch_l2(p + kStreamPrefetch.bytes);
+  const StreamPrefetch& f = kStreamPrefetch[static_cast<int>(Kind)];
+  if (f.bytes == StreamPrefetch::kNone) return;
+  if (f.to_l2) {
+    prefetch_l2(p + f.bytes);
   } else {
-    prefetch(p + kStreamPrefetch.bytes);
+    prefetch(p + f.bytes);
   }
 }
 }  // namespace
 
 std::string gemv_prefetch_name() {
-  return fmt::format("{} KB ahead into {}", kStreamPrefetch.bytes / 1024, kStreamPrefetch.to_l2 ? "L2" : "L1");
+  auto name = [](const StreamPrefetch& f) {
+    return f.bytes == StreamPrefetch::kNone ? std::string("none")
+                                            : fmt::format("{} KB ahead into {}", f.bytes / 1024, f.to_l2 ? "L2" : "L1");
+  };
+  const std::string decoded = name(kStreamPrefetch[static_cast<int>(StreamKind::kDecoded)]),
+                    plain = name(kStreamPrefetch[static_cast<int>(StreamKind::kPlain)]);
+  return decoded == plain ? decoded : fmt::format("{}; FP32/BF16/FP16 weights {}", decoded, plain);
 }
 
 namespace {
@@ -971,7 +1000,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
     for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
     for (std::int64_t c = 0; c < cols_; c += 16) {
       for (int s = 0; s < NS; ++s)
-        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(ps[s] + b);
+        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream<StreamKind::kPlain>(ps[s] + b);
       __m512 xv[NT];
       for (int n = 0; n < NT; ++n) xv[n] = load_x(x + n * ldx, c, cols_);
       for (int s = 0; s < NS; ++s) {
@@ -1257,7 +1286,8 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
     }
     for (std::int64_t c = c0; c < c1; c += 16) {
       for (int s = 0; s < NS; ++s) {
-        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(ps[s] + b);
+        for (std::int64_t b = 0; b < R * CB; b += 64)
+          prefetch_stream<kE4M3 ? StreamKind::kDecoded : StreamKind::kPlain>(ps[s] + b);
       }
       V16 xv[NT];
       for (int n = 0; n < NT; ++n) {
@@ -2191,7 +2221,7 @@ void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, flo
   // (lane l sums the products of columns 2l and 2l + 1 of the 32).
   for (std::int64_t c = 0; c < chunks_; c += 2) {
     for (int s = 0; s < NS; ++s)
-      for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch_stream(ps[s] + b);
+      for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch_stream<StreamKind::kPlain>(ps[s] + b);
     const bool pair = c + 1 < chunks_;
 #ifdef RLSIM_AVX512
     __m512i xv[NT];
