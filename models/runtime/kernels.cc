@@ -820,17 +820,18 @@ inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<c
 //    2 KB into L1, three rounds: bf16 63.6-72.8 -> 75.9-93.8 tok/s, fp8-block 83.1-106.9 ->
 //    107.1-122.5; the 4-bit recipes, bound by their arithmetic, within the run-to-run spread
 //    (int4 g32 111-163 against 119-141, nvfp4 142-224 against 147-167);
-//  - AMD Zen 4 (EPYC VM), decoding kernels: 2 KB into L1 3-8 % faster on one core (bf16 80-81
-//    against 78, nvfp4 151-153 against 143-150), about the same on two (2026-11-28); without
-//    software prefetch int4-w4a16-g32 and nvfp4 decoded 3-7 % slower (2026-11-29);
+//  - AMD Zen 4 (EPYC VM), 2026-11-28: 2 KB into L1 3-8 % faster than 8 KB into L2 on one core
+//    (bf16 80-81 against 78, nvfp4 151-153 against 143-150), about the same on two; the decoding
+//    kernels without software prefetch, 2026-11-29: int4-w4a16-g32 and nvfp4 3-7 % slower;
 //  - AMD Zen 4, plain kernels (2026-11-29, SmolLM2-135M shapes, medians of 8 rounds of 48 tokens,
 //    the settings alternating in one process): without software prefetch bf16 decoded at 8.82 ms
 //    a token against 9.94 with 2 KB into L1 and 10.13 with 8 KB into L2, fp32 at 17.80 against
 //    19.14 (through the BF16 lm_head, fp8-block 5.59 against 5.73, int4-w4a16-g32 4.38 against
-//    4.43). A GEMV-only loop over the bf16 layers (212 MB a pass) read at 0.71-0.84 of a plain
-//    read of the same bytes in the same order with 2 KB into L1, and at 0.90-0.93 without. These
-//    kernels have no arithmetic for the prefetches to hide; the L2's stream prefetcher alone
-//    keeps more lines in flight.
+//    4.43); on one thread (6 rounds of 32 tokens) bf16 11.85 against 13.58 and 14.90, fp32 23.58
+//    against 25.92 and 28.29. A GEMV-only loop over the bf16 layers (212 MB a pass) read at
+//    0.71-0.84 of a plain read of the same bytes in the same order with 2 KB into L1, and at
+//    0.90-0.93 without. These kernels have no arithmetic for the prefetches to hide; the
+//    hardware prefetchers alone keep as many lines in flight, presumably more.
 struct StreamPrefetch {
   std::int64_t bytes;  // how far ahead of the line being read; kNone: no software prefetch
   bool to_l2;          // prefetch_l2 instead of prefetch
