@@ -2674,12 +2674,15 @@ void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
   thread_local std::vector<float> buffer;  // the calling thread's, shared with the team through `partials`
   buffer.resize(floats);
   float* const partials = buffer.data();
-  // Rows [r0, r1) of the part [off, off + part) of [w0, w1)'s work that `rows` rows share evenly,
-  // boundaries at the nearest whole vector of 16 rows.
+  // Rows [r0, r1) of the part [off, off + part) of [w0, w1)'s work that `rows` rows share evenly:
+  // inner boundaries at the nearest whole vector of 16 rows, the part's ends at rows 0 and
+  // `rows` (a part of no work, where a tiny job's segment would get none, counts as one unit).
   auto rows_of = [](std::int64_t w0, std::int64_t w1, std::int64_t off, std::int64_t part, std::int64_t rows) {
+    const std::int64_t span = std::max<std::int64_t>(part, 1);
     auto row = [&](std::int64_t at) {
-      if (part <= 0) return std::int64_t{0};
-      const std::int64_t r = std::clamp<std::int64_t>(((at - off) * rows + part / 2) / part, 0, rows);
+      if (at <= off) return std::int64_t{0};
+      if (at >= off + span) return rows;
+      const std::int64_t r = ((at - off) * rows + span / 2) / span;
       return std::min(rows, (r + 8) / 16 * 16);
     };
     return std::pair{row(w0), row(w1)};

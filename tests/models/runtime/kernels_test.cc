@@ -156,13 +156,14 @@ TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
   // q/k/v-like jobs sharing an input, split among threads by work: every row's sum is the same
   // whatever the thread count. MXFP8 (the k-major layout) takes the two-phase split (segments,
   // then rows) and must equal its scalar kernel exactly; 200 columns give 7 blocks, the last
-  // ragged, in segments of 3 and 4; 190 rows end in a partial vector.
+  // ragged, in segments of 3 and 4; 190 rows end in a partial vector, and 100 rows end 4 rows
+  // past a whole vector, which a split rounding its last boundary to the nearest vector loses.
   for (const char* name : {"int4/group32", "mxfp8"}) {
     for (std::int64_t cols : {576, 200}) {
       SCOPED_TRACE(std::string(name) + " cols " + std::to_string(cols));
       const std::vector<float> x = normal(static_cast<std::size_t>(3 * cols), 2, 1.0f);
       std::vector<PackedWeight> ws;
-      for (std::int64_t rows : {576, 192, 190}) {
+      for (std::int64_t rows : {576, 192, 190, 100}) {
         const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), static_cast<unsigned>(rows), 0.02f);
         ws.emplace_back(quantize(parse_format(name), rows, cols, std::span<const float>(w)));
       }
@@ -202,6 +203,39 @@ TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
       for (float v : one[0]) EXPECT_TRUE(std::isfinite(v));
     }
   }
+}
+
+TEST(Gemv, KMajorCallWithATinyJobComputesEveryRow) {
+  // One k-major call whose work crosses the threshold of the two-phase split, with a 1 x 1 job
+  // beside a large one: its first segment has no blocks and half of no work, and must still be
+  // computed (zero partials) by exactly one thread. A call on a taller weight first leaves
+  // nonzero partials where the tiny job's are, so a segment left out reads them.
+  const std::int64_t rows = 512, cols = 576, tall = 700;
+  const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 5, 0.02f), tiny_w = {0.75f};
+  const std::vector<float> x = normal(static_cast<std::size_t>(cols), 6, 1.0f), tiny_x = {-1.5f};
+  const PackedWeight big(quantize(parse_format("mxfp8"), rows, cols, std::span<const float>(w)));
+  const PackedWeight tiny(quantize(parse_format("mxfp8"), 1, 1, std::span<const float>(tiny_w)));
+  const std::vector<float> w_tall = normal(static_cast<std::size_t>(tall * cols), 7, 0.02f);
+  const PackedWeight taller(quantize(parse_format("mxfp8"), tall, cols, std::span<const float>(w_tall)));
+  ASSERT_EQ(big.layout(), WeightLayout::kE4M3KMajor);
+  ASSERT_EQ(tiny.layout(), WeightLayout::kE4M3KMajor);
+  std::vector<float> want_big(static_cast<std::size_t>(rows)), want_tiny(1);
+  big.gemv_rows_scalar(x.data(), want_big.data(), 0, rows);
+  tiny.gemv_rows_scalar(tiny_x.data(), want_tiny.data(), 0, 1);
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(threads);
+    omp_set_num_threads(threads);
+    std::vector<float> y_tall(static_cast<std::size_t>(tall));
+    const GemvJob first[] = {{&taller, x.data(), y_tall.data(), 1}};
+    gemv(first);
+    std::vector<float> y_big(static_cast<std::size_t>(rows), NAN), y_tiny(1, NAN);
+    const GemvJob jobs[] = {{&big, x.data(), y_big.data(), 1}, {&tiny, tiny_x.data(), y_tiny.data(), 1}};
+    gemv(jobs);
+    EXPECT_EQ(y_big, want_big);
+    EXPECT_EQ(y_tiny, want_tiny);
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
