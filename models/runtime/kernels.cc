@@ -1597,9 +1597,10 @@ inline __m256i broadcast_16_bytes(const void* p) {
 #endif
 
 // a plus the four sums of 4 products of unsigned bytes u and signed bytes d in each 32-bit lane
-// (VPDPBUSD). Without VNNI, VPMADDUBSW adds pairs of products into 16 bits and VPMADDWD with
-// ones adds the pairs: the same sums while every pair fits int16, which the callers' operands
-// keep (INT4 x digits: 2 x 15 x 128; E2M1 x E2M1: 2 x 24 x 12).
+// (VPDPBUSD: AVX512-VNNI, or AVX-VNNI's VEX form on 256-bit registers). Without VNNI,
+// VPMADDUBSW adds pairs of products into 16 bits and VPMADDWD with ones adds the pairs: the same
+// sums while every pair fits int16, which the callers' operands keep (INT4 x digits: 2 x 15 x
+// 128; E2M1 x E2M1: 2 x 24 x 12).
 #ifdef RLSIM_AVX512
 inline __m512i dot_u8s8(__m512i a, __m512i u, __m512i d) {
 #ifdef RLSIM_AVX512_VNNI
@@ -1610,7 +1611,11 @@ inline __m512i dot_u8s8(__m512i a, __m512i u, __m512i d) {
 }
 #else
 inline __m256i dot_u8s8(__m256i a, __m256i u, __m256i d) {
+#ifdef RLSIM_AVX_VNNI
+  return _mm256_dpbusd_avx_epi32(a, u, d);
+#else
   return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, d), _mm256_set1_epi16(1)));
+#endif
 }
 #endif
 
