@@ -212,7 +212,8 @@ class PackedWeight {
   /// Whether gemm_rows_e2m1 applies to this weight and activations in format f: fp4-e2m1
   /// weights with nv16 scaling (16-column E4M3 block scales, tile-permuted, none negative), cols
   /// a multiple of 32, f fp4-e2m1 with nv16 scaling, and a build with AVX512-VNNI and VBMI
-  /// (VPDPBUSD) or with AVX2 (VPMADDUBSW + VPMADDWD: the same integer sums).
+  /// (VPDPBUSD) or with AVX2 (AVX-VNNI's VPDPBUSD, or VPMADDUBSW + VPMADDWD: the same integer
+  /// sums).
   bool e2m1_dot_applies(const Format& f) const;
   /// y[n * ldy + r - r0] = sum_c at(r, c) * xq(n, c) for the x.tokens tokens of x and r in [r0,
   /// r1), xq the value x's codes stand for. Each 16-column block's sum of code products is an
