@@ -1715,10 +1715,8 @@ void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::i
 }
 #else
 // The same kernel on AVX2's 256-bit registers: rows 0-1 of the tile in one register, rows 2-3 in
-// the other, so lane 4 i + m of the pair is the AVX-512 kernel's lane 4 i + m. dot_u8s8 is
-// AVX-VNNI's VPDPBUSD where the target has it; otherwise VPMADDUBSW adds pairs of products into
-// 16 bits (at most 2 x 15 x 128: no saturation) and VPMADDWD with ones adds the pairs:
-// VPDPBUSD's exact sums. Then the same FP32 operations, so the same bits.
+// the other, so lane 4 i + m of the pair is the AVX-512 kernel's lane 4 i + m. dot_u8s8 gives
+// VPDPBUSD's exact sums on AVX2 too (see it), then the same FP32 operations: the same bits.
 template <int NT, int NS>
 void int4_dot_tile(const std::uint8_t* const* tiles, std::int64_t chunks, std::int64_t cpb,
                    const std::uint8_t* const* tile_scales, const Int4DotChunk* const* xs, float* out) {
@@ -2863,11 +2861,8 @@ void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile
 #elif defined(RLSIM_AVX2)
 // The same kernel on AVX2's 256-bit registers: rows 0-1 of the tile in
 // one register, rows 2-3 in the other, so lane 4 i + m of the pair is the AVX-512 kernel's lane
-// 4 i + m. dot_u8s8 is AVX-VNNI's VPDPBUSD where the target has it; otherwise VPMADDUBSW adds
-// pairs of unsigned x signed byte products into 16 bits (at most 2 x 24 x 12 = 576: no
-// saturation) and VPMADDWD with ones adds the pairs: the same exact sum of 4 products as
-// VPDPBUSD (Intel SDM vol. 2B). Then the same FP32 operations in the same order, so both give
-// the same bits.
+// 4 i + m. dot_u8s8 gives VPDPBUSD's exact sums of 4 products (Intel SDM vol. 2B) on AVX2 too
+// (see it), then the same FP32 operations in the same order: both give the same bits.
 template <int NT, int NS>
 void e2m1_tile(const std::uint8_t* const* tiles, const std::uint8_t* const* tile_scales, std::int64_t chunks, __m256i table,
                const E2M1Activations& x, std::int64_t n0, float weight_tensor_scale, float* out) {
