@@ -2597,6 +2597,23 @@ void attention_scores_fixed(const float* q, const float* k, std::int64_t ldk, st
   for (; j < visible; ++j) s[j] = dot_fixed_scalar(q, k + j * ldk, hd) * scale;
 }
 
+namespace {
+thread_local volatile std::uint8_t read_sink;  // read_into_cache's loads stay: their result is stored
+}  // namespace
+
+void read_into_cache(const void* p, std::size_t bytes) {
+  constexpr std::size_t kLine = 64;  // x86-64 and AArch64 cache lines
+  std::size_t b0 = 0, b1 = bytes;
+#ifdef _OPENMP
+  const auto n = static_cast<std::size_t>(omp_get_num_threads()), t = static_cast<std::size_t>(omp_get_thread_num());
+  b0 = bytes * t / n / kLine * kLine, b1 = t + 1 == n ? bytes : bytes * (t + 1) / n / kLine * kLine;
+#endif
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint8_t any = 0;  // one byte of each line, ORed: independent loads the core overlaps
+  for (std::size_t o = b0; o < b1; o += kLine) any |= b[o];
+  read_sink = any;
+}
+
 void attention_values_fixed(const float* p, const float* v, std::int64_t ldv, std::int64_t visible, std::int64_t hd, float* out) {
   std::int64_t e0 = 0;
 #ifdef RLSIM_SIMD16

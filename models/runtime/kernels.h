@@ -419,6 +419,14 @@ void softmax_row(float* s, std::int64_t n);
 void attention_scores_fixed(const float* q, const float* k, std::int64_t ldk, std::int64_t visible, std::int64_t hd, float scale,
                             float* s);
 
+/// Reads `bytes` bytes at p into the calling thread's caches, one load per 64-byte line in
+/// address order (the values are discarded). Inside an OpenMP parallel region each thread reads
+/// its contiguous share (share t of n: whole lines from bytes t / n to bytes (t + 1) / n), so the
+/// team reads the block once; outside one, the calling thread reads all of it. For a block read
+/// next in a strided order that the hardware prefetchers follow poorly (decode attention over the
+/// KV cache: Transformer::attention_block), one sequential read brings it in at streaming rate.
+void read_into_cache(const void* p, std::size_t bytes);
+
 /// out[e] = sum over j < visible, in order, of p[j] v[j ldv + e] (each product rounded, then
 /// added), for e < hd: one query's attention output from its probabilities p and the cached
 /// values. On a SIMD build 16 outputs a register (the same operations per output: the same bits).

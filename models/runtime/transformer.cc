@@ -21,6 +21,12 @@ namespace {
 // Query rows per attention task of a multi-token pass (default kernels).
 constexpr Eigen::Index kAttentionRows = 64;
 
+// The most bytes of cached keys and values a decode step reads into cache before its heads'
+// passes (attention_block): half a megabyte, half the L2 of two Zen 4 cores (1 MiB each, AMD
+// Zen 4 software optimization guide) and all of two Zen 3 cores' (512 KiB), so the block is still
+// there when the heads read it. SmolLM2-135M reaches it at 341 positions.
+constexpr std::size_t kDecodeWarmBytes = std::size_t{1} << 19;
+
 bool is_fp32(const Format& f) { return f.element == Element::kFp32 && f.scaling.kind == ScaleKind::kNone; }
 
 void round_rows(float* x, std::int64_t rows, std::int64_t cols, const Format& f, bool static_tensor_scale) {
@@ -523,23 +529,42 @@ void Transformer::attention_block(const Layer& l, const MatrixRM& xb, int first_
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Eigen::Index rows_per_task = T > 1 ? kAttentionRows : 1;
   const Eigen::Index blocks = (T + rows_per_task - 1) / rows_per_task;
-#pragma omp parallel for schedule(dynamic)
-  for (Eigen::Index task = 0; task < c.heads * blocks; ++task) {
-    const int h = static_cast<int>(task / blocks);
-    const Eigen::Index t0 = (task % blocks) * rows_per_task, n = std::min(rows_per_task, T - t0);
-    const Eigen::Index g = h / group, seen = first_pos + t0 + n;  // positions any of the block's queries sees
-    MatrixRM s(n, seen);
-    s.noalias() = q.block(t0, h * hd, n, hd) * kc.block(0, g * hd, seen, hd).transpose();
-    for (Eigen::Index t = 0; t < n; ++t) {
-      const Eigen::Index visible = first_pos + t0 + t + 1;  // causal: positions 0..first_pos + t0 + t
-      float* row = s.row(t).data();
-      for (Eigen::Index j = 0; j < visible; ++j) row[j] *= scale;
-      softmax_row(row, visible);
-      for (Eigen::Index j = visible; j < seen; ++j) row[j] = 0;
+  // A decode step's cached rows come from DRAM (the weights streamed since the last step evict
+  // them), and each head reads its group's hd of every row's kv_dim values: a strided pass that
+  // the hardware prefetchers ramp up on anew for every head. The threads first read the rows
+  // once in address order, each a contiguous share (read_into_cache), while the block fits in
+  // their L2 caches (kDecodeWarmBytes). The same bits either way. SmolLM2-135M at 1-120
+  // positions, 2 threads of a Zen 4 VM, the two ways alternating token by token in one process
+  // (2026-11-29, two sessions of 4-10 rounds of 120 tokens): 14.9 -> 9.7 us of attention a layer;
+  // ms a token, means: int4-w4a16-g32 5.26 -> 5.12 and 4.65 -> 4.59, mxfp8 8.69 -> 8.56 and
+  // 7.38 -> 7.36, fp8-block 8.98 -> 8.75, bf16 13.62 -> 13.48.
+  const std::size_t cached = static_cast<std::size_t>(first_pos) * static_cast<std::size_t>(kc.cols()) * sizeof(float);
+  const bool warm = T == 1 && first_pos > 0 && 2 * cached <= kDecodeWarmBytes;
+#pragma omp parallel
+  {
+    if (warm) {
+      read_into_cache(kc.data(), cached);  // rows [0, first_pos): contiguous in the row-major cache
+      read_into_cache(vc.data(), cached);
+#pragma omp barrier
     }
-    if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
-    if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
-    out.block(t0, h * hd, n, hd).noalias() = s * vc.block(0, g * hd, seen, hd);
+#pragma omp for schedule(dynamic)
+    for (Eigen::Index task = 0; task < c.heads * blocks; ++task) {
+      const int h = static_cast<int>(task / blocks);
+      const Eigen::Index t0 = (task % blocks) * rows_per_task, n = std::min(rows_per_task, T - t0);
+      const Eigen::Index g = h / group, seen = first_pos + t0 + n;  // positions any of the block's queries sees
+      MatrixRM s(n, seen);
+      s.noalias() = q.block(t0, h * hd, n, hd) * kc.block(0, g * hd, seen, hd).transpose();
+      for (Eigen::Index t = 0; t < n; ++t) {
+        const Eigen::Index visible = first_pos + t0 + t + 1;  // causal: positions 0..first_pos + t0 + t
+        float* row = s.row(t).data();
+        for (Eigen::Index j = 0; j < visible; ++j) row[j] *= scale;
+        softmax_row(row, visible);
+        for (Eigen::Index j = visible; j < seen; ++j) row[j] = 0;
+      }
+      if (softmax_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), Format{softmax_, {}});
+      if (attention_ != Element::kFp32) round_to_format(s.data(), s.rows(), s.cols(), attn_fmt);
+      out.block(t0, h * hd, n, hd).noalias() = s * vc.block(0, g * hd, seen, hd);
+    }
   }
 }
 
