@@ -28,6 +28,15 @@ namespace {
 
 using simd::kE4M3Fix;
 
+// At least n elements of a thread's reused scratch vector: it only grows, so a call after a larger
+// one neither shrinks nor value-initialises it (a decode step's GEMVs alternate between sizes, and
+// resize zero-filled the difference every time). Callers write every element they then read.
+template <typename T>
+T* scratch(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 // The value of an E4M3 code without NaN (0x7F / 0xFF are excluded at construction), exact.
 inline float e4m3_value(std::uint32_t c) {
   const auto extended = static_cast<std::uint32_t>(static_cast<std::int32_t>(static_cast<std::int8_t>(c)));
@@ -2060,11 +2069,11 @@ void PackedWeight::kmajor_segment(const float* x, std::int64_t r0, std::int64_t 
   constexpr int K = kKMajorColumns;
   const std::int64_t n = r1 - r0, ldb = (n + 15) / 16 * 16;
   thread_local std::vector<float> block_sums;
-  block_sums.resize(static_cast<std::size_t>(NT * ldb));
+  float* const sums = scratch(block_sums, static_cast<std::size_t>(NT * ldb));
   float* sb[NT];
   float* tot[NT];
   for (int t = 0; t < NT; ++t) {
-    sb[t] = block_sums.data() + t * ldb;
+    sb[t] = sums + t * ldb;
     tot[t] = partial + t * ldt;
     std::fill(tot[t], tot[t] + n, 0.0f);
   }
@@ -2119,11 +2128,11 @@ void PackedWeight::kmajor_combine(const float* partials, std::int64_t ld, std::i
 
 template <int NT>
 void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
-  thread_local std::vector<float> partials;
+  thread_local std::vector<float> buffer;
   const std::int64_t ld = (r1 - r0 + 15) / 16 * 16;
-  partials.resize(static_cast<std::size_t>(NT * kKMajorSegments * ld));
-  for (int g = 0; g < kKMajorSegments; ++g) kmajor_segment<NT>(x, r0, r1, g, partials.data() + g * ld, kKMajorSegments * ld);
-  kmajor_combine(partials.data(), ld, NT, y, ldy, r0, r1);
+  float* const partials = scratch(buffer, static_cast<std::size_t>(NT * kKMajorSegments * ld));
+  for (int g = 0; g < kKMajorSegments; ++g) kmajor_segment<NT>(x, r0, r1, g, partials + g * ld, kKMajorSegments * ld);
+  kmajor_combine(partials, ld, NT, y, ldy, r0, r1);
 }
 #endif
 
@@ -2363,14 +2372,14 @@ void PackedWeight::simd_tiles(const float* x, std::int64_t tokens, float* y, std
 void PackedWeight::gemm_rows_int4_dot(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
                                       std::int64_t r1) const {
   constexpr int R = kTileRows;
-  thread_local std::vector<Int4DotChunk> xs;
-  xs.resize(static_cast<std::size_t>(tokens * chunks_));
+  thread_local std::vector<Int4DotChunk> buffer;
+  Int4DotChunk* const xs = scratch(buffer, static_cast<std::size_t>(tokens * chunks_));
   const std::int64_t cpb = nibble_chunks_per_block();
   // Tokens [n0, n1), whose activations are in xs, 4 at a time and the rest one by one.
   auto tile_scales = [&](std::int64_t t) { return scale_data_.data() + block_index(t * R, 0) * sizeof(std::uint16_t); };
   auto run = [&](std::int64_t n0, std::int64_t n1) {
     if (n1 - n0 == 1) {
-      const Int4DotChunk* token[1] = {xs.data() + n0 * chunks_};
+      const Int4DotChunk* token[1] = {xs + n0 * chunks_};
       for_each_tile_pair<R>(
           r0, r1, y + n0 * ldy,
           [&](std::int64_t t, float* out) {
@@ -2387,7 +2396,7 @@ void PackedWeight::gemm_rows_int4_dot(const float* x, std::int64_t tokens, float
     for_each_tile<R>(n1 - n0, 64, r0, r1, y + n0 * ldy, ldy, [&](std::int64_t n, bool four, float* out, std::int64_t t) {
       const std::uint8_t *p = tile_codes(t), *scales = tile_scales(t);
       const Int4DotChunk* token[4] = {};
-      for (int m = 0; m < (four ? 4 : 1); ++m) token[m] = xs.data() + (n0 + n + m) * chunks_;
+      for (int m = 0; m < (four ? 4 : 1); ++m) token[m] = xs + (n0 + n + m) * chunks_;
       if (four) {
         int4_dot_tile<4, 1>(&p, chunks_, cpb, &scales, token, out);
       } else {
@@ -2399,7 +2408,7 @@ void PackedWeight::gemm_rows_int4_dot(const float* x, std::int64_t tokens, float
   // the FP32 kernel on its own; its neighbours keep their bits, as in any batch.
   std::int64_t n0 = 0;
   for (std::int64_t n = 0; n < tokens; ++n) {
-    if (int4_dot_activations(x + n * cols_, cols_, chunks_, xs.data() + n * chunks_)) continue;
+    if (int4_dot_activations(x + n * cols_, cols_, chunks_, xs + n * chunks_)) continue;
     if (n0 < n) run(n0, n);
     simd_tiles(x + n * cols_, 1, y + n * ldy, ldy, r0, r1);
     n0 = n + 1;
@@ -2693,8 +2702,7 @@ void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
     work += j.w->rows() * j.w->cols() * j.tokens;
   }
   thread_local std::vector<float> buffer;  // the calling thread's, shared with the team through `partials`
-  buffer.resize(floats);
-  float* const partials = buffer.data();
+  float* const partials = scratch(buffer, floats);
   // Rows [r0, r1) of the part [off, off + part) of [w0, w1)'s work that `rows` rows share evenly:
   // inner boundaries at the nearest whole vector of 16 rows, the part's ends at rows 0 and
   // `rows` (a part of no work, where a tiny job's segment would get none, counts as one unit).
