@@ -22,9 +22,9 @@ namespace {
 constexpr Eigen::Index kAttentionRows = 64;
 
 // The most bytes of cached keys and values a decode step reads into cache before its heads'
-// passes (attention_block): half a megabyte, half the L2 of two Zen 4 cores (1 MiB each, AMD
-// Zen 4 software optimization guide) and all of two Zen 3 cores' (512 KiB), so the block is still
-// there when the heads read it. SmolLM2-135M reaches it at 341 positions.
+// passes (attention_block): half a megabyte, a quarter of the L2 of two Zen 4 cores (1 MiB each,
+// AMD's Zen 4 software optimization guide) and half that of two Zen 3 cores (512 KiB each), so
+// the block is still there when the heads read it. SmolLM2-135M reaches it at 341 positions.
 constexpr std::size_t kDecodeWarmBytes = std::size_t{1} << 19;
 
 bool is_fp32(const Format& f) { return f.element == Element::kFp32 && f.scaling.kind == ScaleKind::kNone; }
@@ -535,7 +535,7 @@ void Transformer::attention_block(const Layer& l, const MatrixRM& xb, int first_
   // once in address order, each a contiguous share (read_into_cache), while the block fits in
   // their L2 caches (kDecodeWarmBytes). The same bits either way. SmolLM2-135M at 1-120
   // positions, 2 threads of a Zen 4 VM, the two ways alternating token by token in one process
-  // (2026-11-29, two sessions of 4-10 rounds of 120 tokens): 14.9 -> 9.7 us of attention a layer;
+  // (2026-11-29, two series of 4-10 rounds of 120 tokens): 14.9 -> 9.7 us of attention a layer;
   // ms a token, means: int4-w4a16-g32 5.26 -> 5.12 and 4.65 -> 4.59, mxfp8 8.69 -> 8.56 and
   // 7.38 -> 7.36, fp8-block 8.98 -> 8.75, bf16 13.62 -> 13.48.
   const std::size_t cached = static_cast<std::size_t>(first_pos) * static_cast<std::size_t>(kc.cols()) * sizeof(float);
