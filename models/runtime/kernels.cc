@@ -28,6 +28,10 @@ namespace {
 
 using simd::kE4M3Fix;
 
+// Bytes of a cache line (x86-64 and AArch64): the step of the GEMVs' prefetch loops and of
+// read_into_cache.
+constexpr std::int64_t kCacheLineBytes = 64;
+
 // At least n elements of a thread's reused scratch vector: it only grows, so a call after a larger
 // one neither shrinks nor value-initialises it (a decode step's GEMVs alternate between sizes, and
 // resize zero-filled the difference every time). Callers write every element they then read.
@@ -1010,7 +1014,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
     for (int s = 0; s < NS; ++s) ps[s] = tile_codes(tiles[s]);
     for (std::int64_t c = 0; c < cols_; c += 16) {
       for (int s = 0; s < NS; ++s)
-        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream<StreamKind::kPlain>(ps[s] + b);
+        for (std::int64_t b = 0; b < R * CB; b += kCacheLineBytes) prefetch_stream<StreamKind::kPlain>(ps[s] + b);
       __m512 xv[NT];
       for (int n = 0; n < NT; ++n) xv[n] = load_x(x + n * ldx, c, cols_);
       for (int s = 0; s < NS; ++s) {
@@ -1055,7 +1059,7 @@ void PackedWeight::simd16_e4m3(const float* x, std::int64_t ldx, float* y, const
     }
     for (std::int64_t c = c0; c < c1; c += 16) {
       for (int s = 0; s < NS; ++s)
-        for (std::int64_t b = 0; b < R * CB; b += 64) prefetch_stream(ps[s] + b);
+        for (std::int64_t b = 0; b < R * CB; b += kCacheLineBytes) prefetch_stream(ps[s] + b);
       __m512 xl[NT], xh[NT];  // x lifted, in the pairs' lo and hi lane orders
       for (int n = 0; n < NT; ++n) {
         const __m512 xv = _mm512_mul_ps(load_x(x + n * ldx, c, cols_), _mm512_set1_ps(kE4M3Lift));
@@ -1296,7 +1300,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
     }
     for (std::int64_t c = c0; c < c1; c += 16) {
       for (int s = 0; s < NS; ++s) {
-        for (std::int64_t b = 0; b < R * CB; b += 64)
+        for (std::int64_t b = 0; b < R * CB; b += kCacheLineBytes)
           prefetch_stream<kE4M3 ? StreamKind::kDecoded : StreamKind::kPlain>(ps[s] + b);
       }
       V16 xv[NT];
@@ -2235,7 +2239,7 @@ void PackedWeight::simd_bf16_dot(const std::uint16_t* xb, std::int64_t ldxb, flo
   // (lane l sums the products of columns 2l and 2l + 1 of the 32).
   for (std::int64_t c = 0; c < chunks_; c += 2) {
     for (int s = 0; s < NS; ++s)
-      for (std::int64_t b = 0; b < 2 * R * CB; b += 64) prefetch_stream<StreamKind::kPlain>(ps[s] + b);
+      for (std::int64_t b = 0; b < 2 * R * CB; b += kCacheLineBytes) prefetch_stream<StreamKind::kPlain>(ps[s] + b);
     const bool pair = c + 1 < chunks_;
 #ifdef RLSIM_AVX512
     __m512i xv[NT];
@@ -2611,7 +2615,7 @@ thread_local volatile std::uint8_t read_sink;  // read_into_cache's loads stay: 
 }  // namespace
 
 void read_into_cache(const void* p, std::size_t bytes) {
-  constexpr std::size_t kLine = 64;  // x86-64 and AArch64 cache lines
+  constexpr auto kLine = static_cast<std::size_t>(kCacheLineBytes);
   std::size_t b0 = 0, b1 = bytes;
 #ifdef _OPENMP
   const auto n = static_cast<std::size_t>(omp_get_num_threads()), t = static_cast<std::size_t>(omp_get_thread_num());
