@@ -403,6 +403,21 @@ void split_work(std::int64_t total, bool parallel, F&& run) {
   run(std::int64_t{0}, total);
 }
 
+/// Calls body(i) for every i in [0, n): split among the OpenMP threads (static schedule) when
+/// `parallel`, else on the calling thread without entering an OpenMP region. An `if (false)`
+/// clause still enters one (libgomp sets up a team of one): 0.4 us a call on a Zen 4 VM
+/// (2026-11-29), 150 calls and 0.06 ms a decoded SmolLM2-135M token through rmsnorm, rope and
+/// the SwiGLU product, which split only a prefill's rows.
+template <typename F>
+void parallel_for_if(std::int64_t n, bool parallel, F&& body) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) body(i);
+}
+
 /// Softmax of one row in place: s[j] = e^(s[j] - max) / sum, for n >= 1 finite scores
 /// (attention rows, router logits). With AVX-512 or AVX2, e^x is computed 16 lanes at a time
 /// (Cody-Waite reduction and Cephes' expf polynomial, within 2 ulp of std::exp) and summed as 16

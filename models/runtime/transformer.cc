@@ -432,13 +432,12 @@ void Transformer::round_hidden(MatrixRM& x) const {
 
 void Transformer::rmsnorm(MatrixRM& x, const VectorF& w) const {
   // Rows are independent: split among the threads for a prefill (each row computed alike).
-#pragma omp parallel for schedule(static) if (x.rows() >= 64)
-  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+  parallel_for_if(x.rows(), x.rows() >= 64, [&](Eigen::Index r) {
     float ss = 0;
     for (Eigen::Index j = 0; j < x.cols(); ++j) ss += x(r, j) * x(r, j);
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(x.cols()) + config_.norm_eps);
     for (Eigen::Index j = 0; j < x.cols(); ++j) x(r, j) = w[j] * (inv * x(r, j));
-  }
+  });
 }
 
 std::vector<float> Transformer::rope_table(int first_pos, Eigen::Index rows) const {
@@ -457,8 +456,7 @@ std::vector<float> Transformer::rope_table(int first_pos, Eigen::Index rows) con
 
 void Transformer::rope(MatrixRM& x, int heads, const std::vector<float>& table) const {
   const int hd = config_.head_dim;
-#pragma omp parallel for schedule(static) if (x.rows() >= 64)
-  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+  parallel_for_if(x.rows(), x.rows() >= 64, [&](Eigen::Index r) {
     const float* cs = table.data() + r * hd;
     for (int h = 0; h < heads; ++h) {
       float* v = x.row(r).data() + static_cast<std::ptrdiff_t>(h) * hd;
@@ -472,7 +470,7 @@ void Transformer::rope(MatrixRM& x, int heads, const std::vector<float>& table) 
         v[b] = v0 * fci + v1 * fcr;
       }
     }
-  }
+  });
 }
 
 void Transformer::store_kv(MatrixRM& kv) const {
@@ -577,8 +575,8 @@ void Transformer::feed_forward(const Layer& l, const MatrixRM& xb, MatrixRM& d) 
   linears({{&l.gate, &gt}, {&l.up, &up}}, xb);
   round_hidden(gt);
   round_hidden(up);
-#pragma omp parallel for schedule(static) if (gt.size() >= (1 << 16))
-  for (Eigen::Index r = 0; r < gt.rows(); ++r) silu_mul(gt.row(r).data(), up.row(r).data(), gt.row(r).data(), gt.cols());
+  parallel_for_if(gt.rows(), gt.size() >= (1 << 16),
+                  [&](Eigen::Index r) { silu_mul(gt.row(r).data(), up.row(r).data(), gt.row(r).data(), gt.cols()); });
   round_hidden(gt);
   d = linear(l.down, gt);
 }
