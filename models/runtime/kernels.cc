@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -3024,7 +3025,83 @@ void PackedWeight::gemm_rows_e2m1_scalar(const E2M1Activations& x, float* y, std
   }
 }
 
+void LearnedSplit::boundaries(std::int64_t total, int n, std::int64_t* b) const {
+  b[0] = 0;
+  double cumulative = 0;
+  for (int t = 0; t < n; ++t) {
+    cumulative += fraction(t, n);
+    b[t + 1] = t + 1 == n ? total : std::clamp<std::int64_t>(std::llround(cumulative * static_cast<double>(total)), b[t], total);
+  }
+}
+
+float LearnedSplit::fraction(int t, int n) const {
+  if (n < 2 || n > kMaxThreads || threads_.load(std::memory_order_relaxed) != n) return 1.0f / static_cast<float>(n);
+  return fraction_[static_cast<std::size_t>(t)].load(std::memory_order_relaxed);
+}
+
+void LearnedSplit::learn(int n, const std::int64_t* b, const double* seconds) const {
+  if (n < 2 || n > kMaxThreads) return;
+  std::array<double, kMaxThreads> rate{};
+  double rates = 0;
+  for (int t = 0; t < n; ++t) {
+    const auto work = static_cast<double>(b[t + 1] - b[t]);
+    if (!(work > 0 && seconds[t] > 0)) return;
+    rate[static_cast<std::size_t>(t)] = work / seconds[t];
+    rates += rate[static_cast<std::size_t>(t)];
+  }
+  constexpr double kStep = 0.25;  // of the way towards the last call's balance
+  const double even = 1.0 / n;
+  std::array<double, kMaxThreads> f{};
+  double sum = 0;
+  for (int t = 0; t < n; ++t) {
+    const auto i = static_cast<std::size_t>(t);
+    const double old = fraction(t, n);
+    f[i] = std::clamp(old + kStep * (rate[i] / rates - old), 0.5 * even, 1.5 * even);
+    sum += f[i];
+  }
+  for (int t = 0; t < n; ++t) {
+    const auto i = static_cast<std::size_t>(t);
+    fraction_[i].store(static_cast<float>(f[i] / sum), std::memory_order_relaxed);
+  }
+  threads_.store(n, std::memory_order_relaxed);
+}
+
+namespace {
+// split_work with the shares `split` learned (LearnedSplit::boundaries), each thread's time from
+// the call's start taught to it afterwards. A team of another size than omp_get_max_threads()
+// (a nested region) splits evenly and teaches nothing.
+template <typename F>
+void split_learned(std::int64_t total, bool parallel, [[maybe_unused]] const LearnedSplit& split, F&& run) {
+#ifdef _OPENMP
+  const int n = omp_get_max_threads();
+  if (parallel && n > 1 && n <= LearnedSplit::kMaxThreads) {
+    using Clock = std::chrono::steady_clock;
+    std::array<std::int64_t, LearnedSplit::kMaxThreads + 1> b{};
+    std::array<double, LearnedSplit::kMaxThreads> seconds{};
+    split.boundaries(total, n, b.data());
+    bool whole_team = true;
+    const Clock::time_point start = Clock::now();
+#pragma omp parallel
+    {
+      const int m = omp_get_num_threads(), t = omp_get_thread_num();
+      if (m == n) {
+        run(b[static_cast<std::size_t>(t)], b[static_cast<std::size_t>(t) + 1]);
+        seconds[static_cast<std::size_t>(t)] = std::chrono::duration<double>(Clock::now() - start).count();
+      } else {
+        if (t == 0) whole_team = false;
+        run(total * t / m, total * (t + 1) / m);
+      }
+    }
+    if (whole_team) split.learn(n, b.data(), seconds.data());
+    return;
+  }
+#endif
+  split_work(total, parallel, run);
+}
+}  // namespace
+
 void gemv(std::span<const GemvJob> jobs) {
+  if (jobs.empty()) return;
   std::int64_t total = 0;
   for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;
 #ifdef RLSIM_SIMD16
@@ -3055,7 +3132,7 @@ void gemv(std::span<const GemvJob> jobs) {
       off += rows * cols;
     }
   };
-  split_work(total, total >= (1 << 16), run);
+  split_learned(total, total >= (1 << 16), jobs.front().w->split(), run);
 }
 
 }  // namespace rlsim::models

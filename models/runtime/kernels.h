@@ -20,6 +20,8 @@
 // split among the OpenMP threads.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -91,6 +93,47 @@ struct E2M1Activations {
   std::vector<std::int32_t> bias;
   std::vector<float> scales;
   std::vector<float> tensor;
+};
+
+/// The shares of a GEMV's work that the threads of a team take, learned from the calls before on
+/// the same weight so that the threads finish together although they run at different speeds.
+/// Each thread t of n holds fraction f_t of the work (even, 1/n, until a call has been timed).
+/// After a call, f_t moves a quarter of the way towards r_t / sum r, where r_t is the thread's
+/// work over its seconds from the call's start (so that the worker's later start counts against
+/// it); each fraction stays in [1 / (2n), 3 / (2n)] and the fractions are renormalised. Threads of
+/// the same team ran a decode's identical shares 10-15 % apart in speed on the 2-vCPU Zen 4 VM,
+/// the faster or the slower one varying between processes (perf samples a thread, 2026-11-29).
+/// With learned shares SmolLM2-135M decodes took less time, alternated token by token with the
+/// even split in one process (mean ms a token over 6-12 rounds, two or three processes each,
+/// the first with fractions bounded to [0.3, 0.7]): int4-w4a16-g32 0.9-7.9 %, fp8-block 2.6-7.2
+/// %, mxfp8 (its BF16 lm_head and other calls off the k-major kernel, whose two segments stay
+/// even) 0.3-4.5 %, bf16 0.8-2.6 %; nvfp4 the same to 0.5 % more. The split never changes a
+/// result: every row is summed alike whichever thread runs it (gemv). The fractions are relaxed
+/// atomics, so concurrent calls on one weight race only over which update lands; a copy starts
+/// even.
+class LearnedSplit {
+ public:
+  /// Teams of more threads take the even split.
+  static constexpr int kMaxThreads = 16;
+  LearnedSplit() = default;
+  LearnedSplit(const LearnedSplit&) {}
+  LearnedSplit& operator=(const LearnedSplit&) {
+    threads_.store(0, std::memory_order_relaxed);
+    return *this;
+  }
+  /// Boundaries b[0] = 0 <= b[1] <= ... <= b[n] = total of n threads' shares of `total` work
+  /// units (b has n + 1 elements; 1 <= n).
+  void boundaries(std::int64_t total, int n, std::int64_t* b) const;
+  /// Learns from one call that split the work at boundaries b (as `boundaries` gave them) where
+  /// thread t finished seconds[t] after the call started. A call with a thread of no work or no
+  /// time, or with n outside [2, kMaxThreads], teaches nothing.
+  void learn(int n, const std::int64_t* b, const double* seconds) const;
+  /// The fraction of thread t of an n-thread team (t < n).
+  float fraction(int t, int n) const;
+
+ private:
+  mutable std::atomic<int> threads_{0};  // the team size the fractions are for; 0: none learned
+  mutable std::array<std::atomic<float>, kMaxThreads> fraction_{};
 };
 
 /// A weight matrix [rows = out_features, cols = in_features] in its storage format.
@@ -167,6 +210,8 @@ class PackedWeight {
   const void* scale_storage() const { return scale_data_.data(); }
 
   std::int64_t rows() const { return rows_; }
+  /// The thread shares gemv() learns for calls whose first job is this weight.
+  const LearnedSplit& split() const { return split_; }
   std::int64_t cols() const { return cols_; }
   WeightLayout layout() const { return layout_; }
 
@@ -370,6 +415,7 @@ class PackedWeight {
   const float* e4m3_luts_ = nullptr;  // kNibble with E4M3 scales: lut_ times every E4M3 scale (shared)
   std::vector<std::uint8_t> data_;
   std::vector<std::uint8_t> scale_data_;
+  LearnedSplit split_;  // gemv's shares of this weight's work when it is a call's first job
 };
 
 /// One GEMV, or a batch of them on the same weight: y[n, 0..w.rows()) = W x[n] for n < tokens, x
@@ -456,12 +502,13 @@ void attention_values_fixed(const float* p, const float* v, std::int64_t ldv, st
 void silu_mul(const float* gate, const float* up, float* out, std::int64_t n);
 
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
-/// rows split among the threads in contiguous ranges of equal work (rows x cols x tokens); jobs
-/// that are all kE4M3KMajor with at most 4 tokens split the halves of their columns first, then
-/// the rows (each thread then reads one sequential stream, as the tiled layouts give it). Each
-/// row's sum is the same whatever the thread count and the number of tokens, so results are
-/// deterministic and batch-invariant. Small totals (under 2^16 multiply-adds) run on the calling
-/// thread.
+/// rows split among the threads in contiguous ranges of work (rows x cols x tokens) in the
+/// shares the first job's weight has learned (PackedWeight::split; even until then); jobs that
+/// are all kE4M3KMajor with at most 4 tokens split the halves of their columns evenly first,
+/// then the rows (each thread then reads one sequential stream, as the tiled layouts give it).
+/// Each row's sum is the same whatever the thread count, the split and the number of tokens, so
+/// results are deterministic and batch-invariant. Small totals (under 2^16 multiply-adds) run on
+/// the calling thread; no jobs, nothing.
 void gemv(std::span<const GemvJob> jobs);
 
 }  // namespace rlsim::models

@@ -205,6 +205,88 @@ TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
   }
 }
 
+TEST(LearnedSplit, MovesEachShareTowardsItsThreadsRateWithinBounds) {
+  const LearnedSplit split;
+  std::int64_t b[4];
+  split.boundaries(1000, 2, b);
+  EXPECT_EQ(std::vector<std::int64_t>(b, b + 3), (std::vector<std::int64_t>{0, 500, 1000}));
+  // Thread 0 did its 500 units in 1 s, thread 1 in 2 s: rates 500 and 250, balance at 2/3.
+  const double slow_worker[2] = {1.0, 2.0};
+  split.learn(2, b, slow_worker);
+  EXPECT_NEAR(split.fraction(0, 2), 0.5 + 0.25 * (2.0 / 3 - 0.5), 1e-6);
+  EXPECT_NEAR(split.fraction(0, 2) + split.fraction(1, 2), 1.0, 1e-6);
+  for (int i = 0; i < 100; ++i) {
+    split.boundaries(1000, 2, b);
+    // The same speeds: thread t's seconds are its work over its rate.
+    const double seconds[2] = {static_cast<double>(b[1]) / 500, static_cast<double>(b[2] - b[1]) / 250};
+    split.learn(2, b, seconds);
+  }
+  EXPECT_NEAR(split.fraction(0, 2), 2.0 / 3, 1e-3);
+  split.boundaries(1000, 2, b);
+  EXPECT_EQ(b[1], 667);
+  // A 5x faster thread stops at the bound 3 / (2n).
+  for (int i = 0; i < 100; ++i) {
+    split.boundaries(1000, 2, b);
+    const double seconds[2] = {static_cast<double>(b[1]) / 500, static_cast<double>(b[2] - b[1]) / 100};
+    split.learn(2, b, seconds);
+  }
+  EXPECT_NEAR(split.fraction(0, 2), 0.75, 1e-6);
+  // Other team sizes and copies start even; a call with an idle thread teaches nothing.
+  EXPECT_FLOAT_EQ(split.fraction(1, 3), 1.0f / 3);
+  const LearnedSplit copy = split;
+  EXPECT_FLOAT_EQ(copy.fraction(0, 2), 0.5f);
+  const std::int64_t idle[3] = {0, 0, 1000};
+  const double times[2] = {0.0, 1.0};
+  split.learn(2, idle, times);
+  EXPECT_NEAR(split.fraction(0, 2), 0.75, 1e-6);
+  split.boundaries(7, 3, b);
+  EXPECT_EQ(b[0], 0);
+  EXPECT_EQ(b[3], 7);
+  EXPECT_LE(b[1], b[2]);
+}
+
+TEST(Gemv, LearnedSharesLeaveEveryRowsBits) {
+  // Whatever shares the threads have learned, each row is summed alike: skewed splits of 2 and
+  // 3 threads give one thread's bits, for every tiled kernel (BF16 with FP32 and BF16
+  // activations, E4M3 tensor and block, INT4's integer kernel, NVFP4) and for 1 and 5 tokens.
+  const std::int64_t rows = 1000, cols = 576;
+  const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 41, 0.02f);
+  std::vector<float> x = normal(static_cast<std::size_t>(5 * cols), 42, 1.0f);
+  for (float& v : x) v = round_bf16(v);  // BF16 values, as the x_bf16 kernel requires
+  for (const char* name : {"bf16", "fp8-e4m3/tensor", "fp8-e4m3/block128x128", "int4/group32", "nvfp4"}) {
+    for (const bool x_bf16 : {false, true}) {
+      if (x_bf16 && std::string_view(name) != "bf16") continue;
+      SCOPED_TRACE(std::string(name) + (x_bf16 ? " bf16 activations" : ""));
+      const PackedWeight pw(quantize(parse_format(name), rows, cols, std::span<const float>(w)));
+      auto run = [&](int threads, std::int64_t tokens) {
+        omp_set_num_threads(threads);
+        std::vector<float> y(static_cast<std::size_t>(tokens * rows), NAN);
+        const GemvJob job{&pw, x.data(), y.data(), tokens, x_bf16};
+        gemv(std::span<const GemvJob>(&job, 1));
+        return y;
+      };
+      auto teach = [&](int n, int slow) {  // thread `slow` at a fifth of the others' rate
+        std::int64_t b[LearnedSplit::kMaxThreads + 1];
+        for (int i = 0; i < 50; ++i) {
+          pw.split().boundaries(rows * cols, n, b);
+          double seconds[LearnedSplit::kMaxThreads];
+          for (int t = 0; t < n; ++t) seconds[t] = static_cast<double>(b[t + 1] - b[t]) * (t == slow ? 5.0 : 1.0);
+          pw.split().learn(n, b, seconds);
+        }
+      };
+      const int saved = omp_get_max_threads();
+      for (const std::int64_t tokens : {1, 5}) {
+        const std::vector<float> one = run(1, tokens);
+        for (const auto& [n, slow] : {std::pair{2, 0}, std::pair{2, 1}, std::pair{3, 2}}) {
+          teach(n, slow);
+          EXPECT_EQ(run(n, tokens), one) << n << " threads, thread " << slow << " slow, " << tokens << " tokens";
+        }
+      }
+      omp_set_num_threads(saved);
+    }
+  }
+}
+
 TEST(Gemv, KMajorCallWithATinyJobComputesEveryRow) {
   // One k-major call whose work crosses the threshold of the two-phase split, with a 1 x 1 job
   // beside a large one: its first segment has no blocks and half of no work, and must still be
