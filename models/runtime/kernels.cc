@@ -2766,7 +2766,11 @@ void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
     }
   };
   // Both phases in split_work's one region; the barrier binds to it (or to the calling thread
-  // alone when split_work runs serially).
+  // alone when split_work runs serially). The split stays even: with the segments' work in the
+  // shares the threads' speeds earned (LearnedSplit, as gemv splits the tiled layouts), a
+  // boundary off the middle split a segment's columns by rows, each thread then reading short
+  // pieces of every column, and SmolLM2-135M mxfp8 decodes took 8.20 instead of 7.08 ms a token
+  // (alternated token by token in one process, 10 rounds, 2026-11-29).
   split_work(work, true, [&](std::int64_t w0, std::int64_t w1) {
     segments(w0, w1);
 #pragma omp barrier

@@ -247,13 +247,14 @@ TEST(LearnedSplit, MovesEachShareTowardsItsThreadsRateWithinBounds) {
 
 TEST(Gemv, LearnedSharesLeaveEveryRowsBits) {
   // Whatever shares the threads have learned, each row is summed alike: skewed splits of 2 and
-  // 3 threads give one thread's bits, for every tiled kernel (BF16 with FP32 and BF16
-  // activations, E4M3 tensor and block, INT4's integer kernel, NVFP4) and for 1 and 5 tokens.
+  // 3 threads give one thread's bits, for every kernel (BF16 with FP32 and BF16 activations,
+  // E4M3 tensor and block, INT4's integer kernel, NVFP4; MXFP8's k-major layout through gemm_rows
+  // with 5 tokens, while its one-token kernel keeps its even split) and for 1 and 5 tokens.
   const std::int64_t rows = 1000, cols = 576;
   const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 41, 0.02f);
   std::vector<float> x = normal(static_cast<std::size_t>(5 * cols), 42, 1.0f);
   for (float& v : x) v = round_bf16(v);  // BF16 values, as the x_bf16 kernel requires
-  for (const char* name : {"bf16", "fp8-e4m3/tensor", "fp8-e4m3/block128x128", "int4/group32", "nvfp4"}) {
+  for (const char* name : {"bf16", "fp8-e4m3/tensor", "fp8-e4m3/block128x128", "mxfp8", "int4/group32", "nvfp4"}) {
     for (const bool x_bf16 : {false, true}) {
       if (x_bf16 && std::string_view(name) != "bf16") continue;
       SCOPED_TRACE(std::string(name) + (x_bf16 ? " bf16 activations" : ""));
