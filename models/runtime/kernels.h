@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "models/precision/quantize.h"
@@ -116,8 +117,10 @@ class LearnedSplit {
   /// Teams of more threads take the even split.
   static constexpr int kMaxThreads = 16;
   LearnedSplit() = default;
-  LearnedSplit(const LearnedSplit&) {}
-  LearnedSplit& operator=(const LearnedSplit&) {
+  // noexcept, so that PackedWeight stays nothrow-movable (a vector of weights moves them, not
+  // copies them, when it grows).
+  LearnedSplit(const LearnedSplit&) noexcept {}
+  LearnedSplit& operator=(const LearnedSplit&) noexcept {
     threads_.store(0, std::memory_order_relaxed);
     return *this;
   }
@@ -417,6 +420,7 @@ class PackedWeight {
   std::vector<std::uint8_t> scale_data_;
   LearnedSplit split_;  // gemv's shares of this weight's work when it is a call's first job
 };
+static_assert(std::is_nothrow_move_constructible_v<PackedWeight> && std::is_nothrow_move_assignable_v<PackedWeight>);
 
 /// One GEMV, or a batch of them on the same weight: y[n, 0..w.rows()) = W x[n] for n < tokens, x
 /// [tokens, w.cols()] and y [tokens, w.rows()] row-major. With x_e2m1 set (its tokens equal to
@@ -452,7 +456,7 @@ void split_work(std::int64_t total, bool parallel, F&& run) {
 /// Calls body(i) for every i in [0, n): split among the OpenMP threads (static schedule) when
 /// `parallel`, else on the calling thread without entering an OpenMP region. An `if (false)`
 /// clause still enters one (libgomp sets up a team of one): 0.4 us a call on a Zen 4 VM
-/// (2026-11-29), 150 calls and 0.06 ms a decoded SmolLM2-135M token through rmsnorm, rope and
+/// (2026-11-29), 151 calls and 0.06 ms a decoded SmolLM2-135M token through rmsnorm, rope and
 /// the SwiGLU product, which split only a prefill's rows.
 template <typename F>
 void parallel_for_if(std::int64_t n, bool parallel, F&& body) {
