@@ -210,8 +210,7 @@ GemmActivations::GemmActivations(const float* x, std::int64_t t, std::int64_t c,
   pairs.assign(static_cast<std::size_t>(kpad / 2 * tpad), 0u);
   scales.assign(static_cast<std::size_t>(blocks * tpad), 0.0f);
   // Each chunk's codes and scales in a per-thread buffer, then into the tile layout.
-#pragma omp parallel for schedule(static) if (split)
-  for (std::int64_t k = 0; k < chunks; ++k) {
+  parallel_for_if(chunks, split, [&](std::int64_t k) {
     thread_local std::vector<std::uint16_t> codes;
     thread_local std::vector<float> row_scales;  // [rows of the chunk][blocks]
     const std::int64_t r0 = k * chunk, nr = std::min(chunk, t - r0);
@@ -227,7 +226,7 @@ GemmActivations::GemmActivations(const float* x, std::int64_t t, std::int64_t c,
         pairs[pair_index(r0 + i, kp)] = row[2 * kp] | hi << 16;
       }
     }
-  }
+  });
 }
 
 bool gemm_uses_avx512_bf16() {
