@@ -332,6 +332,9 @@ class PackedWeight {
   int scale_size() const;                                         // bytes per stored scale
   std::size_t block_index(std::int64_t r, std::int64_t b) const;  // kernel scale slot of row r, block column b
   void check_fits(const QuantizedTensor& q) const;                // throws when q cannot be stored (store_loader)
+  // The scale index of the first block of each of tile t's kTileRows rows (a row past the last
+  // counting as the last), as block_index(row, 0) gives it: one division a tile, not one a row.
+  void tile_row_scale_bases(std::int64_t t, std::size_t* out) const;
   // A SIMD build, INT4 codes, tile-ordered BF16 group scales whose blocks are whole 32-column
   // chunks, each scale 0 or of magnitude in [2^-40, 2^40), no tensor scale: the INT4 integer
   // kernel (gemm_rows_int4_dot) applies.
@@ -351,9 +354,10 @@ class PackedWeight {
   template <WeightLayout L, int NT, int NS>
   void simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const;
 #ifdef RLSIM_AVX512
-  // simd16 of kE4M3 on AVX-512: a tile's rows in pairs, block sums times the block scales.
+  // simd16 of kE4M3 on AVX-512: a tile's rows in pairs, block sums times the block scales. With
+  // `pairs` (NT = 1 only), the token's x as e4m3_pair_activations laid it out, read instead of x.
   template <int NT, int NS>
-  void simd16_e4m3(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const;
+  void simd16_e4m3(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles, const float* pairs = nullptr) const;
 #endif
   template <int NT>
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;

@@ -37,7 +37,8 @@ const Case kCases[] = {
     {"fp8-e4m3/channel", WeightLayout::kE4M3},
     {"fp8-e4m3/block128x128", WeightLayout::kE4M3},
     {"fp8-e4m3/group1x128", WeightLayout::kE4M3},
-    {"fp8-e4m3", WeightLayout::kE4M3},  // unscaled
+    {"fp8-e4m3/block3x64", WeightLayout::kE4M3},  // block rows that straddle the 4-row tiles
+    {"fp8-e4m3", WeightLayout::kE4M3},            // unscaled
     {"mxfp8", WeightLayout::kE4M3KMajor},
     {"int4/group32", WeightLayout::kNibble},
     {"int4/group128", WeightLayout::kNibble},
