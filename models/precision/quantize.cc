@@ -1082,11 +1082,7 @@ __m512d with_sign_of(__m512d v, __m512d s) {
 }
 #endif
 
-// 2^k as an FP32 value, for k in [-149, 127] (subnormal below -126), from its bits (no libm call:
-// two a block).
-float pow2f(int k) {
-  return k >= -126 ? std::bit_cast<float>(static_cast<std::uint32_t>(k + 127) << 23) : std::bit_cast<float>(1u << (k + 149));
-}
+using simd::pow2f;  // two a block: no libm call
 
 // The FP32 path of fake_quantize for one 1 x n block (n <= 32) with E8M0 scale 2^shared:
 // x[i] = RNE of x[i] 2^-shared onto the grid, saturated to its largest finite value, times

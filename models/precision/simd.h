@@ -5,6 +5,7 @@
 // lane's arithmetic exactly as its AVX-512 twin and gives the same bits.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "models/precision/simd_target.h"
@@ -21,6 +22,13 @@ inline constexpr std::uint32_t kE4M3Fp32Mask = 0x87F00000u;
 inline constexpr int kE4M3Fp16Shift = kE4M3Fp32Shift - 16;
 inline constexpr std::uint16_t kE4M3Fp16Mask = kE4M3Fp32Mask >> 16;
 inline constexpr float kE4M3Fix = 0x1p120f;
+
+/// 2^k as an FP32 value for k in [-149, 127] (subnormal below -126), from its bits (IEEE 754
+/// binary32: biased exponent k + 127, or for a subnormal the bit k + 149 of the significand):
+/// exact, and no libm call as std::ldexp makes.
+inline float pow2f(int k) {
+  return k >= -126 ? std::bit_cast<float>(static_cast<std::uint32_t>(k + 127) << 23) : std::bit_cast<float>(1u << (k + 149));
+}
 }  // namespace rlsim::models::simd
 
 #ifdef RLSIM_AVX512

@@ -1522,7 +1522,13 @@ static_assert(sizeof(Int4DotChunk) == 128);
 // Makes chunk d two-digit where its lowest digits are all 0 (see kInt4DotFracBits): bias and unit
 // over and times 256, both exact.
 void drop_zero_lowest_digit(Int4DotChunk& d) {
-  d.three_digits = std::any_of(std::begin(d.digit[2]), std::end(d.digit[2]), [](std::int8_t g) { return g != 0; });
+  std::uint64_t any = 0;  // the 32 lowest digits OR'ed 8 at a time
+  for (std::size_t k = 0; k < sizeof d.digit[2]; k += sizeof any) {
+    std::uint64_t w;
+    std::memcpy(&w, d.digit[2] + k, sizeof w);
+    any |= w;
+  }
+  d.three_digits = any != 0;
   if (d.three_digits) return;
   constexpr int kBase = 1 << kInt4DigitBits;
   for (std::int32_t& b : d.bias) b /= kBase;  // -8 x a sum of multiples of 256: exact
@@ -1532,8 +1538,11 @@ void drop_zero_lowest_digit(Int4DotChunk& d) {
 // The exponent E of a chunk's largest magnitude m (m < 2^E; 0 for m = 0), or false when m is
 // outside the kernel's range (0 or [2^-kInt4DotMaxXLog2, 2^kInt4DotMaxXLog2)).
 bool int4_dot_exponent(float m, int& e) {
-  if (m != 0.0f && !(m >= std::ldexp(1.0f, -kInt4DotMaxXLog2) && m < std::ldexp(1.0f, kInt4DotMaxXLog2))) return false;
-  e = m == 0.0f ? 0 : std::ilogb(m) + 1;
+  if (m != 0.0f && !(m >= simd::pow2f(-kInt4DotMaxXLog2) && m < simd::pow2f(kInt4DotMaxXLog2))) return false;
+  // ilogb(m) + 1 from m's biased exponent field: m is 0 or normal here (kInt4DotMaxXLog2 < 126).
+  constexpr int kMantissaBits = 23, kBias = 127;
+  static_assert(kInt4DotMaxXLog2 < kBias - 1);
+  e = m == 0.0f ? 0 : static_cast<int>(std::bit_cast<std::uint32_t>(m) >> kMantissaBits) - kBias + 1;
   return true;
 }
 
@@ -1553,7 +1562,7 @@ bool int4_dot_chunk(const float* x, std::int64_t n, Int4DotChunk& d) {
   if ((_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) != 0) return false;
   int e = 0;
   if (!int4_dot_exponent(_mm512_reduce_max_ps(_mm512_max_ps(a0, a1)), e)) return false;
-  const __m512 to_fixed = _mm512_set1_ps(std::ldexp(1.0f, kInt4DotFracBits - e));
+  const __m512 to_fixed = _mm512_set1_ps(simd::pow2f(kInt4DotFracBits - e));
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const __m512i v[2] = {_mm512_cvt_roundps_epi32(_mm512_mul_ps(x0, to_fixed), kRound),
                         _mm512_cvt_roundps_epi32(_mm512_mul_ps(x1, to_fixed), kRound)};
@@ -1569,7 +1578,7 @@ bool int4_dot_chunk(const float* x, std::int64_t n, Int4DotChunk& d) {
   alignas(64) std::int32_t sum[16];
   _mm512_store_si512(sum, _mm512_add_epi32(v[0], v[1]));  // column k plus column 16 + k
   for (int l = 0; l < 4; ++l) d.bias[l] = -8 * ((sum[4 * l] + sum[4 * l + 1]) + (sum[4 * l + 2] + sum[4 * l + 3]));
-  d.unit = std::ldexp(1.0f, e - kInt4DotFracBits);
+  d.unit = simd::pow2f(e - kInt4DotFracBits);
   drop_zero_lowest_digit(d);
   return true;
 }
@@ -1577,7 +1586,7 @@ bool int4_dot_chunk(const float* x, std::int64_t n, Int4DotChunk& d) {
 // Chunk d's digits, bias and unit from its 32 integers v (zero past the token's columns).
 void int4_dot_digits(const std::int32_t* v, int e, Int4DotChunk& d) {
   constexpr int kLaneCols = 4, kHalf = 16, kChunkCols = 32;
-  d.unit = std::ldexp(1.0f, e - kInt4DotFracBits);
+  d.unit = simd::pow2f(e - kInt4DotFracBits);
   for (int k = 0; k < kChunkCols; ++k) {
     std::int32_t r = v[k];
     for (int q = 2; q >= 0; --q) {  // least significant first, each digit in [-128, 127]
