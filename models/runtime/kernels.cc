@@ -1105,17 +1105,18 @@ void PackedWeight::simd16_e4m3(const float* x, std::int64_t ldx, float* y, const
       }
       off += R * CB;
     }
-    // Lanes 0-7 of both of a pair's sums are row i's, lanes 8-15 row i + 1's. Unrolled so that
-    // GCC 12 keeps sb in registers: otherwise it stored every block sum to the stack after each
-    // FMA (8 stores a step of 16 columns).
     const auto block_scale = [&](int r) {
       return (scaled_ ? scale_at(sbase[r] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix;
     };
     // A tile whose rows share their block row (every tile of block128x128 and per-tensor scales)
     // reads its scale once, where each row had read its own: the same value, the same products.
     __m512 tile_sc[NS];
-    for (int s = 0; s < NS; ++s)
+    for (int s = 0; s < NS; ++s) {
       tile_sc[s] = sbase[s * R] == sbase[s * R + R - 1] ? _mm512_set1_ps(block_scale(s * R)) : _mm512_setzero_ps();
+    }
+    // Lanes 0-7 of both of a pair's sums are row i's, lanes 8-15 row i + 1's. Unrolled so that
+    // GCC 12 keeps sb in registers: otherwise it stored every block sum to the stack after each
+    // FMA (8 stores a step of 16 columns).
 #pragma GCC unroll 16
     for (int i = 0; i < RS; i += 2) {
       const int s = i / R;
