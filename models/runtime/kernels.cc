@@ -999,15 +999,22 @@ inline __m512 to_pair_lo(__m512 x) {
 inline __m512 to_pair_hi(__m512 x) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 4, 5, 6, 7, 12, 13, 14, 15), x);
 }
-// One token's x for simd16_e4m3, once per GEMV instead of once per tile pair: for each 16-column
-// step k (cols rounded up to 16, lanes past the row zero), x lifted by kE4M3Lift (exact: a power
-// of two) in to_pair_lo's order at out + 32 k and in to_pair_hi's at out + 32 k + 16. The same
-// values the kernel otherwise computes each step, so the same bits.
+// The 16 x-values from column c (lanes past the row zero) lifted by kE4M3Lift (exact: a power of
+// two), in to_pair_lo's order (lo) and to_pair_hi's (hi): what simd16_e4m3 multiplies a step by.
+inline void e4m3_pair_x(const float* x, std::int64_t c, std::int64_t cols, __m512& lo, __m512& hi) {
+  const __m512 xv = _mm512_mul_ps(load_x(x, c, cols), _mm512_set1_ps(kE4M3Lift));
+  lo = to_pair_lo(xv);
+  hi = to_pair_hi(xv);
+}
+
+// One token's x for simd16_e4m3, once per GEMV instead of once per tile pair: e4m3_pair_x of each
+// 16-column step k (cols rounded up to 16) at out + 32 k (lo) and out + 32 k + 16 (hi).
 inline void e4m3_pair_activations(const float* x, std::int64_t cols, float* out) {
   for (std::int64_t c = 0; c < cols; c += 16, out += 32) {
-    const __m512 xv = _mm512_mul_ps(load_x(x, c, cols), _mm512_set1_ps(kE4M3Lift));
-    _mm512_storeu_ps(out, to_pair_lo(xv));
-    _mm512_storeu_ps(out + 16, to_pair_hi(xv));
+    __m512 lo, hi;
+    e4m3_pair_x(x, c, cols, lo, hi);
+    _mm512_storeu_ps(out, lo);
+    _mm512_storeu_ps(out + 16, hi);
   }
 }
 
@@ -1087,11 +1094,7 @@ void PackedWeight::simd16_e4m3(const float* x, std::int64_t ldx, float* y, const
         xl[0] = _mm512_loadu_ps(pairs + 2 * c);
         xh[0] = _mm512_loadu_ps(pairs + 2 * c + 16);
       } else {
-        for (int n = 0; n < NT; ++n) {
-          const __m512 xv = _mm512_mul_ps(load_x(x + n * ldx, c, cols_), _mm512_set1_ps(kE4M3Lift));
-          xl[n] = to_pair_lo(xv);
-          xh[n] = to_pair_hi(xv);
-        }
+        for (int n = 0; n < NT; ++n) e4m3_pair_x(x + n * ldx, c, cols_, xl[n], xh[n]);
       }
       for (int s = 0; s < NS; ++s) {
         for (int i = 0; i < R; i += 2) {
