@@ -2026,19 +2026,14 @@ struct KMajorPass {
 };
 
 #ifdef RLSIM_AVX512
-// kmajor_pass over S passes p[0..S) side by side (S streams; their rows, and so nv and last, the
-// same): each vector step of every pass in turn, each pass's sums as with S = 1.
-template <int NT, int K, int S, bool kFirst, bool kLast>
-void kmajor_pass(const KMajorPass* p) {
+template <int NT, int K, bool kFirst, bool kLast>
+void kmajor_pass(const KMajorPass& a) {
   const __m512i emask = _mm512_set1_epi32(static_cast<int>(simd::kE4M3Fp32Mask));
-  __m512 xb[S][K][NT];
-  for (int s = 0; s < S; ++s) {
-    for (int j = 0; j < K; ++j) {
-      for (int t = 0; t < NT; ++t) xb[s][j][t] = _mm512_set1_ps(p[s].x[t * p[s].ldx + j] * kE4M3Lift);
-    }
+  __m512 xb[K][NT];
+  for (int j = 0; j < K; ++j) {
+    for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(a.x[t * a.ldx + j] * kE4M3Lift);
   }
-  auto step = [&](int s, std::int64_t v, auto masked) {
-    const KMajorPass& a = p[s];
+  auto step = [&](std::int64_t v, auto masked) {
     const __mmask16 m = masked ? a.last : tail_mask(16);
     const std::uint8_t* q = a.q + 16 * v;
     __m512 w[K];
@@ -2047,17 +2042,17 @@ void kmajor_pass(const KMajorPass* p) {
           masked ? _mm_maskz_loadu_epi8(m, q + j * a.rows) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j * a.rows));
       w[j] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), simd::kE4M3Fp32Shift), emask));
     }
-    __m512 sc = _mm512_setzero_ps();
+    __m512 s = _mm512_setzero_ps();
     if constexpr (kLast) {
-      sc = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, m) : _mm512_set1_ps(kE4M3ScaleFix);
+      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, m) : _mm512_set1_ps(kE4M3ScaleFix);
     }
     for (int t = 0; t < NT; ++t) {
       float* st = a.sb[t] + 16 * v;
       __m512 acc = kFirst ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, st);
-      for (int j = 0; j < K; ++j) acc = _mm512_fmadd_ps(w[j], xb[s][j][t], acc);
+      for (int j = 0; j < K; ++j) acc = _mm512_fmadd_ps(w[j], xb[j][t], acc);
       if constexpr (kLast) {
         float* tt = a.tot[t] + 16 * v;
-        _mm512_mask_storeu_ps(tt, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, tt), _mm512_mul_ps(acc, sc)));
+        _mm512_mask_storeu_ps(tt, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, tt), _mm512_mul_ps(acc, s)));
       } else {
         _mm512_mask_storeu_ps(st, m, acc);
       }
@@ -2065,96 +2060,77 @@ void kmajor_pass(const KMajorPass* p) {
   };
   // Four vectors (a cache line of each column) a step, prefetching those lines of the columns
   // kKMajorPrefetchBytes on; then the rest, the last vector masked when the rows are ragged.
-  const std::int64_t full = p[0].last == tail_mask(16) ? p[0].nv : p[0].nv - 1;
+  const std::int64_t full = a.last == tail_mask(16) ? a.nv : a.nv - 1;
   std::int64_t v = 0;
   for (; v + 4 <= full; v += 4) {
-    for (int s = 0; s < S; ++s) {
-      if (p[s].ahead) {
-        for (int j = 0; j < K; ++j) prefetch_l2(p[s].q + j * p[s].rows + 16 * v + kKMajorPrefetchBytes);
-      }
+    if (a.ahead) {
+      for (int j = 0; j < K; ++j) prefetch_l2(a.q + j * a.rows + 16 * v + kKMajorPrefetchBytes);
     }
-    for (int u = 0; u < 4; ++u) {
-      for (int s = 0; s < S; ++s) step(s, v + u, std::false_type{});
-    }
+    for (int u = 0; u < 4; ++u) step(v + u, std::false_type{});
   }
-  for (; v < full; ++v) {
-    for (int s = 0; s < S; ++s) step(s, v, std::false_type{});
-  }
-  if (full < p[0].nv) {
-    for (int s = 0; s < S; ++s) step(s, full, std::true_type{});
-  }
+  for (; v < full; ++v) step(v, std::false_type{});
+  if (full < a.nv) step(full, std::true_type{});
 }
 
 #else
-template <int NT, int K, int S, bool kFirst, bool kLast>
-void kmajor_pass(const KMajorPass* p) {
+template <int NT, int K, bool kFirst, bool kLast>
+void kmajor_pass(const KMajorPass& a) {
   // The AVX-512 kmajor_pass's arithmetic, 16 rows as two 8-lane halves. A full vector of 16 rows
   // takes its codes in e4m3_interleaved16's lane order (rows 0-3 and 8-11 in lo, 4-7 and 12-15 in
   // hi): its block sums are kept in that order in sb from the block's first pass to its last,
   // where the scales are put in that order too and the scaled sums back in row order before they
   // are added to the totals. Each lane does the same operations on the same row as in row order.
   // The ragged last vector keeps row order (its masked loads and stores cover the first n rows).
-  V16 xb[S][K][NT];
-  for (int s = 0; s < S; ++s) {
-    for (int j = 0; j < K; ++j) {
-      for (int t = 0; t < NT; ++t) xb[s][j][t] = simd::set1(p[s].x[t * p[s].ldx + j] * kE4M3Lift);
-    }
+  V16 xb[K][NT];
+  for (int j = 0; j < K; ++j) {
+    for (int t = 0; t < NT; ++t) xb[j][t] = simd::set1(a.x[t * a.ldx + j] * kE4M3Lift);
   }
-  auto step = [&](int s, std::int64_t v, int n) {
-    const KMajorPass& a = p[s];
+  auto step = [&](std::int64_t v, int n) {
     const bool interleaved = n == 16;
     const std::uint8_t* q = a.q + 16 * v;
     V16 w[K];
     for (int j = 0; j < K; ++j) {
       w[j] = interleaved ? e4m3_interleaved16(q + j * a.rows) : simd::e4m3_scaled_down16(load_bytes_first(q + j * a.rows, n));
     }
-    V16 sc = simd::zero16();
+    V16 s = simd::zero16();
     if constexpr (kLast) {
-      sc = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, n) : simd::set1(kE4M3ScaleFix);
-      if (interleaved) sc = swap_middle_quarters(sc);
+      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, n) : simd::set1(kE4M3ScaleFix);
+      if (interleaved) s = swap_middle_quarters(s);
     }
     for (int t = 0; t < NT; ++t) {
       float* st = a.sb[t] + 16 * v;
       V16 acc = kFirst ? simd::zero16() : load_first(st, n);
-      for (int j = 0; j < K; ++j) acc = simd::fmadd(w[j], xb[s][j][t], acc);
+      for (int j = 0; j < K; ++j) acc = simd::fmadd(w[j], xb[j][t], acc);
       if constexpr (kLast) {
         float* tt = a.tot[t] + 16 * v;
-        const V16 scaled = simd::mul(acc, sc);
+        const V16 scaled = simd::mul(acc, s);
         store_first(tt, n, simd::add(load_first(tt, n), interleaved ? swap_middle_quarters(scaled) : scaled));
       } else {
         store_first(st, n, acc);
       }
     }
   };
-  const int last_rows = std::popcount(p[0].last);
-  const std::int64_t full = last_rows == 16 ? p[0].nv : p[0].nv - 1;
+  const int last_rows = std::popcount(a.last);
+  const std::int64_t full = last_rows == 16 ? a.nv : a.nv - 1;
   std::int64_t v = 0;
   for (; v + 4 <= full; v += 4) {
-    for (int s = 0; s < S; ++s) {
-      if (p[s].ahead) {
-        for (int j = 0; j < K; ++j) prefetch_l2(p[s].q + j * p[s].rows + 16 * v + kKMajorPrefetchBytes);
-      }
+    if (a.ahead) {
+      for (int j = 0; j < K; ++j) prefetch_l2(a.q + j * a.rows + 16 * v + kKMajorPrefetchBytes);
     }
-    for (int u = 0; u < 4; ++u) {
-      for (int s = 0; s < S; ++s) step(s, v + u, 16);
-    }
+    for (int u = 0; u < 4; ++u) step(v + u, 16);
   }
-  for (; v < full; ++v) {
-    for (int s = 0; s < S; ++s) step(s, v, 16);
-  }
-  if (full < p[0].nv) {
-    for (int s = 0; s < S; ++s) step(s, full, last_rows);
-  }
+  for (; v < full; ++v) step(v, 16);
+  if (full < a.nv) step(full, last_rows);
 }
 
 #endif
 
-template <int NT, int K, int S>
-void kmajor_pass(const KMajorPass* p, bool first, bool last) {
+template <int NT, int K>
+void kmajor_pass(const KMajorPass& a, bool first, bool last) {
   if (first) {
-    last ? kmajor_pass<NT, K, S, true, true>(p) : kmajor_pass<NT, K, S, true, false>(p);
+    last ? kmajor_pass<NT, K, true, true>(a) : kmajor_pass<NT, K, true, false>(a);
   } else {
-    last ? kmajor_pass<NT, K, S, false, true>(p) : kmajor_pass<NT, K, S, false, false>(p);
+    last ? kmajor_pass<NT, K, false, true>(a) : kmajor_pass<NT, K, false, false>(a);
   }
 }
 }  // namespace
@@ -2163,92 +2139,42 @@ template <int NT>
 void PackedWeight::kmajor_segment(const float* x, std::int64_t r0, std::int64_t r1, int g, float* partial,
                                   std::int64_t ldt) const {
   // Column by column (kKMajorColumns a pass), each column's codes for rows [r0, r1) read once in
-  // address order; a block's running sums (a row of floats a token, in L1) go into the segment
-  // totals at the block's end. The segment's blocks are read as two sequential streams (with all
-  // rows): block i of its first half side by side with block i of its second. The first half's
-  // scaled block sums go into the totals as their blocks end; the second half's are kept, a row
-  // of floats a block and token, and added after the first half's last, in block order: every
-  // row's total takes the same additions in the same order as one block after another. An
-  // MXFP8 1536 x 576 GEMV from DRAM (100 weights cycled, 2 threads of a Zen 5 VM, the two ways
-  // alternating, 2026-12-01): 26.3 -> 33.8 GB/s (one thread 17.9 -> 20.8); SmolLM2-135M mxfp8
-  // decodes, one stream (the same blocks alone, in order) and two alternating round by round in
-  // one process, 5 series of 10-12 rounds of 48 tokens: 5.70-6.81 -> 5.47-5.94 ms a token on 2
-  // threads (4-13 % in every series), 8.25 -> 7.67 on one; the same tokens.
+  // address order: with all rows, a segment is one sequential stream. A block's running sums (a
+  // row of floats a token, in L1) go into the segment totals at the block's end.
   constexpr int K = kKMajorColumns;
-  static_assert(32 % K == 0, "a whole block's passes take K columns each");
   const std::int64_t n = r1 - r0, ldb = (n + 15) / 16 * 16;
-  const std::int64_t b0 = kmajor_segment_begin(g), b1 = kmajor_segment_begin(g + 1);
-  const std::int64_t first = (b1 - b0 + 1) / 2, second = b1 - b0 - first;  // blocks of each half
-  // Only the matrix's last block can be ragged (fewer than 32 columns): it is read alone.
-  const std::int64_t pairs = second > 0 && 32 * b1 > cols_ ? second - 1 : second;
-  thread_local std::vector<float> buffer;  // both streams' block sums, then the kept block sums
-  const auto rowset = static_cast<std::size_t>(NT * ldb);
-  float* const sums = scratch(buffer, rowset * static_cast<std::size_t>(2 + second));
-  float* sb[2][NT];
+  thread_local std::vector<float> block_sums;
+  float* const sums = scratch(block_sums, static_cast<std::size_t>(NT * ldb));
+  float* sb[NT];
   float* tot[NT];
-  float* kept[NT];
   for (int t = 0; t < NT; ++t) {
-    sb[0][t] = sums + t * ldb, sb[1][t] = sums + rowset + t * ldb;
+    sb[t] = sums + t * ldb;
     tot[t] = partial + t * ldt;
     std::fill(tot[t], tot[t] + n, 0.0f);
   }
-  auto kept_sums = [&](std::int64_t i) { return sums + rowset * static_cast<std::size_t>(2 + i); };
-  KMajorPass p[2];
-  for (int s = 0; s < 2; ++s) {
-    KMajorPass& a = p[s];
-    a.rows = rows_;
-    a.ldx = cols_;
-    a.sb = sb[s];
-    a.nv = (n + 15) / 16;
-    a.r = r0;
-    a.last = tail_mask(n - 16 * (a.nv - 1));
-    a.scales = scaled_ ? scale_data_.data() : nullptr;
-  }
-  p[0].tot = tot;
-  p[1].tot = kept;
-  auto keep = [&](std::int64_t i) {  // the second half's block i sums into kept_sums(i), from 0
-    for (int t = 0; t < NT; ++t) {
-      kept[t] = kept_sums(i) + t * ldb;
-      std::fill(kept[t], kept[t] + n, 0.0f);
-    }
-  };
-  auto at = [&](KMajorPass& a, std::int64_t c, int k) {  // a pass over columns [c, c + k)
-    a.q = data_.data() + c * rows_ + r0;
-    a.x = x + c;
-    a.ahead = (c + k) * rows_ + kKMajorPrefetchBytes <= cols_ * rows_;
-  };
-  auto alone = [&](KMajorPass& a, std::int64_t b) {  // block b as one stream
+  KMajorPass a;
+  a.rows = rows_;
+  a.ldx = cols_;
+  a.sb = sb;
+  a.tot = tot;
+  a.nv = (n + 15) / 16;
+  a.r = r0;
+  a.last = tail_mask(n - 16 * (a.nv - 1));
+  a.scales = scaled_ ? scale_data_.data() : nullptr;
+  for (std::int64_t b = kmajor_segment_begin(g); b < kmajor_segment_begin(g + 1); ++b) {
     a.block = b;
     const std::int64_t c1 = std::min(cols_, 32 * b + 32);
     for (std::int64_t c = 32 * b; c < c1;) {
       const int k = c + K <= c1 ? K : 1;  // a ragged last block: its columns one by one
-      at(a, c, k);
+      a.q = data_.data() + c * rows_ + r0;
+      a.x = x + c;
+      a.ahead = (c + k) * rows_ + kKMajorPrefetchBytes <= cols_ * rows_;
       if (k == K) {
-        kmajor_pass<NT, K, 1>(&a, c == 32 * b, c + k == c1);
+        kmajor_pass<NT, K>(a, c == 32 * b, c + k == c1);
       } else {
-        kmajor_pass<NT, 1, 1>(&a, c == 32 * b, c + k == c1);
+        kmajor_pass<NT, 1>(a, c == 32 * b, c + k == c1);
       }
       c += k;
-    }
-  };
-  for (std::int64_t i = 0; i < pairs; ++i) {
-    keep(i);
-    p[0].block = b0 + i, p[1].block = b0 + first + i;
-    for (int c = 0; c < 32; c += K) {
-      at(p[0], 32 * p[0].block + c, K);
-      at(p[1], 32 * p[1].block + c, K);
-      kmajor_pass<NT, K, 2>(p, c == 0, c + K == 32);
-    }
-  }
-  for (std::int64_t i = pairs; i < first; ++i) alone(p[0], b0 + i);
-  for (std::int64_t i = pairs; i < second; ++i) {
-    keep(i);
-    alone(p[1], b0 + first + i);
-  }
-  for (std::int64_t i = 0; i < second; ++i) {
-    for (int t = 0; t < NT; ++t) {
-      const float* k = kept_sums(i) + t * ldb;
-      for (std::int64_t r = 0; r < n; ++r) tot[t][r] += k[r];
     }
   }
 }
@@ -2884,8 +2810,8 @@ void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
   };
   // Segments: the work in segment-major order across the jobs (segment 0 of every job, then
   // segment 1, ...), each (segment, job) part its rows in order. With as many threads as
-  // segments, each thread reads one segment of every weight (as kmajor_segment's two sequential
-  // streams), whatever the jobs' shapes. Job-major order had split q, k and v's work inside q's second
+  // segments, each thread reads one segment of every weight, a sequential stream per weight,
+  // whatever the jobs' shapes. Job-major order had split q, k and v's work inside q's second
   // segment, where both threads read pieces of every column (rows 0-383 and 384-575). SmolLM2's
   // MXFP8 linears from DRAM on 2 threads of a Zen 4 VM, the two builds alternating (2026-11-29):
   // 16.0-20.7 GB/s job-major, 21.3-23.0 segment-major; decode 7.6-9.6 against 7.3-8.8 ms a token.

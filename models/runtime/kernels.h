@@ -376,8 +376,7 @@ class PackedWeight {
   template <int NT>
   void simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
   // The partial sums of segment g for NT tokens (x [NT, cols()]) and rows [r0, r1):
-  // partial[n * ldt + r - r0]. The segment's two halves of blocks are read side by side (two
-  // streams), each row's block products still added in block order.
+  // partial[n * ldt + r - r0].
   template <int NT>
   void kmajor_segment(const float* x, std::int64_t r0, std::int64_t r1, int g, float* partial, std::int64_t ldt) const;
   // y[n * ldy + r - r0] = the partials of rows [r0, r1) (token n's of segment g at partials + (n *
