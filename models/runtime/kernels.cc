@@ -862,9 +862,10 @@ inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<c
 //    576 BF16 weights (170 MB; each the mean of 10 alternating rounds; both BF16 kernels, 1 and 2
 //    threads): 1-8 % more, e.g. 33.9 -> 36.2 and 61.3 -> 61.9 GB/s. bf16 decodes (2 threads, 8-10
 //    alternating rounds of 48 tokens) were 2.9-10 % faster in 4 of 5 series and 0.3 % slower in
-//    the fifth; int4-w4a16-g32, through its BF16 lm_head, 0.1-8 % faster in all 4. The
-//    decoding kernels kept 2 KB into L1: without, int4-w4a16-g32 took 4.19 against 3.71 ms a
-//    token; 4 KB into L1 and 8 KB into L2 were within the spread.
+//    the fifth; int4-w4a16-g32, through its BF16 lm_head, 0.1-8 % faster in all 4 (the table
+//    switched in one process); alternated by process against the build before, within the
+//    spread. The decoding kernels kept 2 KB into L1: without, int4-w4a16-g32 took 4.19 against
+//    3.71 ms a token; 4 KB into L1 and 8 KB into L2 were within the spread.
 struct StreamPrefetch {
   std::int64_t bytes;  // how far ahead of the line being read; kNone: no software prefetch
   bool to_l2;          // prefetch_l2 instead of prefetch
@@ -880,7 +881,8 @@ enum class StreamKind { kDecoded, kPlain };
 // family where the base is 0xF, as Intel's SDM vol. 2A, CPUID, and AMD's APM vol. 3 define the
 // displayed family: Zen 4 is 0x19, Zen 5 0x1A).
 struct HostCpu {
-  bool intel = false;
+  bool intel = false;  // "GenuineIntel"
+  bool amd = false;    // "AuthenticAMD"
   unsigned family = 0;
 };
 
@@ -893,6 +895,7 @@ HostCpu host_cpu() {
   std::memcpy(vendor + sizeof b, &d, sizeof d);
   std::memcpy(vendor + sizeof b + sizeof d, &c, sizeof c);
   h.intel = std::string_view(vendor, sizeof vendor) == "GenuineIntel";
+  h.amd = std::string_view(vendor, sizeof vendor) == "AuthenticAMD";
   if (__get_cpuid(1, &a, &b, &c, &d) != 0) {
     const unsigned base = (a >> 8) & 0xF, extended = (a >> 20) & 0xFF;
     h.family = base == 0xF ? base + extended : base;
@@ -901,12 +904,12 @@ HostCpu host_cpu() {
 }
 
 const HostCpu kHost = host_cpu();
-constexpr unsigned kZen5Family = 0x1A;
+const bool kHostIsZen5OrLater = kHost.amd && kHost.family >= 0x1A;  // 0x1A: Zen 5 (HostCpu)
 const StreamPrefetch kStreamPrefetch[] = {
     kHost.intel ? StreamPrefetch{8192, true} : StreamPrefetch{2048, false},  // kDecoded
-    kHost.intel                   ? StreamPrefetch{8192, true}
-    : kHost.family >= kZen5Family ? StreamPrefetch{4096, false}
-                                  : StreamPrefetch{StreamPrefetch::kNone, false},  // kPlain
+    kHost.intel          ? StreamPrefetch{8192, true}
+    : kHostIsZen5OrLater ? StreamPrefetch{4096, false}
+                         : StreamPrefetch{StreamPrefetch::kNone, false},  // kPlain
 };
 
 // Prefetches the line kStreamPrefetch[Kind].bytes past p, if any.
