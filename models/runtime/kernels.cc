@@ -15,7 +15,7 @@
 #include "models/precision/simd.h"
 
 #ifdef RLSIM_SIMD16
-#include <cpuid.h>  // the CPU vendor, for the GEMVs' prefetch (kStreamPrefetch)
+#include <cpuid.h>  // the CPU vendor and family, for the GEMVs' prefetch (host_cpu, kStreamPrefetch)
 #endif
 #ifdef __F16C__
 #include <immintrin.h>  // _cvtsh_ss; hosts with F16C but without AVX-512 (Zen 2/3, Haswell) get it only here
