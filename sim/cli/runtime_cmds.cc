@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <ostream>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -370,20 +372,36 @@ struct RuntimeRates {
   double decode_gbps = 0;  // GB/s; 0 without a probe
 };
 
+// Bytes a decode step of `model` reads in bench runtime: its weights once (decode_weight_bytes)
+// and the KV cache at the mean position of o.decode_tokens steps from position 0.
+double decode_bytes_per_token(const models::Transformer& model, const BenchRuntimeOptions& o) {
+  return static_cast<double>(model.decode_weight_bytes()) +
+         static_cast<double>(model.kv_cache_bytes_per_position()) * (o.decode_tokens + 1) / 2.0;
+}
+
+// Best tok/s of a greedy batch-1 decode of o.decode_tokens tokens from position 0 after `first`,
+// over o.repeat runs after a warm-up, and what `before` (called untimed ahead of each timed run)
+// returned ahead of the best one.
+template <typename Before>
+std::pair<double, double> decode_rate(models::Transformer& model, int first, const BenchRuntimeOptions& o, Before&& before) {
+  return best_rate_after(
+      o.decode_tokens, o.repeat, true,
+      [&] {
+        model.reset();
+        int token = first;
+        for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
+      },
+      before);
+}
+
 // The rates of `model`; with a probe, each timed decode run follows a probe pass at every stream
 // count (ReadBandwidthProbe::best_of_streams), so that a decode's roofline fraction divides by
 // the bandwidth of its own moment: a VM's bandwidth changes within seconds (README, runtime).
 RuntimeRates measure_rates(models::Transformer& model, const std::vector<int>& prompt, const BenchRuntimeOptions& o,
                            const ReadBandwidthProbe* probe) {
   RuntimeRates r;
-  std::tie(r.decode, r.decode_gbps) = best_rate_after(
-      o.decode_tokens, o.repeat, true,
-      [&] {
-        model.reset();
-        int token = prompt[0];
-        for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
-      },
-      [&] { return probe != nullptr ? probe->best_of_streams() : 0.0; });
+  std::tie(r.decode, r.decode_gbps) =
+      decode_rate(model, prompt[0], o, [&] { return probe != nullptr ? probe->best_of_streams() : 0.0; });
   r.prefill = best_rate(o.prefill_tokens, o.repeat, false, [&] {
     model.reset();
     const auto logits = model.extend(prompt);
@@ -396,22 +414,88 @@ RuntimeRates measure_rates(models::Transformer& model, const std::vector<int>& p
   return r;
 }
 
+// The model the cache-resident decode runs (cache_resident_decode): `c` cut to one layer, its
+// vocabulary cut in the same proportion (at least 1), so that the lm_head's share of the bytes a
+// token reads stays about the full model's.
+models::TransformerConfig cache_resident_shape(models::TransformerConfig c) {
+  c.vocab = std::max(1, static_cast<int>(std::lround(static_cast<double>(c.vocab) / c.layers)));
+  c.layers = 1;
+  return c;
+}
+
+// Bytes of the host's last-level data cache: the largest level among cpu0's data and unified
+// caches in Linux's sysfs (/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}, sizes as
+// "32768K"); 0 when none can be read. glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) is not used: on a
+// Zen 5 VM it gave 384 MiB, the socket's, where sysfs gave the 32 MiB the vCPUs share.
+std::size_t last_level_cache_bytes() {
+  const fs::path dir = "/sys/devices/system/cpu/cpu0/cache";
+  std::error_code ec;
+  int best_level = 0;
+  std::size_t best = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().rfind("index", 0) != 0) continue;
+    auto first_word = [&](const char* name) {
+      std::ifstream in(e.path() / name);
+      std::string v;
+      in >> v;
+      return v;
+    };
+    const std::string level = first_word("level"), type = first_word("type"), size = first_word("size");
+    if (type != "Data" && type != "Unified") continue;
+    char* end = nullptr;
+    const long lv = std::strtol(level.c_str(), &end, 10);
+    if (level.empty() || *end != '\0') continue;
+    const unsigned long long n = std::strtoull(size.c_str(), &end, 10);
+    const std::string unit = end;
+    const std::size_t scale = unit == "K" ? 1024 : unit == "M" ? 1024 * 1024 : unit.empty() ? 1 : 0;
+    if (size.empty() || end == size.c_str() || scale == 0 || lv <= best_level) continue;
+    best_level = static_cast<int>(lv);
+    best = static_cast<std::size_t>(n) * scale;
+  }
+  return best;
+}
+
+// The compute side of the roofline (S. Williams, A. Waterman, D. Patterson, "Roofline", CACM 52(4),
+// 2009: attainable rate = min(compute ceiling, bandwidth x intensity)): precision `p` decoded on
+// cache_resident_shape(`cut`'s config), whose weights `cut` are, as bench runtime decodes the full
+// model. With at most 3/4 of the last-level cache (`llc` bytes) in weights, they stay cached from
+// token to token, so the GB/s of its bytes is what the kernels, the threads' synchronisation and
+// the per-token work reach when DRAM does not bound them: a recipe whose rate here is under 0.7
+// of the probe's bandwidth cannot reach a 0.7 roofline fraction at it. Returns {tok/s, bytes a
+// token}, or {0, 0} after a note on `err` when `llc` is 0 or the weights take more than 3/4 of it.
+std::pair<double, double> cache_resident_decode(const models::ModelWeights& cut, const models::RuntimePrecision& p,
+                                                std::size_t llc, const BenchRuntimeOptions& o, std::ostream& err) {
+  models::Transformer model(cut, p);
+  const std::size_t resident = model.weight_memory().resident;
+  if (llc == 0 || resident > llc / 4 * 3) {
+    err << fmt::format("  {}: no cache-resident decode: one layer's weights take {:.1f} MB, {}\n", p.name, resident / 1e6,
+                       llc == 0 ? std::string("the last-level cache's size is unknown")
+                                : fmt::format("over 3/4 of the {:.1f} MB last-level cache", llc / 1e6));
+    return {0.0, 0.0};
+  }
+  return {decode_rate(model, 0, o, [] { return 0.0; }).first, decode_bytes_per_token(model, o)};
+}
+
 // Measures precision `p` with the default kernels and prints its lines: decode (with its roofline
-// fraction at the bandwidth `probe` read right before the best run), both prefills, resident
-// against packed weight bytes.
-RuntimeRates bench_precision(const models::ModelWeights& w, const models::RuntimePrecision& p, const std::vector<int>& prompt,
-                             const ReadBandwidthProbe& probe, const BenchRuntimeOptions& o, std::ostream& out,
-                             std::ostream& err) {
+// fraction at the bandwidth `probe` read right before the best run), the cache-resident decode
+// of `cut` (cache_resident_decode; none when it does not fit), both prefills, resident against
+// packed weight bytes.
+RuntimeRates bench_precision(const models::ModelWeights& w, const models::ModelWeights& cut, std::size_t llc,
+                             const models::RuntimePrecision& p, const std::vector<int>& prompt, const ReadBandwidthProbe& probe,
+                             const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
   models::Transformer model(w, p);
-  // Weights once per token, and the KV cache at the mean position of the timed steps.
-  const double bytes = static_cast<double>(model.decode_weight_bytes()) +
-                       static_cast<double>(model.kv_cache_bytes_per_position()) * (o.decode_tokens + 1) / 2.0;
+  const double bytes = decode_bytes_per_token(model, o);
   const models::Transformer::WeightMemory mem = model.weight_memory();
   err << fmt::format("  {}: {:.1f} MB read per decoded token\n", p.name, bytes / 1e6);
   err.flush();
   const RuntimeRates r = measure_rates(model, prompt, o, &probe);
   out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f} bytes_per_token {:.0f} bandwidth {:.1f}\n", p.name, r.decode,
                      r.decode * bytes / (r.decode_gbps * 1e9), bytes, r.decode_gbps);
+  out.flush();
+  if (const auto [rate, cut_bytes] = cache_resident_decode(cut, p, llc, o, err); rate > 0) {
+    out << fmt::format("decode-cache-resident {} {:.1f} tok/s bytes_per_token {:.0f} gbps {:.1f}\n", p.name, rate, cut_bytes,
+                       rate * cut_bytes / 1e9);
+  }
   out << fmt::format("prefill {} {:.1f} tok/s\n", p.name, r.prefill);
   out << fmt::format("prefill-logits {} {:.1f} tok/s\n", p.name, r.prefill_logits);
   if (models::gemm_uses_amx()) {
@@ -468,12 +552,14 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   out << fmt::format("bandwidth {:.1f} GB/s{}\n", gbps, per_streams);
   out.flush();
   const models::ModelWeights w = models::synthetic_weights(c, 1);
+  const models::ModelWeights cut = models::synthetic_weights(cache_resident_shape(c), 1);
+  const std::size_t llc = last_level_cache_bytes();
   sim::Rng rng(1);
   std::vector<int> prompt(static_cast<std::size_t>(o.prefill_tokens));
   for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;
   std::vector<std::pair<models::RuntimePrecision, RuntimeRates>> measured;
   for (const models::RuntimePrecision& p : precisions) {
-    const RuntimeRates def = bench_precision(w, p, prompt, probe, o, out, err);
+    const RuntimeRates def = bench_precision(w, cut, llc, p, prompt, probe, o, out, err);
     if (o.batch_invariant) {
       models::Transformer model(w, p, models::KernelMode::kBatchInvariant);
       const RuntimeRates bi = measure_rates(model, prompt, o, nullptr);

@@ -88,6 +88,10 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
 ///   decode PRECISION TOKS tok/s roofline FRACTION bytes_per_token B
 ///       (B: weight bytes per token in their storage formats plus the KV cache read at the mean
 ///       position of the timed steps; FRACTION = TOKS / (GBPS / B))
+///   decode-cache-resident PRECISION TOKS tok/s bytes_per_token B gbps G
+///       (the compute side of the roofline: the same decode on the shapes cut to one layer and
+///       vocab / layers, whose weights stay in the last-level cache; G = TOKS B. No line, a note
+///       on `err`, where the cut model's weights take over 3/4 of the cache or its size is unknown)
 ///   prefill PRECISION TOKS tok/s        (an inference engine's prompt prefill of prefill_tokens:
 ///       Transformer::extend, the last position's logits, the work of llama-bench's pp test)
 ///   prefill-logits PRECISION TOKS tok/s (the trainer path: Transformer::prefill, every position's

@@ -212,7 +212,18 @@ check "bench runtime: roofline = tok/s x bytes / the line's bandwidth" \
 check "bench runtime: prefill lines" test "$(grep -cE '^prefill (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: prefill-logits lines" test "$(grep -cE '^prefill-logits (fp32|int4-w4a16-g32) [0-9]+\.[0-9] tok/s$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: weight memory lines" test "$(grep -cE '^weights (fp32|int4-w4a16-g32) resident_bytes [1-9][0-9]* packed_bytes [1-9][0-9]* ratio [0-9]+\.[0-9]{3}$' "$WORK/bench_rt.txt")" -eq 2
-check "bench runtime: nothing else on stdout" test "$(wc -l <"$WORK/bench_rt.txt")" -eq 9
+# The cache-resident decode: the shapes cut to one layer (of 2) and vocab / layers, so about half
+# the bytes a token of the full decode (one embedding row and the cut vocabulary's rounding
+# apart: under 0.6 of them), and G = TOKS x B / 1e9 to its printed rounding; on a host whose sysfs
+# gives no last-level cache size, a note on stderr for each recipe instead.
+check "bench runtime: cache-resident decode lines (or a note for each why not)" \
+  sh -c "test \"\$(grep -cE '^decode-cache-resident (fp32|int4-w4a16-g32) [0-9]+\\.[0-9] tok/s bytes_per_token [1-9][0-9]* gbps [0-9]+\\.[0-9]$' '$WORK/bench_rt.txt')\" -eq 2 ||
+         test \"\$(grep -c ': no cache-resident decode: ' '$WORK/bench_rt.err')\" -eq 2"
+check "bench runtime: a cache-resident decode reads about half the full one's bytes a token, G = TOKS x B" \
+  awk '/^decode / { full[$2] = $8 } /^decode-cache-resident / { n++; g = $3 * $6 / 1e9; tol = 0.05 + g * 0.05 / $3 + 1e-9
+         if (!($6 > 0.4 * full[$2] && $6 < 0.6 * full[$2]) || g - $8 > tol || $8 - g > tol) bad = 1 } END { exit !(n == 0 || (n == 2 && !bad)) }' "$WORK/bench_rt.txt"
+check "bench runtime: nothing else on stdout" \
+  test "$(grep -vc '^decode-cache-resident ' "$WORK/bench_rt.txt")" -eq 9
 # --compare-gguf: llama-bench CSV files in a folder; a recipe compares with its weight class.
 mkdir -p "$WORK/gguf"
 cat >"$WORK/gguf/q4.csv" <<'CSV'
