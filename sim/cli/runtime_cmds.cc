@@ -457,7 +457,7 @@ std::size_t last_level_cache_bytes() {
 
 // The compute side of the roofline (S. Williams, A. Waterman, D. Patterson, "Roofline", CACM 52(4),
 // 2009: attainable rate = min(compute ceiling, bandwidth x intensity)): precision `p` decoded on
-// cache_resident_shape(`cut`'s config), whose weights `cut` are, as bench runtime decodes the full
+// `cut`, the synthetic weights of cache_resident_shape(), as bench runtime decodes the full
 // model. With at most 3/4 of the last-level cache (`llc` bytes) in weights, they stay cached from
 // token to token, so the GB/s of its bytes is what the kernels, the threads' synchronisation and
 // the per-token work reach when DRAM does not bound them: a recipe whose rate here is under 0.7
@@ -468,9 +468,10 @@ std::pair<double, double> cache_resident_decode(const models::ModelWeights& cut,
   models::Transformer model(cut, p);
   const std::size_t resident = model.weight_memory().resident;
   if (llc == 0 || resident > llc / 4 * 3) {
-    err << fmt::format("  {}: no cache-resident decode: one layer's weights take {:.1f} MB, {}\n", p.name, resident / 1e6,
+    err << fmt::format("  {}: no cache-resident decode: the one-layer model's weights take {:.1f} MB, {}\n", p.name,
+                       static_cast<double>(resident) / 1e6,
                        llc == 0 ? std::string("the last-level cache's size is unknown")
-                                : fmt::format("over 3/4 of the {:.1f} MB last-level cache", llc / 1e6));
+                                : fmt::format("over 3/4 of the {:.1f} MB last-level cache", static_cast<double>(llc) / 1e6));
     return {0.0, 0.0};
   }
   return {decode_rate(model, 0, o, [] { return 0.0; }).first, decode_bytes_per_token(model, o)};
