@@ -423,38 +423,6 @@ models::TransformerConfig cache_resident_shape(models::TransformerConfig c) {
   return c;
 }
 
-// Bytes of the host's last-level data cache: the largest level among cpu0's data and unified
-// caches in Linux's sysfs (/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}, sizes as
-// "32768K"); 0 when none can be read. glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) is not used: on a
-// Zen 5 VM it gave 384 MiB, the socket's, where sysfs gave the 32 MiB the vCPUs share.
-std::size_t last_level_cache_bytes() {
-  const fs::path dir = "/sys/devices/system/cpu/cpu0/cache";
-  std::error_code ec;
-  int best_level = 0;
-  std::size_t best = 0;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().filename().string().rfind("index", 0) != 0) continue;
-    auto first_word = [&](const char* name) {
-      std::ifstream in(e.path() / name);
-      std::string v;
-      in >> v;
-      return v;
-    };
-    const std::string level = first_word("level"), type = first_word("type"), size = first_word("size");
-    if (type != "Data" && type != "Unified") continue;
-    char* end = nullptr;
-    const long lv = std::strtol(level.c_str(), &end, 10);
-    if (level.empty() || *end != '\0') continue;
-    const unsigned long long n = std::strtoull(size.c_str(), &end, 10);
-    const std::string unit = end;
-    const std::size_t scale = unit == "K" ? 1024 : unit == "M" ? 1024 * 1024 : unit.empty() ? 1 : 0;
-    if (size.empty() || end == size.c_str() || scale == 0 || lv <= best_level) continue;
-    best_level = static_cast<int>(lv);
-    best = static_cast<std::size_t>(n) * scale;
-  }
-  return best;
-}
-
 // The compute side of the roofline (S. Williams, A. Waterman, D. Patterson, "Roofline", CACM 52(4),
 // 2009: attainable rate = min(compute ceiling, bandwidth x intensity)): precision `p` decoded on
 // `cut`, the synthetic weights of cache_resident_shape(), as bench runtime decodes the full
@@ -514,6 +482,34 @@ RuntimeRates bench_precision(const models::ModelWeights& w, const models::ModelW
 
 }  // namespace
 
+std::size_t last_level_cache_bytes(const std::filesystem::path& dir) {
+  std::error_code ec;
+  int best_level = 0;
+  std::size_t best = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().rfind("index", 0) != 0) continue;
+    auto first_word = [&](const char* name) {
+      std::ifstream in(e.path() / name);
+      std::string v;
+      in >> v;
+      return v;
+    };
+    const std::string level = first_word("level"), type = first_word("type"), size = first_word("size");
+    if (type != "Data" && type != "Unified") continue;
+    char* end = nullptr;
+    const long lv = std::strtol(level.c_str(), &end, 10);
+    if (level.empty() || *end != '\0') continue;
+    const unsigned long long n = std::strtoull(size.c_str(), &end, 10);
+    const std::string unit = end;
+    constexpr std::size_t kKiB = 1024;
+    const std::size_t scale = unit == "K" ? kKiB : unit == "M" ? kKiB * kKiB : unit.empty() ? 1 : 0;
+    if (size.empty() || end == size.c_str() || scale == 0 || lv <= best_level) continue;
+    best_level = static_cast<int>(lv);
+    best = static_cast<std::size_t>(n) * scale;
+  }
+  return best;
+}
+
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
   keep_freed_memory();  // the 100 MB prefill logits and activations of repeated runs
   const std::vector<models::RuntimePrecision> precisions = parse_precisions(o.precisions, "rlsim bench runtime");
@@ -554,7 +550,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   out.flush();
   const models::ModelWeights w = models::synthetic_weights(c, 1);
   const models::ModelWeights cut = models::synthetic_weights(cache_resident_shape(c), 1);
-  const std::size_t llc = last_level_cache_bytes();
+  const std::size_t llc = last_level_cache_bytes("/sys/devices/system/cpu/cpu0/cache");
   sim::Rng rng(1);
   std::vector<int> prompt(static_cast<std::size_t>(o.prefill_tokens));
   for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -81,6 +82,15 @@ struct GgufSpeed {
 /// count, or a field that is not wholly a number (avg_ts finite and positive, n_prompt and n_gen
 /// integers >= 0, n_threads >= 1, model_size where the column is present an integer >= 1).
 std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err);
+
+/// Bytes of the host's last-level data cache as Linux's sysfs gives it: `dir` is a CPU's cache
+/// folder (/sys/devices/system/cpu/cpu0/cache), each index* entry in it with the files level,
+/// type ("Data", "Instruction", "Unified") and size ("32768K"; a K or M suffix, or none for
+/// bytes); the size of the highest level among the data and unified caches. Entries that cannot
+/// be read or parsed are skipped; 0 when none is left (no such folder, not Linux). glibc's
+/// sysconf(_SC_LEVEL3_CACHE_SIZE) is not used: on a Zen 5 VM it gave 384 MiB, the socket's,
+/// where sysfs gave the 32 MiB the vCPUs share.
+std::size_t last_level_cache_bytes(const std::filesystem::path& dir);
 
 /// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
 /// at a model's shapes. Prints to `out` one line per figure:
