@@ -241,9 +241,14 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
   bench->add_flag("--batch-invariant", a.runtime.batch_invariant,
                   "runtime: also time the batch-invariant kernels (ratio to the default kernels)");
   bench->add_option("--compare-gguf", a.runtime.compare_gguf,
-                    "runtime: folder of llama-bench CSV files (llama-bench -o csv, e.g. -p 512 -n 128 on BF16, Q8_0 and Q4_0 "
-                    "models of the same shapes: docs/baseline/smollm2_random_gguf.py); prints each recipe's prefill and decode "
-                    "ratio to the file of its weight class, then llama.cpp's own decode roofline from the files' model_size");
+                    "runtime: folder of llama-bench results (-o csv: its mean repetition; -o json: its best), e.g. -p 512 -n "
+                    "128 on BF16, Q8_0 and Q4_0 models of the same shapes (docs/baseline/smollm2_random_gguf.py), or with "
+                    "--llama-bench the folder of those GGUF files; prints each recipe's prefill and decode ratio to its weight "
+                    "class, then llama.cpp's own decode roofline from the files' model_size");
+  bench->add_option("--llama-bench", a.runtime.llama_bench,
+                    "runtime: llama.cpp's llama-bench, run by rlsim on each --compare-gguf GGUF file right after the recipes "
+                    "of its weight class (same -t, -p, -n as --threads, --prefill-tokens, --decode-tokens; -r --repeat; its "
+                    "best repetition), so both are timed in the same minute");
   bench->add_option("--jobs,-j", a.jobs, "plan: parallel jobs (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bench->add_option("--repeat", a.repeat, "Runs to time (the best is reported)")
       ->check(CLI::Range(1, 100))

@@ -25,7 +25,6 @@
 #include "models/runtime/tokenizer.h"
 #include "models/runtime/transformer.h"
 #include "sim/engine/random.h"
-#include "sim/scenario/csv_table.h"
 #include "sim/scenario/scenario.h"
 
 #ifdef _OPENMP
@@ -258,68 +257,6 @@ double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
   return ReadBandwidthProbe(bytes).best(repeat, streams);
 }
 
-std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    throw sim::ScenarioError(fmt::format("{}: --compare-gguf expects a folder of llama-bench CSV files", dir));
-  }
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".csv") files.push_back(e.path());
-  }
-  if (ec) throw sim::ScenarioError(fmt::format("{}: cannot list the folder ({})", dir, ec.message()));
-  std::sort(files.begin(), files.end());
-  std::map<std::string, GgufSpeed> out;
-  for (const auto& f : files) {
-    const auto rows = sim::read_csv_table(f.string(), "llama-bench CSV");
-    const auto& h = rows.front();
-    auto column = [&](const char* name) {
-      const auto it = std::find(h.begin(), h.end(), name);
-      if (it == h.end())
-        throw sim::ScenarioError(fmt::format("{}:1: no column '{}' (expected llama-bench -o csv output)", f.string(), name));
-      return static_cast<std::size_t>(it - h.begin());
-    };
-    const std::size_t type = column("model_type"), np = column("n_prompt"), ng = column("n_gen"), ts = column("avg_ts"),
-                      nt = column("n_threads");
-    const auto size_it = std::find(h.begin(), h.end(), "model_size");  // optional: the roofline line needs it
-    const std::optional<std::size_t> size_col =
-        size_it == h.end() ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(size_it - h.begin()));
-    for (std::size_t r = 1; r < rows.size(); ++r) {
-      const auto& row = rows[r];
-      if (row.size() == 1 && row[0].empty()) continue;  // blank line
-      if (row.size() != h.size()) {
-        throw sim::ScenarioError(fmt::format("{}:{}: {} fields, the header has {}", f.string(), r + 1, row.size(), h.size()));
-      }
-      const auto v = sim::csv_number<double>(row[ts]);
-      const auto prompt = sim::csv_number<long>(row[np]), gen = sim::csv_number<long>(row[ng]),
-                 thr = sim::csv_number<long>(row[nt]);
-      if (!v || !std::isfinite(*v) || *v <= 0 || !prompt || *prompt < 0 || !gen || *gen < 0 || !thr || *thr < 1) {
-        throw sim::ScenarioError(fmt::format(
-            "{}:{}: expected avg_ts a positive number of tok/s, n_prompt and n_gen counts >= 0 and n_threads >= 1, got "
-            "'{}', '{}', '{}', '{}'",
-            f.string(), r + 1, row[ts], row[np], row[ng], row[nt]));
-      }
-      std::optional<std::int64_t> model_size;
-      if (size_col) {
-        model_size = sim::csv_number<std::int64_t>(row[*size_col]);
-        if (!model_size || *model_size < 1) {
-          throw sim::ScenarioError(
-              fmt::format("{}:{}: expected model_size a byte count >= 1, got '{}'", f.string(), r + 1, row[*size_col]));
-        }
-      }
-      const std::string& mt = row[type];
-      const std::string t = mt.substr(mt.find_last_of(' ') + 1);  // npos + 1 == 0: the whole name
-      if (*thr != threads) err << fmt::format("  note: {}:{} ran on {} threads, rlsim on {}\n", f.string(), r + 1, *thr, threads);
-      if (*prompt > 0 && *gen == 0) out[t].prefill = *v;
-      if (*prompt == 0 && *gen > 0) {
-        out[t].decode = *v;
-        out[t].model_bytes = model_size.value_or(0);
-      }
-    }
-  }
-  return out;
-}
-
 namespace {
 
 // The GGUF type a precision's linear weights compare with: BF16, Q8_0 (8-bit) or Q4_0 (4-bit).
@@ -327,6 +264,14 @@ std::string gguf_class(const models::RuntimePrecision& p) {
   if (!p.recipe) return "F32";
   const int bits = models::traits(p.recipe->linear.weight.element).bits;
   return bits >= 16 ? "BF16" : (bits >= 8 ? "Q8_0" : "Q4_0");
+}
+
+// What llama-bench's rates in `g` are against bench runtime's best runs: "best" (its best
+// repetition, like with like), "mean" (avg_ts, all a CSV gives), or each test's where they differ.
+std::string baseline_statistic(const GgufSpeed& g) {
+  auto name = [](bool best) { return best ? "best" : "mean"; };
+  if (g.prefill_best == g.decode_best) return name(g.decode_best);
+  return fmt::format("prefill-{}-decode-{}", name(g.prefill_best), name(g.decode_best));
 }
 
 // The shapes the runtime bench runs: SmolLM2-135M's, or those of the config.json `shape` names;
@@ -346,27 +291,31 @@ models::TransformerConfig bench_shape(const BenchRuntimeOptions& o) {
 }
 
 // Best tok/s of `run` (`tokens` tokens) over `repeat` runs, after one warm-up when `warm`, and
-// what `before` (called untimed ahead of each timed run) returned ahead of the best run.
-template <typename Run, typename Before>
-std::pair<double, double> best_rate_after(int tokens, int repeat, bool warm, Run&& run, Before&& before) {
-  double best = std::numeric_limits<double>::infinity(), at_best = 0;
-  for (int r = warm ? -1 : 0; r < repeat; ++r) {
-    const double ahead = r >= 0 ? before() : 0.0;
+// the mean of what `probe` (called untimed between the timed runs: before the first, after each)
+// returned right before and right after the best run.
+template <typename Run, typename Probe>
+std::pair<double, double> best_rate_around(int tokens, int repeat, bool warm, Run&& run, Probe&& probe) {
+  if (warm) run();
+  double best = std::numeric_limits<double>::infinity(), around_best = 0;
+  double before = probe();
+  for (int r = 0; r < repeat; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     run();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r >= 0 && s < best) best = s, at_best = ahead;
+    const double after = probe();
+    if (s < best) best = s, around_best = (before + after) / 2;
+    before = after;
   }
-  return {tokens / best, at_best};
+  return {tokens / best, around_best};
 }
 
 template <typename Run>
 double best_rate(int tokens, int repeat, bool warm, Run&& run) {
-  return best_rate_after(tokens, repeat, warm, run, [] { return 0.0; }).first;
+  return best_rate_around(tokens, repeat, warm, run, [] { return 0.0; }).first;
 }
 
 // Tok/s of one model: greedy batch-1 decode, the engine's prefill (last logits) and the trainer's
-// (every position's logits); and the read bandwidth probed right before the best decode run.
+// (every position's logits); and the read bandwidth probed around the best decode run.
 struct RuntimeRates {
   double decode = 0, prefill = 0, prefill_logits = 0;
   double decode_gbps = 0;  // GB/s; 0 without a probe
@@ -380,23 +329,24 @@ double decode_bytes_per_token(const models::Transformer& model, const BenchRunti
 }
 
 // Best tok/s of a greedy batch-1 decode of o.decode_tokens tokens from position 0 after `first`,
-// over o.repeat runs after a warm-up, and what `before` (called untimed ahead of each timed run)
-// returned ahead of the best one.
-template <typename Before>
-std::pair<double, double> decode_rate(models::Transformer& model, int first, const BenchRuntimeOptions& o, Before&& before) {
-  return best_rate_after(
+// over o.repeat runs after a warm-up, and the mean of what `probe` (called untimed between the
+// timed runs) returned right before and right after the best one.
+template <typename Probe>
+std::pair<double, double> decode_rate(models::Transformer& model, int first, const BenchRuntimeOptions& o, Probe&& probe) {
+  return best_rate_around(
       o.decode_tokens, o.repeat, true,
       [&] {
         model.reset();
         int token = first;
         for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
       },
-      before);
+      probe);
 }
 
-// The rates of `model`; with a probe, each timed decode run follows a probe pass at every stream
-// count (ReadBandwidthProbe::best_of_streams), so that a decode's roofline fraction divides by
-// the bandwidth of its own moment: a VM's bandwidth changes within seconds (README, runtime).
+// The rates of `model`; with a probe, a probe pass at every stream count
+// (ReadBandwidthProbe::best_of_streams) runs before the first timed decode run and after each,
+// so that a decode's roofline fraction divides by the bandwidth of its own moment, the mean of
+// the passes on either side of it: a VM's bandwidth changes within seconds (README, runtime).
 RuntimeRates measure_rates(models::Transformer& model, const std::vector<int>& prompt, const BenchRuntimeOptions& o,
                            const ReadBandwidthProbe* probe) {
   RuntimeRates r;
@@ -513,8 +463,16 @@ std::size_t last_level_cache_bytes(const std::filesystem::path& dir) {
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
   keep_freed_memory();  // the 100 MB prefill logits and activations of repeated runs
   const std::vector<models::RuntimePrecision> precisions = parse_precisions(o.precisions, "rlsim bench runtime");
-  std::map<std::string, GgufSpeed> gguf;
-  if (!o.compare_gguf.empty()) gguf = read_llama_bench(o.compare_gguf, o.threads, err);  // bad input fails before timing
+  if (!o.llama_bench.empty() && o.compare_gguf.empty()) {
+    throw sim::ScenarioError("rlsim bench runtime: --llama-bench needs --compare-gguf, the folder of GGUF files to run it on");
+  }
+  std::map<std::string, GgufSpeed> gguf;  // by weight type: the files', or the last run of llama-bench
+  std::optional<LlamaBenchRunner> llama;
+  if (!o.llama_bench.empty()) {
+    llama.emplace(o.llama_bench, o.compare_gguf, o.threads, err);  // bad input fails before timing
+  } else if (!o.compare_gguf.empty()) {
+    gguf = read_llama_bench(o.compare_gguf, o.threads, err);
+  }
   const models::TransformerConfig c = bench_shape(o);
   constexpr std::size_t kProbeBytes = std::size_t{1} << 30;
   const auto [weight_bytes, weights_what] = synthetic_weight_need(c, o.shape.empty() ? c.name : o.shape);
@@ -555,8 +513,20 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   std::vector<int> prompt(static_cast<std::size_t>(o.prefill_tokens));
   for (int& t : prompt) t = static_cast<int>(rng.uniform() * c.vocab) % c.vocab;
   std::vector<std::pair<models::RuntimePrecision, RuntimeRates>> measured;
+  std::map<std::string, GgufSpeed> adjacent;  // by precision: llama-bench's run right after it
   for (const models::RuntimePrecision& p : precisions) {
     const RuntimeRates def = bench_precision(w, cut, llc, p, prompt, probe, o, out, err);
+    if (llama && llama->has(gguf_class(p))) {
+      const std::string t = gguf_class(p);
+      err << fmt::format("  llama-bench on the {} file\n", t);
+      err.flush();
+      const GgufSpeed g = llama->run(t, o.prefill_tokens, o.decode_tokens, o.repeat);
+      out << fmt::format("llama-bench {} prefill {:.1f} tok/s decode {:.1f} tok/s model_bytes {}\n", t, g.prefill, g.decode,
+                         g.model_bytes);
+      out.flush();
+      adjacent[p.name] = g;
+      gguf[t] = g;
+    }
     if (o.batch_invariant) {
       models::Transformer model(w, p, models::KernelMode::kBatchInvariant);
       const RuntimeRates bi = measure_rates(model, prompt, o, nullptr);
@@ -568,12 +538,20 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
     measured.emplace_back(p, def);
   }
   std::set<std::string> compared;  // GGUF types with a compare line
+  bool mean_baseline = false;      // a compare line against llama-bench's mean
   for (const auto& [p, r] : measured) {
-    const auto it = gguf.find(gguf_class(p));
-    if (it == gguf.end() || it->second.prefill <= 0 || it->second.decode <= 0) continue;
-    out << fmt::format("compare {} {} prefill_ratio {:.2f} decode_ratio {:.2f}\n", p.name, it->first,
-                       r.prefill / it->second.prefill, r.decode / it->second.decode);
-    compared.insert(it->first);
+    const std::string t = gguf_class(p);
+    const auto it = llama ? adjacent.find(p.name) : gguf.find(t);
+    if (it == (llama ? adjacent.end() : gguf.end()) || it->second.prefill <= 0 || it->second.decode <= 0) continue;
+    const GgufSpeed& g = it->second;
+    out << fmt::format("compare {} {} prefill_ratio {:.2f} decode_ratio {:.2f} baseline {}\n", p.name, t, r.prefill / g.prefill,
+                       r.decode / g.decode, baseline_statistic(g));
+    compared.insert(t);
+    mean_baseline = mean_baseline || !g.prefill_best || !g.decode_best;
+  }
+  if (mean_baseline) {
+    err << "  note: a baseline marked mean is llama-bench's mean repetition (avg_ts, all its CSV gives) against rlsim's best "
+           "run; llama-bench -o json files, or --llama-bench, compare best with best\n";
   }
   // llama.cpp against the same roofline, so that one run shows how near the baseline itself comes.
   // Its bytes per token are the file's only when the output reads the embedding table (tied).

@@ -14,6 +14,7 @@
 
 #include "models/runtime/model.h"
 #include "models/runtime/tokenizer.h"
+#include "sim/cli/llama_bench.h"
 
 namespace rlsim::cli {
 
@@ -63,25 +64,9 @@ struct BenchRuntimeOptions {
   int prefill_tokens = 512;
   int repeat = 3;                // the best run is reported
   bool batch_invariant = false;  // also time models::KernelMode::kBatchInvariant
-  std::string compare_gguf;      // folder of llama-bench CSV files; empty: no comparison
+  std::string compare_gguf;      // folder of llama-bench CSV / JSON files (or GGUF files, with llama_bench); empty: none
+  std::string llama_bench;       // llama-bench to run on compare_gguf's GGUF files between the recipes; empty: read files
 };
-
-/// llama-bench's speed for one GGUF weight type, tok/s (0: no such test in the files).
-struct GgufSpeed {
-  double prefill = 0;            // prompt processing (pp: n_prompt > 0, n_gen 0)
-  double decode = 0;             // generation (tg: n_prompt 0, n_gen > 0)
-  std::int64_t model_bytes = 0;  // the decode row's model_size (bytes of the GGUF's tensors); 0: no such column
-};
-
-/// The llama-bench results in the folder `dir` for `bench runtime --compare-gguf`: every *.csv file
-/// (llama-bench -o csv, read in name order), keyed by the weight type that ends model_type
-/// ("llama 256M Q8_0" -> "Q8_0"); the last row of each kind wins, rows with both n_prompt and n_gen
-/// above 0 (llama-bench's pg test) are skipped. Notes a row run on other than `threads` threads on
-/// `err`. Throws sim::ScenarioError (exit 2) naming the file and line for a missing folder, a file
-/// without the columns model_type, n_threads, n_prompt, n_gen and avg_ts, a row of another field
-/// count, or a field that is not wholly a number (avg_ts finite and positive, n_prompt and n_gen
-/// integers >= 0, n_threads >= 1, model_size where the column is present an integer >= 1).
-std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int threads, std::ostream& err);
 
 /// Bytes of the host's last-level data cache as Linux's sysfs gives it: `dir` is a CPU's cache
 /// folder (/sys/devices/system/cpu/cpu0/cache), each index* entry in it with the files level,
@@ -95,9 +80,11 @@ std::size_t last_level_cache_bytes(const std::filesystem::path& dir);
 /// `rlsim bench runtime`: the runtime's speed on synthetic weights (synthetic_weights(), seed 1)
 /// at a model's shapes. Prints to `out` one line per figure:
 ///   bandwidth GBPS GB/s                 (read bandwidth of a 1 GiB buffer on `threads` threads)
-///   decode PRECISION TOKS tok/s roofline FRACTION bytes_per_token B
-///       (B: weight bytes per token in their storage formats plus the KV cache read at the mean
-///       position of the timed steps; FRACTION = TOKS / (GBPS / B))
+///   decode PRECISION TOKS tok/s roofline FRACTION bytes_per_token B bandwidth BW
+///       (TOKS: the best of `repeat` runs; B: weight bytes per token in their storage formats
+///       plus the KV cache read at the mean position of the timed steps; BW: the mean of the
+///       probe passes (ReadBandwidthProbe::best_of_streams) right before and right after that
+///       run; FRACTION = TOKS B / BW)
 ///   decode-cache-resident PRECISION TOKS tok/s bytes_per_token B gbps G
 ///       (the compute side of the roofline: the same decode on the shapes cut to one layer and
 ///       vocab / layers, whose weights stay in the last-level cache; G = TOKS B. No line, a note
@@ -111,17 +98,25 @@ std::size_t last_level_cache_bytes(const std::filesystem::path& dir);
 /// and their ratio to the default kernels' tok/s:
 ///   batch-invariant decode PRECISION TOKS tok/s ratio R
 ///   batch-invariant prefill PRECISION TOKS tok/s ratio R
-/// and with compare_gguf, after all precisions, for each precision whose weight class (BF16;
-/// 8-bit: Q8_0; 4-bit: Q4_0) has llama-bench results in the folder:
-///   compare PRECISION GGUF_TYPE prefill_ratio A decode_ratio B   (rlsim tok/s / llama.cpp tok/s)
-/// then, for a shape with tied embeddings, for each GGUF type compared whose files give
-/// model_size, llama.cpp's own decode against the same roofline (the bandwidth line's GBPS; a
-/// decode of a model with tied embeddings reads every tensor of the file once, so model_size
-/// stands for its bytes per token, KV cache left out; untied shapes get a note on `err` instead):
+/// with llama_bench (LlamaBenchRunner on compare_gguf's GGUF files), after the lines of each
+/// precision whose weight class has a file there, llama-bench's run on it (best repetitions):
+///   llama-bench GGUF_TYPE prefill TOKS tok/s decode TOKS tok/s model_bytes B
+/// and with compare_gguf, after all precisions, for each precision whose weight class (F32 for
+/// fp32; BF16; 8-bit: Q8_0; 4-bit: Q4_0) has llama-bench results in the folder (with
+/// llama_bench: the run right after the precision's):
+///   compare PRECISION GGUF_TYPE prefill_ratio A decode_ratio B baseline STAT
+///       (rlsim tok/s / llama.cpp tok/s; STAT "best" where llama.cpp's rates are its best
+///       repetitions, like rlsim's, "mean" where they are its avg_ts: GgufSpeed)
+/// then, for a shape with tied embeddings, for each GGUF type compared whose results give
+/// model_size (with llama_bench: its last run), llama.cpp's own decode against the same
+/// roofline (the bandwidth line's GBPS; a decode of a model with tied embeddings reads every
+/// tensor of the file once, so model_size stands for its bytes per token, KV cache left out;
+/// untied shapes get a note on `err` instead):
 ///   gguf GGUF_TYPE decode TOKS tok/s model_bytes B roofline FRACTION   (FRACTION = TOKS B / GBPS)
 /// Progress (weight bytes per token, kernels) goes to `err`. Throws sim::ScenarioError (exit 2)
-/// for an unknown precision or a comparison folder read_llama_bench() refuses, before any
-/// timing; models::ModelFileError for a bad config file.
+/// for an unknown precision, llama_bench without compare_gguf, or a comparison folder that
+/// read_llama_bench() or LlamaBenchRunner refuses, before any timing (LlamaBenchRunner::run's
+/// errors also later); models::ModelFileError for a bad config file.
 int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err);
 
 /// Options of `rlsim bench reload`.

@@ -240,7 +240,7 @@ CSV
   --prefill-tokens 16 --repeat 1 --compare-gguf "$WORK/gguf" >"$WORK/bench_cmp.txt" 2>/dev/null
 check "bench runtime --compare-gguf: exit 0" test $? -eq 0
 check "bench runtime --compare-gguf: the 4-bit recipe against Q4_0, the 8-bit one against Q8_0, nothing for fp32" \
-  test "$(grep -cE '^compare (int4-w4a16-g32 Q4_0|fp8-tensor Q8_0) prefill_ratio [0-9]+\.[0-9]{2} decode_ratio [0-9]+\.[0-9]{2}$' "$WORK/bench_cmp.txt"),$(grep -c '^compare' "$WORK/bench_cmp.txt")" = "2,2"
+  test "$(grep -cE '^compare (int4-w4a16-g32 Q4_0|fp8-tensor Q8_0) prefill_ratio [0-9]+\.[0-9]{2} decode_ratio [0-9]+\.[0-9]{2} baseline mean$' "$WORK/bench_cmp.txt"),$(grep -c '^compare' "$WORK/bench_cmp.txt")" = "2,2"
 # llama.cpp's own roofline: 100 tok/s x 1 GB over the probe's bandwidth (printed to 0.005, the
 # bandwidth to 0.05 GB/s); none for Q8_0, whose file has no model_size column.
 check "bench runtime --compare-gguf: llama.cpp's roofline = its tok/s x model_size / the bandwidth line's" \
@@ -269,6 +269,78 @@ check "bench runtime --compare-gguf: a field that is not wholly a number is bad 
 check "bench runtime --compare-gguf: error names the file, line and field" grep -q "partial.csv:2: .*'12abc'" "$WORK/bench_bad.err"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/no_such_dir" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime --compare-gguf: a missing folder is bad input (2)" test $? -eq 2
+# llama-bench -o json in the folder: the best of samples_ts, not avg_ts, is the baseline.
+mkdir -p "$WORK/gguf_json"
+cat >"$WORK/gguf_json/q4.json" <<'JSON'
+[{"model_type": "llama 1M Q4_0", "model_size": 1000000000, "n_threads": 2, "n_prompt": 16, "n_gen": 0, "avg_ts": 900.0,
+  "samples_ts": [800.0, 1000.0, 900.0]},
+ {"model_type": "llama 1M Q4_0", "model_size": 1000000000, "n_threads": 2, "n_prompt": 0, "n_gen": 4, "avg_ts": 90.0,
+  "samples_ts": [100.0, 80.0, 90.0]}]
+JSON
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision int4-w4a16-g32 --decode-tokens 4 --prefill-tokens 16 \
+  --repeat 1 --compare-gguf "$WORK/gguf_json" >"$WORK/bench_json.txt" 2>/dev/null
+check "bench runtime --compare-gguf, JSON files: compared with the best sample (the gguf line's 100.0 tok/s)" \
+  sh -c "grep -qE '^compare int4-w4a16-g32 Q4_0 prefill_ratio [0-9.]+ decode_ratio [0-9.]+ baseline best$' '$WORK/bench_json.txt' &&
+         grep -q '^gguf Q4_0 decode 100.0 tok/s model_bytes 1000000000 ' '$WORK/bench_json.txt'"
+echo '[{"model_type": "llama 1M Q4_0", "n_threads": 2, "n_prompt": 0, "n_gen": 4, "avg_ts": 9, "samples_ts": [9, -1]}]' \
+  >"$WORK/gguf_json/q4.json"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --compare-gguf "$WORK/gguf_json" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --compare-gguf: a negative sample in a JSON file is bad input (2), named with file and test" \
+  sh -c "test $? -eq 2 && grep -q 'q4.json: test 1: expected samples_ts a positive number of tok/s, got -1' '$WORK/bench_bad.err'"
+# --llama-bench: rlsim runs llama-bench itself on the folder's GGUF files, interleaved with its own
+# runs. The stand-in prints -o json for the weight type written in the "GGUF" file, its best
+# sample 10 % over the mean, and logs its arguments.
+mkdir -p "$WORK/ggufs"
+echo Q4_0 >"$WORK/ggufs/a.gguf"
+echo BF16 >"$WORK/ggufs/b.gguf"
+cat >"$WORK/fake-llama-bench" <<'SH'
+#!/bin/sh
+echo "$*" >>"$(dirname "$0")/fake-llama-bench.log"
+while [ $# -gt 0 ]; do
+  case "$1" in -m) m=$2;; -t) t=$2;; -p) p=$2;; -n) n=$2;; -o) o=$2;; esac
+  shift 2
+done
+[ "$o" = json ] || { echo "expected -o json" >&2; exit 1; }
+type=$(cat "$m")
+[ "$type" = broken ] && { echo "error: failed to load model '$m'" >&2; exit 1; }
+printf '[\n'
+[ "$p" -gt 0 ] && printf '{"model_type": "llama 1M %s", "model_size": 2000000000, "n_threads": %s, "n_prompt": %s, "n_gen": 0, "avg_ts": 400.0, "samples_ts": [400.0, 440.0, 360.0]},\n' "$type" "$t" "$p"
+printf '{"model_type": "llama 1M %s", "model_size": 2000000000, "n_threads": %s, "n_prompt": 0, "n_gen": %s, "avg_ts": 40.0, "samples_ts": [36.0, 44.0, 40.0]}\n]\n' "$type" "$t" "$n"
+SH
+chmod +x "$WORK/fake-llama-bench"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp32,int4-w4a16-g32,bf16,nvfp4 --decode-tokens 4 \
+  --prefill-tokens 16 --repeat 2 --threads 1 --llama-bench "$WORK/fake-llama-bench" --compare-gguf "$WORK/ggufs" \
+  >"$WORK/bench_lb.txt" 2>"$WORK/bench_lb.err"
+check "bench runtime --llama-bench: exit 0, each file's type learned from a one-token run" \
+  sh -c "test $? -eq 0 && grep -q 'a.gguf is Q4_0' '$WORK/bench_lb.err' && grep -q 'b.gguf is BF16' '$WORK/bench_lb.err' &&
+         test \"\$(grep -c -- '-p 0 -n 1 -r 1\$' '$WORK/fake-llama-bench.log')\" -eq 2"
+check "bench runtime --llama-bench: one run after each recipe of a class present (not fp32), with our -t, -p, -n, -r" \
+  sh -c "test \"\$(grep -c -- '-t 1 -o json -p 16 -n 4 -r 2\$' '$WORK/fake-llama-bench.log')\" -eq 3 &&
+         test \"\$(grep '^llama-bench \|^decode ' '$WORK/bench_lb.txt' | cut -d' ' -f1,2 | tr '\n' ' ')\" = \
+'decode fp32 decode int4-w4a16-g32 llama-bench Q4_0 decode bf16 llama-bench BF16 decode nvfp4 llama-bench Q4_0 '"
+check "bench runtime --llama-bench: the best samples, each ratio against the run right after the recipe" \
+  awk '/^llama-bench / { if ($4 != "440.0" || $7 != "44.0") bad = 1 }
+       /^prefill / { pre[$2] = $3 } /^decode / { dec[$2] = $3 }
+       function off(got, want) { d = got - want; return (d < 0 ? -d : d) > 0.005 + want * 0.001 + 1e-9 }
+       /^compare / { n++; if ($8 != "baseline" || $9 != "best" || off($5, pre[$2] / 440) || off($7, dec[$2] / 44)) bad = 1 }
+       END { exit !(n == 3 && !bad) }' "$WORK/bench_lb.txt"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --llama-bench "$WORK/fake-llama-bench" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --llama-bench without --compare-gguf is bad input (2)" \
+  sh -c "test $? -eq 2 && grep -q 'needs --compare-gguf' '$WORK/bench_bad.err'"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --llama-bench "$WORK/no-such-llama-bench" \
+  --compare-gguf "$WORK/ggufs" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --llama-bench: a program that cannot run is bad input (2), named with the system's reason" \
+  sh -c "test $? -eq 2 && grep -q 'no-such-llama-bench: cannot run it (No such file or directory)' '$WORK/bench_bad.err'"
+echo broken >"$WORK/ggufs/c.gguf"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --llama-bench "$WORK/fake-llama-bench" \
+  --compare-gguf "$WORK/ggufs" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --llama-bench: a failing run is bad input (2), with its exit status and last stderr line" \
+  sh -c "test $? -eq 2 && grep -q \"c.gguf -t 2 -o json -p 0 -n 1 -r 1: exit status 1 (error: failed to load model\" '$WORK/bench_bad.err'"
+echo BF16 >"$WORK/ggufs/c.gguf"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --llama-bench "$WORK/fake-llama-bench" \
+  --compare-gguf "$WORK/ggufs" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --llama-bench: two files of one weight type are bad input (2)" \
+  sh -c "test $? -eq 2 && grep -q 'c.gguf: a second BF16 file beside .*b.gguf' '$WORK/bench_bad.err'"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --decode-tokens 4 --prefill-tokens 16 --repeat 1 --batch-invariant \
   >"$WORK/bench_bi.txt" 2>/dev/null
 check "bench runtime --batch-invariant: decode and prefill lines with the ratio" \

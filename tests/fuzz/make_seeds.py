@@ -172,6 +172,13 @@ put("llama_bench_csv", "llama_bench_q4_0.csv", "\n".join([bench_cols, bench_row.
                                                            bench_row.format(np=0, ng=128, ns=745054000, ts="171.800000")]) + "\n")
 put("llama_bench_csv", "minimal.csv", 'model_type,n_threads,n_prompt,n_gen,avg_ts\n"llama 1M Q4_0","2","16","0","1000.0"\n'
     '"llama 1M Q4_0","2","0","4","100.0"\n')
+# llama-bench -o json (an array) and -o jsonl (one test a line), with samples_ts.
+bench_json = ('{{"model_type": "llama 135M Q4_0", "model_size": 89941248, "n_threads": 2, "n_prompt": {np}, "n_gen": {ng}, '
+              '"avg_ts": {ts}, "stddev_ts": 4.2, "samples_ts": [{ts}, {best}]}}')
+put("llama_bench_json", "array.json", "[\n  " + ",\n  ".join([bench_json.format(np=512, ng=0, ts=510.1, best=530.7),
+                                                             bench_json.format(np=0, ng=128, ts=171.8, best=180.2)]) + "\n]\n")
+put("llama_bench_json", "lines.jsonl", bench_json.format(np=0, ng=64, ts=99.5, best=101.0) + "\n" +
+    '{"model_type": "llama 1M BF16", "n_threads": 2, "n_prompt": 16, "n_gen": 0, "avg_ts": 1000.0}\n')
 # The differential harness of the activation quantisers' fast paths: format index, 2 rows of 40,
 # then FP32 bits of ties, saturating values, a subnormal, -0 and +inf (one seed per format).
 vals = [0.5, -1.25, 3.0, 448.0, 1e-3, -0.0, float("inf"), 2688.0, 6.0, 0.25, 0.75, -5.0, 1e-40, 7.0, 12.5, -300.0] * 5
