@@ -320,7 +320,12 @@ GgufSpeed LlamaBenchRunner::run(const std::string& type, int prefill_tokens, int
                                                     "-r", std::to_string(repeat)})) {
     add_test(speeds, t, threads_, notes);
   }
-  return speeds[type];
+  const GgufSpeed& s = speeds[type];
+  if (s.prefill <= 0 || s.decode <= 0) {
+    throw sim::ScenarioError(fmt::format("{}: llama-bench printed no {} {} test (was the file replaced?)", it->second.string(),
+                                         type, s.prefill <= 0 ? "prefill" : "decode"));
+  }
+  return s;
 }
 
 }  // namespace rlsim::cli

@@ -73,7 +73,8 @@ class LlamaBenchRunner {
 
   /// llama-bench on the file of `type` (has(type) must hold, else std::invalid_argument): a
   /// prefill of `prefill_tokens` (-p) and a decode of `decode_tokens` (-n), best of `repeat`
-  /// (-r) each after llama-bench's warm-up run. Errors as the constructor's.
+  /// (-r) each after llama-bench's warm-up run. Errors as the constructor's, and
+  /// sim::ScenarioError when the output lacks either test of `type` (the file was replaced).
   GgufSpeed run(const std::string& type, int prefill_tokens, int decode_tokens, int repeat) const;
 
  private:

@@ -301,10 +301,10 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 [ "$o" = json ] || { echo "expected -o json" >&2; exit 1; }
-type=$(cat "$m")
+read -r type flag <"$m"
 [ "$type" = broken ] && { echo "error: failed to load model '$m'" >&2; exit 1; }
 printf '[\n'
-[ "$p" -gt 0 ] && printf '{"model_type": "llama 1M %s", "model_size": 2000000000, "n_threads": %s, "n_prompt": %s, "n_gen": 0, "avg_ts": 400.0, "samples_ts": [400.0, 440.0, 360.0]},\n' "$type" "$t" "$p"
+[ "$p" -gt 0 ] && [ "${flag:-}" != no-prefill ] && printf '{"model_type": "llama 1M %s", "model_size": 2000000000, "n_threads": %s, "n_prompt": %s, "n_gen": 0, "avg_ts": 400.0, "samples_ts": [400.0, 440.0, 360.0]},\n' "$type" "$t" "$p"
 printf '{"model_type": "llama 1M %s", "model_size": 2000000000, "n_threads": %s, "n_prompt": 0, "n_gen": %s, "avg_ts": 40.0, "samples_ts": [36.0, 44.0, 40.0]}\n]\n' "$type" "$t" "$n"
 SH
 chmod +x "$WORK/fake-llama-bench"
@@ -341,6 +341,11 @@ echo BF16 >"$WORK/ggufs/c.gguf"
   --compare-gguf "$WORK/ggufs" >/dev/null 2>"$WORK/bench_bad.err"
 check "bench runtime --llama-bench: two files of one weight type are bad input (2)" \
   sh -c "test $? -eq 2 && grep -q 'c.gguf: a second BF16 file beside .*b.gguf' '$WORK/bench_bad.err'"
+echo 'Q8_0 no-prefill' >"$WORK/ggufs/c.gguf"
+"$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision fp8-block --decode-tokens 4 --prefill-tokens 16 --repeat 1 \
+  --llama-bench "$WORK/fake-llama-bench" --compare-gguf "$WORK/ggufs" >/dev/null 2>"$WORK/bench_bad.err"
+check "bench runtime --llama-bench: a run without the prefill test is bad input (2), named" \
+  sh -c "test $? -eq 2 && grep -q 'c.gguf: llama-bench printed no Q8_0 prefill test' '$WORK/bench_bad.err'"
 "$RLSIM" bench runtime --shape "$WORK/tiny_config.json" --precision bf16 --decode-tokens 4 --prefill-tokens 16 --repeat 1 --batch-invariant \
   >"$WORK/bench_bi.txt" 2>/dev/null
 check "bench runtime --batch-invariant: decode and prefill lines with the ratio" \
