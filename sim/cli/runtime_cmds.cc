@@ -430,6 +430,47 @@ RuntimeRates bench_precision(const models::ModelWeights& w, const models::ModelW
   return r;
 }
 
+// bench runtime's compare lines (each of `measured` against its baseline in `baselines`: by
+// precision name when `by_precision`, else by weight class), then llama.cpp's roofline line per
+// weight type compared (`last`: by type; `tied`: the shape's embeddings are tied, else a note);
+// `gbps` is the bandwidth line's GB/s.
+void print_comparison(const std::vector<std::pair<models::RuntimePrecision, RuntimeRates>>& measured,
+                      const std::map<std::string, GgufSpeed>& baselines, bool by_precision,
+                      const std::map<std::string, GgufSpeed>& last, bool tied, double gbps, std::ostream& out,
+                      std::ostream& err) {
+  std::set<std::string> compared;  // GGUF types with a compare line
+  bool mean_baseline = false;      // a compare line against llama-bench's mean
+  for (const auto& [p, r] : measured) {
+    const std::string t = gguf_class(p);
+    const auto it = baselines.find(by_precision ? p.name : t);
+    if (it == baselines.end() || it->second.prefill <= 0 || it->second.decode <= 0) continue;
+    const GgufSpeed& g = it->second;
+    out << fmt::format("compare {} {} prefill_ratio {:.2f} decode_ratio {:.2f} baseline {}\n", p.name, t, r.prefill / g.prefill,
+                       r.decode / g.decode, baseline_statistic(g));
+    compared.insert(t);
+    mean_baseline = mean_baseline || !g.prefill_best || !g.decode_best;
+  }
+  if (mean_baseline) {
+    err << "  note: a baseline marked mean is llama-bench's mean repetition (avg_ts, all its CSV gives) against rlsim's best "
+           "run; llama-bench -o json files, or --llama-bench, compare best with best\n";
+  }
+  // llama.cpp against the same roofline, so that one run shows how near the baseline itself comes.
+  // Its bytes per token are the file's only when the output reads the embedding table (tied).
+  if (!tied) {
+    if (!compared.empty()) {
+      err << "  note: no gguf roofline lines: with untied embeddings a decode reads one row of the GGUF's embedding "
+             "table, so model_size overstates its bytes per token\n";
+    }
+    return;
+  }
+  for (const std::string& t : compared) {
+    const GgufSpeed& g = last.at(t);
+    if (g.model_bytes <= 0) continue;
+    out << fmt::format("gguf {} decode {:.1f} tok/s model_bytes {} roofline {:.2f}\n", t, g.decode, g.model_bytes,
+                       g.decode * static_cast<double>(g.model_bytes) / (gbps * 1e9));
+  }
+}
+
 }  // namespace
 
 std::size_t last_level_cache_bytes(const std::filesystem::path& dir) {
@@ -537,37 +578,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
     }
     measured.emplace_back(p, def);
   }
-  std::set<std::string> compared;  // GGUF types with a compare line
-  bool mean_baseline = false;      // a compare line against llama-bench's mean
-  for (const auto& [p, r] : measured) {
-    const std::string t = gguf_class(p);
-    const auto it = llama ? adjacent.find(p.name) : gguf.find(t);
-    if (it == (llama ? adjacent.end() : gguf.end()) || it->second.prefill <= 0 || it->second.decode <= 0) continue;
-    const GgufSpeed& g = it->second;
-    out << fmt::format("compare {} {} prefill_ratio {:.2f} decode_ratio {:.2f} baseline {}\n", p.name, t, r.prefill / g.prefill,
-                       r.decode / g.decode, baseline_statistic(g));
-    compared.insert(t);
-    mean_baseline = mean_baseline || !g.prefill_best || !g.decode_best;
-  }
-  if (mean_baseline) {
-    err << "  note: a baseline marked mean is llama-bench's mean repetition (avg_ts, all its CSV gives) against rlsim's best "
-           "run; llama-bench -o json files, or --llama-bench, compare best with best\n";
-  }
-  // llama.cpp against the same roofline, so that one run shows how near the baseline itself comes.
-  // Its bytes per token are the file's only when the output reads the embedding table (tied).
-  if (!c.tied_embeddings) {
-    if (!compared.empty()) {
-      err << "  note: no gguf roofline lines: with untied embeddings a decode reads one row of the GGUF's embedding "
-             "table, so model_size overstates its bytes per token\n";
-    }
-  } else {
-    for (const std::string& t : compared) {
-      const GgufSpeed& g = gguf.at(t);
-      if (g.model_bytes <= 0) continue;
-      out << fmt::format("gguf {} decode {:.1f} tok/s model_bytes {} roofline {:.2f}\n", t, g.decode, g.model_bytes,
-                         g.decode * static_cast<double>(g.model_bytes) / (gbps * 1e9));
-    }
-  }
+  print_comparison(measured, llama ? adjacent : gguf, llama.has_value(), gguf, c.tied_embeddings, gbps, out, err);
   return 0;
 }
 
