@@ -1,7 +1,7 @@
 // llama-bench's JSON output (-o json or jsonl: `rlsim bench runtime --compare-gguf DIR` with
 // *.json files, and --llama-bench's own runs): parse_llama_bench_json on the input. Tests that
-// load have a weight type without a space, counts in range and positive finite tok/s, the best
-// sample at least the smallest rate that could be a mean of them.
+// load have a weight type without a space, counts in range, a positive finite avg_ts and best
+// sample, and a model_size of at least 1 where given.
 #include <cmath>
 #include <cstdint>
 #include <string>
