@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -21,6 +20,7 @@
 #include "analysis/output_dir.h"
 #include "sim/scenario/csv_table.h"
 #include "sim/scenario/scenario.h"
+#include "sim/scenario/yaml_file.h"
 
 extern char** environ;
 
@@ -181,16 +181,9 @@ std::map<std::string, GgufSpeed> read_llama_bench(const std::string& dir, int th
   std::sort(files.begin(), files.end());
   std::map<std::string, GgufSpeed> out;
   for (const auto& f : files) {
-    std::vector<LlamaBenchTest> tests;
-    if (f.extension() == ".csv") {
-      tests = read_csv_tests(f);
-    } else {
-      std::ifstream in(f, std::ios::binary);
-      std::ostringstream text;
-      text << in.rdbuf();
-      if (!in) throw sim::ScenarioError(fmt::format("{}: cannot read the file ({})", f.string(), std::strerror(errno)));
-      tests = parse_llama_bench_json(text.str(), f.string());
-    }
+    const std::vector<LlamaBenchTest> tests =
+        f.extension() == ".csv" ? read_csv_tests(f)
+                                : parse_llama_bench_json(sim::read_input_file(f.string(), "llama-bench JSON"), f.string());
     for (const LlamaBenchTest& t : tests) add_test(out, t, threads, err);
   }
   return out;

@@ -14,7 +14,6 @@
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -432,14 +431,13 @@ RuntimeRates bench_precision(const models::ModelWeights& w, const models::ModelW
 
 // bench runtime's compare lines (each of `measured` against its baseline in `baselines`: by
 // precision name when `by_precision`, else by weight class), then llama.cpp's roofline line per
-// weight type compared (`last`: by type; `tied`: the shape's embeddings are tied, else a note);
-// `gbps` is the bandwidth line's GB/s.
+// weight type compared, from the last baseline of that type compared (`tied`: the shape's
+// embeddings are tied, else a note); `gbps` is the bandwidth line's GB/s.
 void print_comparison(const std::vector<std::pair<models::RuntimePrecision, RuntimeRates>>& measured,
-                      const std::map<std::string, GgufSpeed>& baselines, bool by_precision,
-                      const std::map<std::string, GgufSpeed>& last, bool tied, double gbps, std::ostream& out,
-                      std::ostream& err) {
-  std::set<std::string> compared;  // GGUF types with a compare line
-  bool mean_baseline = false;      // a compare line against llama-bench's mean
+                      const std::map<std::string, GgufSpeed>& baselines, bool by_precision, bool tied, double gbps,
+                      std::ostream& out, std::ostream& err) {
+  std::map<std::string, const GgufSpeed*> compared;  // GGUF type with a compare line -> its last baseline
+  bool mean_baseline = false;                        // a compare line against llama-bench's mean
   for (const auto& [p, r] : measured) {
     const std::string t = gguf_class(p);
     const auto it = baselines.find(by_precision ? p.name : t);
@@ -447,7 +445,7 @@ void print_comparison(const std::vector<std::pair<models::RuntimePrecision, Runt
     const GgufSpeed& g = it->second;
     out << fmt::format("compare {} {} prefill_ratio {:.2f} decode_ratio {:.2f} baseline {}\n", p.name, t, r.prefill / g.prefill,
                        r.decode / g.decode, baseline_statistic(g));
-    compared.insert(t);
+    compared[t] = &g;
     mean_baseline = mean_baseline || !g.prefill_best || !g.decode_best;
   }
   if (mean_baseline) {
@@ -463,8 +461,8 @@ void print_comparison(const std::vector<std::pair<models::RuntimePrecision, Runt
     }
     return;
   }
-  for (const std::string& t : compared) {
-    const GgufSpeed& g = last.at(t);
+  for (const auto& [t, baseline] : compared) {
+    const GgufSpeed& g = *baseline;
     if (g.model_bytes <= 0) continue;
     out << fmt::format("gguf {} decode {:.1f} tok/s model_bytes {} roofline {:.2f}\n", t, g.decode, g.model_bytes,
                        g.decode * static_cast<double>(g.model_bytes) / (gbps * 1e9));
@@ -507,7 +505,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   if (!o.llama_bench.empty() && o.compare_gguf.empty()) {
     throw sim::ScenarioError("rlsim bench runtime: --llama-bench needs --compare-gguf, the folder of GGUF files to run it on");
   }
-  std::map<std::string, GgufSpeed> gguf;  // by weight type: the files', or the last run of llama-bench
+  std::map<std::string, GgufSpeed> gguf;  // by weight type: the files' (without llama_bench)
   std::optional<LlamaBenchRunner> llama;
   if (!o.llama_bench.empty()) {
     llama.emplace(o.llama_bench, o.compare_gguf, o.threads, err);  // bad input fails before timing
@@ -557,8 +555,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
   std::map<std::string, GgufSpeed> adjacent;  // by precision: llama-bench's run right after it
   for (const models::RuntimePrecision& p : precisions) {
     const RuntimeRates def = bench_precision(w, cut, llc, p, prompt, probe, o, out, err);
-    if (llama && llama->has(gguf_class(p))) {
-      const std::string t = gguf_class(p);
+    if (const std::string t = gguf_class(p); llama && llama->has(t)) {
       err << fmt::format("  llama-bench on the {} file\n", t);
       err.flush();
       const GgufSpeed g = llama->run(t, o.prefill_tokens, o.decode_tokens, o.repeat);
@@ -566,7 +563,6 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
                          g.model_bytes);
       out.flush();
       adjacent[p.name] = g;
-      gguf[t] = g;
     }
     if (o.batch_invariant) {
       models::Transformer model(w, p, models::KernelMode::kBatchInvariant);
@@ -578,7 +574,7 @@ int bench_runtime(const BenchRuntimeOptions& o, std::ostream& out, std::ostream&
     }
     measured.emplace_back(p, def);
   }
-  print_comparison(measured, llama ? adjacent : gguf, llama.has_value(), gguf, c.tied_embeddings, gbps, out, err);
+  print_comparison(measured, llama ? adjacent : gguf, llama.has_value(), c.tied_embeddings, gbps, out, err);
   return 0;
 }
 
