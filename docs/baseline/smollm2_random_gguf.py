@@ -8,6 +8,8 @@ script makes the same shapes for llama.cpp so that both can be timed on one mach
         --config ../shared/models/smollm2-135m-tokenizer/config.json \
         --tokenizer ../shared/models/smollm2-135m-tokenizer/tokenizer.json --out smollm2-f32.gguf
     LLAMA_CPP/build/bin/llama-quantize smollm2-f32.gguf smollm2-bf16.gguf BF16   # and Q8_0, Q4_0
+    # (Q8_0 and Q4_0 with the tied embedding in BF16, as the recipes keep their lm_head:
+    #  llama-quantize --token-embedding-type bf16 --output-tensor-type bf16 F32 OUT Q4_0)
     LLAMA_CPP/build/bin/llama-bench -m smollm2-bf16.gguf -t 2 -p 512 -n 128 -o csv > DIR/bf16.csv
     rlsim bench runtime --threads 2 --compare-gguf DIR
 

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "models/precision/simd.h"
 
@@ -3194,7 +3196,77 @@ void split_learned(std::int64_t total, bool parallel, [[maybe_unused]] const Lea
 }
 }  // namespace
 
+void GemvCallStats::add(double b, double t) {
+  ++calls;
+  const double db = b - mean_bytes;
+  mean_bytes += db / static_cast<double>(calls);
+  mean_seconds += (t - mean_seconds) / static_cast<double>(calls);
+  m2_bytes += db * (b - mean_bytes);
+  co_bytes_seconds += db * (t - mean_seconds);
+  seconds += t;
+}
+
+bool GemvCallStats::fit(double& fixed_seconds, double& bytes_per_second) const {
+  fixed_seconds = bytes_per_second = 0;
+  constexpr double kMinRelativeSpread = 1e-9;  // of the mean size: below it, one size
+  const double spread = std::sqrt(m2_bytes / std::max<double>(1, static_cast<double>(calls)));
+  if (calls < 2 || !(spread > kMinRelativeSpread * mean_bytes)) return false;
+  const double slope = co_bytes_seconds / m2_bytes;  // seconds per byte
+  if (!(slope > 0)) return false;
+  fixed_seconds = mean_seconds - slope * mean_bytes;
+  bytes_per_second = 1 / slope;
+  return true;
+}
+
+namespace {
+// gemv()'s recorder (gemv_record_start): on or off, and the sums under their mutex.
+std::atomic<bool> g_gemv_recording{false};
+std::mutex g_gemv_record_mutex;
+GemvCallStats g_gemv_record;
+
+// Times one gemv() call from its construction to its destruction (every return path) and adds
+// it to the recorder's sums, when recording and outside an OpenMP region.
+class GemvCallTimer {
+ public:
+  explicit GemvCallTimer(std::span<const GemvJob> jobs) : jobs_(jobs) {
+    on_ = g_gemv_recording.load(std::memory_order_relaxed);
+#ifdef _OPENMP
+    on_ = on_ && omp_in_parallel() == 0;
+#endif
+    if (on_) start_ = std::chrono::steady_clock::now();
+  }
+  GemvCallTimer(const GemvCallTimer&) = delete;
+  GemvCallTimer& operator=(const GemvCallTimer&) = delete;
+  ~GemvCallTimer() {
+    if (!on_) return;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    double bytes = 0;
+    for (const GemvJob& j : jobs_) bytes += static_cast<double>(j.w->bytes());
+    const std::lock_guard<std::mutex> lock(g_gemv_record_mutex);
+    g_gemv_record.add(bytes, seconds);
+  }
+
+ private:
+  std::span<const GemvJob> jobs_;
+  bool on_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace
+
+void gemv_record_start() {
+  const std::lock_guard<std::mutex> lock(g_gemv_record_mutex);
+  g_gemv_record = GemvCallStats{};
+  g_gemv_recording.store(true, std::memory_order_relaxed);
+}
+
+GemvCallStats gemv_record_stop() {
+  const std::lock_guard<std::mutex> lock(g_gemv_record_mutex);
+  g_gemv_recording.store(false, std::memory_order_relaxed);
+  return std::exchange(g_gemv_record, GemvCallStats{});
+}
+
 void gemv(std::span<const GemvJob> jobs) {
+  const GemvCallTimer timer(jobs);
   if (jobs.empty()) return;
   std::int64_t total = 0;
   for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;

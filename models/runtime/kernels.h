@@ -519,4 +519,36 @@ void silu_mul(const float* gate, const float* up, float* out, std::int64_t n);
 /// the calling thread; no jobs, nothing.
 void gemv(std::span<const GemvJob> jobs);
 
+/// Running sums of GEMV calls' weight bytes b and wall seconds t (Welford's online update, so that
+/// equal sizes give a variance of exactly 0 rather than a cancellation's residue) and the
+/// least-squares line t = fixed + b / rate through them: the fixed part is what a call costs
+/// whatever its size (the fork and join of its OpenMP region, the threads' finish gap, the
+/// activations' hand-over between the threads' caches, the DRAM latency before its stream
+/// starts), the rate is the GB/s its stream reaches. Ordinary least squares (the normal equations
+/// of t = a + s b, s = cov(b, t) / var(b), a = mean t - s mean b).
+struct GemvCallStats {
+  std::int64_t calls = 0;
+  double mean_bytes = 0, mean_seconds = 0;
+  double m2_bytes = 0;          // sum of (b - mean_bytes)^2
+  double co_bytes_seconds = 0;  // sum of (b - mean_bytes)(t - mean_seconds)
+  double seconds = 0;           // sum of t
+
+  /// Adds one call of b weight bytes and t wall seconds.
+  void add(double b, double t);
+  /// The fit's fixed seconds a call and its rate in bytes per second; false (both 0) with fewer
+  /// than 2 calls, calls all of one size (up to 1e-9 of the mean size: no slope to fit), or a slope
+  /// that is not positive (the wall times fall with size: no rate).
+  bool fit(double& fixed_seconds, double& bytes_per_second) const;
+};
+
+/// Starts recording every gemv() call made outside an OpenMP parallel region (the decode's; a
+/// call nested in a region is part of its caller's time): its weight bytes (PackedWeight::bytes()
+/// of each job) and wall time from entry to return, into sums that gemv_record_stop() returns and
+/// clears. Recording off (the default), gemv() pays one relaxed atomic load. Calls from several
+/// threads at once are added under a mutex.
+void gemv_record_start();
+/// Stops recording and returns what was recorded since gemv_record_start() (empty if it was not
+/// started).
+GemvCallStats gemv_record_stop();
+
 }  // namespace rlsim::models

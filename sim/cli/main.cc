@@ -197,8 +197,9 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
           "sim: 10 steps of a 1,024-device async pipeline, then `rlsim run` of the default scenario at 10^4 .. "
           "--max-requests requests (wall, requests/s, peak RSS); quantize: GB/s of quantising a 4096 x 4096 BF16 matrix to each "
           "format; verify: build and verify the precision-flow graphs of deepseek-v3 and kimi-k2; runtime: DRAM read "
-          "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline) and 512-token prefill tok/s per "
-          "precision on synthetic weights (on a CPU with AMX, also the prefill without it); reload: the quantised weight reload "
+          "bandwidth, batch-1 decode tok/s (with its fraction of the weight-read roofline, the GEMV calls' fixed cost and "
+          "stream rate, the threads' cache-line round trip) and 512-token prefill tok/s per precision on synthetic weights (on a "
+          "CPU with AMX, also the prefill without it); reload: the quantised weight reload "
           "lifecycle (restore, load, quantise, transform) for --cycles cycles, per-stage times and bytes, checked bit for bit "
           "against a fresh load; plan: a 1,000-point capacity-planning study of Qwen3-8B on up to 64 devices, points/s on "
           "--jobs threads")

@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -256,6 +258,38 @@ double measure_read_bandwidth(std::size_t bytes, int repeat, int streams) {
   return ReadBandwidthProbe(bytes).best(repeat, streams);
 }
 
+double thread_handoff_ns(int round_trips) {
+#ifdef _OPENMP
+  if (round_trips < 1 || omp_get_max_threads() < 2) return 0;
+  alignas(std::hardware_destructive_interference_size) std::atomic<int> line{0};  // the line handed back and forth
+  double ns = 0;
+#pragma omp parallel num_threads(2)
+  {
+    if (omp_get_num_threads() == 2) {
+      const int t = omp_get_thread_num();
+      // Thread 0 writes odd values, thread 1 answers each with the next even one.
+      const auto start = std::chrono::steady_clock::now();
+      for (int k = 0; k < round_trips; ++k) {
+        if (t == 0) {
+          line.store(2 * k + 1, std::memory_order_release);
+          while (line.load(std::memory_order_acquire) != 2 * k + 2) {
+          }
+        } else {
+          while (line.load(std::memory_order_acquire) != 2 * k + 1) {
+          }
+          line.store(2 * k + 2, std::memory_order_release);
+        }
+      }
+      if (t == 0) ns = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e9 / round_trips;
+    }
+  }
+  return ns;
+#else
+  (void)round_trips;
+  return 0;
+#endif
+}
+
 namespace {
 
 // The GGUF type a precision's linear weights compare with: BF16, Q8_0 (8-bit) or Q4_0 (4-bit).
@@ -398,6 +432,36 @@ std::pair<double, double> cache_resident_decode(const models::ModelWeights& cut,
 // fraction at the bandwidth `probe` read right before the best run), the cache-resident decode
 // of `cut` (cache_resident_decode; none when it does not fit), both prefills, resident against
 // packed weight bytes.
+// Round trips of thread_handoff_ns before a decode-gemv run: about 0.2-1 ms on the 2-vCPU VM
+// (100-480 ns a trip, README runtime section).
+constexpr int kHandoffRoundTrips = 2000;
+
+// The decode-gemv line of precision `p`: one more greedy decode of o.decode_tokens tokens from
+// position 0 after `first`, untimed by the rates, with gemv()'s recorder on. Its GEMV calls a
+// token, their milliseconds a token and the rest of the token's (attention, norms, the arg max),
+// and the least-squares fit of the calls' wall times to a fixed cost a call plus their weight
+// bytes at a stream rate (GemvCallStats::fit; "n/a" where the calls were all of one size).
+void print_decode_gemv(models::Transformer& model, int first, const models::RuntimePrecision& p, const BenchRuntimeOptions& o,
+                       std::ostream& out) {
+  const double handoff = thread_handoff_ns(kHandoffRoundTrips);
+  model.reset();
+  int token = first;
+  models::gemv_record_start();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const models::GemvCallStats g = models::gemv_record_stop();
+  const double tokens = o.decode_tokens;
+  double fixed = 0, rate = 0;
+  const bool fitted = g.fit(fixed, rate);
+  out << fmt::format(
+      "decode-gemv {} calls_per_token {:.1f} gemv_ms_per_token {:.3f} other_ms_per_token {:.3f} "
+      "fixed_us_per_call {} stream_gbps {} handoff_ns {}\n",
+      p.name, static_cast<double>(g.calls) / tokens, g.seconds / tokens * 1e3, std::max(0.0, seconds - g.seconds) / tokens * 1e3,
+      fitted ? fmt::format("{:.2f}", fixed * 1e6) : "n/a", fitted ? fmt::format("{:.1f}", rate / 1e9) : "n/a",
+      handoff > 0 ? fmt::format("{:.0f}", handoff) : "n/a");
+}
+
 RuntimeRates bench_precision(const models::ModelWeights& w, const models::ModelWeights& cut, std::size_t llc,
                              const models::RuntimePrecision& p, const std::vector<int>& prompt, const ReadBandwidthProbe& probe,
                              const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
@@ -409,6 +473,7 @@ RuntimeRates bench_precision(const models::ModelWeights& w, const models::ModelW
   const RuntimeRates r = measure_rates(model, prompt, o, &probe);
   out << fmt::format("decode {} {:.1f} tok/s roofline {:.2f} bytes_per_token {:.0f} bandwidth {:.1f}\n", p.name, r.decode,
                      r.decode * bytes / (r.decode_gbps * 1e9), bytes, r.decode_gbps);
+  print_decode_gemv(model, prompt[0], p, o, out);
   out.flush();
   if (const auto [rate, cut_bytes] = cache_resident_decode(cut, p, llc, o, err); rate > 0) {
     out << fmt::format("decode-cache-resident {} {:.1f} tok/s bytes_per_token {:.0f} gbps {:.1f}\n", p.name, rate, cut_bytes,

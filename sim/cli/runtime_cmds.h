@@ -85,6 +85,12 @@ std::size_t last_level_cache_bytes(const std::filesystem::path& dir);
 ///       plus the KV cache read at the mean position of the timed steps; BW: the mean of the
 ///       probe passes (ReadBandwidthProbe::best_of_streams) right before and right after that
 ///       run; FRACTION = TOKS B / BW)
+///   decode-gemv PRECISION calls_per_token N gemv_ms_per_token T other_ms_per_token O
+///               fixed_us_per_call C stream_gbps R handoff_ns H
+///       (one more decode of decode_tokens tokens, untimed by TOKS, with models::gemv_record_start
+///       on: gemv() calls a token, their ms a token and the rest of the token's, and the fit of
+///       the calls' wall times to C us + bytes / (R GB/s), models::GemvCallStats::fit, "n/a"
+///       without one; H: thread_handoff_ns right before, "n/a" on one thread)
 ///   decode-cache-resident PRECISION TOKS tok/s bytes_per_token B gbps G
 ///       (the compute side of the roofline: the same decode on the shapes cut to one layer and
 ///       vocab / layers, whose weights stay in the last-level cache; G = TOKS B. No line, a note
@@ -190,5 +196,14 @@ class ReadBandwidthProbe {
 
 /// ReadBandwidthProbe(bytes).best(repeat, streams).
 double measure_read_bandwidth(std::size_t bytes, int repeat, int streams = 1);
+
+/// The mean time in ns of one round trip of a cache line between OpenMP threads 0 and 1 (thread
+/// 0 stores an odd value with release order, thread 1 spins with acquire loads until it sees it
+/// and answers with the next even value), over `round_trips` trips. It tells where the two
+/// threads' cores sit: on a 2-vCPU Zen 5 VM it was 65-160 ns while they shared an L3 (2-thread
+/// reads at about 35 GB/s) and 455-490 ns in the windows where the hypervisor had placed them
+/// apart (reads up to 67 GB/s), every GEMV call's fork, join and activation hand-over paying it
+/// (README, runtime). 0 with fewer than 2 threads, no OpenMP, or round_trips < 1.
+double thread_handoff_ns(int round_trips);
 
 }  // namespace rlsim::cli

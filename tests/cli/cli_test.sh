@@ -222,8 +222,12 @@ check "bench runtime: cache-resident decode lines (or a note for each why not)" 
 check "bench runtime: a cache-resident decode reads about half the full one's bytes a token, G = TOKS x B" \
   awk '/^decode / { full[$2] = $8 } /^decode-cache-resident / { n++; g = $3 * $6 / 1e9; tol = 0.05 + g * 0.05 / $3 + 1e-9
          if (!($6 > 0.4 * full[$2] && $6 < 0.6 * full[$2]) || g - $8 > tol || $8 - g > tol) bad = 1 } END { exit !(n == 0 || (n == 2 && !bad)) }' "$WORK/bench_rt.txt"
+# The decode-gemv line: a dense decode calls gemv() 4 times a layer (q/k/v, o, gate/up, down)
+# and once for the lm_head, 9 times a token on the tiny shape's 2 layers.
+check "bench runtime: decode-gemv lines, 4 GEMV calls a layer and the lm_head's" \
+  test "$(grep -cE '^decode-gemv (fp32|int4-w4a16-g32) calls_per_token 9\.0 gemv_ms_per_token [0-9]+\.[0-9]{3} other_ms_per_token [0-9]+\.[0-9]{3} fixed_us_per_call (-?[0-9]+\.[0-9]{2}|n/a) stream_gbps ([0-9]+\.[0-9]|n/a) handoff_ns ([1-9][0-9]*|n/a)$' "$WORK/bench_rt.txt")" -eq 2
 check "bench runtime: nothing else on stdout" \
-  test "$(grep -vc '^decode-cache-resident ' "$WORK/bench_rt.txt")" -eq 9
+  test "$(grep -vc '^decode-cache-resident ' "$WORK/bench_rt.txt")" -eq 11
 # --compare-gguf: llama-bench CSV files in a folder; a recipe compares with its weight class.
 mkdir -p "$WORK/gguf"
 cat >"$WORK/gguf/q4.csv" <<'CSV'

@@ -289,6 +289,73 @@ TEST(Gemv, LearnedSharesLeaveEveryRowsBits) {
   }
 }
 
+TEST(GemvCallStats, TheFitRecoversAFixedCostAndARateFromExactTimes) {
+  // t = 2 us + b / (40 GB/s) at four sizes, repeated as a decode repeats them: the line itself.
+  GemvCallStats s;
+  constexpr double kFixed = 2e-6, kRate = 40e9;
+  for (int token = 0; token < 64; ++token) {
+    for (const double b : {311040.0, 186624.0, 995328.0, 56623104.0}) s.add(b, kFixed + b / kRate);
+  }
+  double fixed = 0, rate = 0;
+  ASSERT_TRUE(s.fit(fixed, rate));
+  EXPECT_NEAR(fixed, kFixed, 1e-12);
+  EXPECT_NEAR(rate / kRate, 1.0, 1e-9);
+  EXPECT_EQ(s.calls, 256);
+  EXPECT_NEAR(s.seconds, 64 * (4 * kFixed + (311040.0 + 186624.0 + 995328.0 + 56623104.0) / kRate), 1e-12);
+  // Noise of +-10 % on every other call's time moves the fit, not its sign: still a fit.
+  GemvCallStats noisy;
+  for (int i = 0; i < 400; ++i) {
+    const double b = 1e5 * (1 + i % 7);
+    noisy.add(b, (kFixed + b / kRate) * (i % 2 == 0 ? 1.1 : 0.9));
+  }
+  ASSERT_TRUE(noisy.fit(fixed, rate));
+  EXPECT_NEAR(rate / kRate, 1.0, 0.15);
+}
+
+TEST(GemvCallStats, NoFitFromOneSizeFewerThanTwoCallsOrTimesFallingWithSize) {
+  double fixed = 1, rate = 1;
+  GemvCallStats none;
+  EXPECT_FALSE(none.fit(fixed, rate));
+  EXPECT_EQ(fixed, 0.0);
+  EXPECT_EQ(rate, 0.0);
+  GemvCallStats one;
+  one.add(1e6, 1e-5);
+  EXPECT_FALSE(one.fit(fixed, rate));
+  GemvCallStats same;  // every call the same size, their times varying: no slope to fit
+  for (int i = 0; i < 100; ++i) same.add(996147.0, 1e-5 * (1 + i % 3));
+  EXPECT_FALSE(same.fit(fixed, rate));
+  GemvCallStats falling;
+  falling.add(1e5, 2e-5);
+  falling.add(1e6, 1e-5);
+  EXPECT_FALSE(falling.fit(fixed, rate));
+}
+
+TEST(GemvRecorder, RecordsTopLevelCallsWhileOnOnly) {
+  const std::int64_t cols = 576;
+  const std::vector<float> w = normal(static_cast<std::size_t>(1536 * cols), 51, 0.02f);
+  const PackedWeight small(quantize(parse_format("int4/group32"), 192, cols, std::span<const float>(w).first(192 * cols)));
+  const PackedWeight large(quantize(parse_format("int4/group32"), 1536, cols, std::span<const float>(w)));
+  const std::vector<float> x = normal(static_cast<std::size_t>(cols), 52, 1.0f);
+  auto call = [&](const PackedWeight& p) {
+    std::vector<float> y(static_cast<std::size_t>(p.rows()));  // each caller its own output
+    const GemvJob job{&p, x.data(), y.data(), 1};
+    gemv(std::span<const GemvJob>(&job, 1));
+  };
+  call(small);  // before recording: not counted
+  gemv_record_start();
+  call(small);
+  call(large);
+  call(large);
+#pragma omp parallel num_threads(2)
+  call(small);  // inside a region: part of its caller's time, not a call of its own
+  const GemvCallStats s = gemv_record_stop();
+  call(large);  // after: not counted
+  EXPECT_EQ(s.calls, 3);
+  EXPECT_DOUBLE_EQ(s.mean_bytes, (static_cast<double>(small.bytes()) + 2.0 * static_cast<double>(large.bytes())) / 3.0);
+  EXPECT_GT(s.seconds, 0.0);
+  EXPECT_EQ(gemv_record_stop().calls, 0);  // stopped and cleared
+}
+
 TEST(Gemv, KMajorCallWithATinyJobComputesEveryRow) {
   // One k-major call whose work crosses the threshold of the two-phase split, with a 1 x 1 job
   // beside a large one: its first segment has no blocks and half of no work, and must still be

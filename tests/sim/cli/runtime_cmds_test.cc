@@ -1,10 +1,12 @@
 // The host facts bench runtime reads (sim/cli/runtime_cmds): the last-level cache from a sysfs
-// cache folder, on fake folders written here.
+// cache folder, on fake folders written here, and the threads' cache-line hand-over time.
 #include "sim/cli/runtime_cmds.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -64,6 +66,18 @@ TEST_F(CacheFolder, NoFolderOrNoCachesGiveZero) {
   EXPECT_EQ(last_level_cache_bytes(dir_ / "missing"), 0u);
   std::ofstream(dir_ / "uevent") << "x\n";  // sysfs keeps other files beside the index folders
   EXPECT_EQ(last_level_cache_bytes(dir_), 0u);
+}
+
+TEST(ThreadHandoff, ARoundTripTakesTimeOnTwoThreadsAndNoneOnOne) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const double ns = thread_handoff_ns(100);
+  EXPECT_TRUE(std::isfinite(ns));
+  EXPECT_GT(ns, 0.0);
+  EXPECT_EQ(thread_handoff_ns(0), 0.0);
+  omp_set_num_threads(1);
+  EXPECT_EQ(thread_handoff_ns(100), 0.0);
+  omp_set_num_threads(saved);
 }
 
 }  // namespace
