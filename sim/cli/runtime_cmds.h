@@ -202,8 +202,9 @@ double measure_read_bandwidth(std::size_t bytes, int repeat, int streams = 1);
 /// and answers with the next even value), over `round_trips` trips. It tells where the two
 /// threads' cores sit: on a 2-vCPU Zen 5 VM it was 65-160 ns while they shared an L3 (2-thread
 /// reads at about 35 GB/s) and 455-490 ns in the windows where the hypervisor had placed them
-/// apart (reads up to 67 GB/s), every GEMV call's fork, join and activation hand-over paying it
-/// (README, runtime). 0 with fewer than 2 threads, no OpenMP, or round_trips < 1.
+/// apart (reads up to 67 GB/s, and a decode's GEMV calls cost 5.8-7.9 us each whatever their
+/// size, against 0.5-2.6: README, runtime). 0 with fewer than 2 threads, no OpenMP, or
+/// round_trips < 1.
 double thread_handoff_ns(int round_trips);
 
 }  // namespace rlsim::cli
