@@ -428,10 +428,6 @@ std::pair<double, double> cache_resident_decode(const models::ModelWeights& cut,
   return {decode_rate(model, 0, o, [] { return 0.0; }).first, decode_bytes_per_token(model, o)};
 }
 
-// Measures precision `p` with the default kernels and prints its lines: decode (with its roofline
-// fraction at the bandwidth `probe` read right before the best run), the cache-resident decode
-// of `cut` (cache_resident_decode; none when it does not fit), both prefills, resident against
-// packed weight bytes.
 // Round trips of thread_handoff_ns before a decode-gemv run: about 0.2-1 ms on the 2-vCPU VM
 // (100-480 ns a trip, README runtime section).
 constexpr int kHandoffRoundTrips = 2000;
@@ -462,6 +458,10 @@ void print_decode_gemv(models::Transformer& model, int first, const models::Runt
       handoff > 0 ? fmt::format("{:.0f}", handoff) : "n/a");
 }
 
+// Measures precision `p` with the default kernels and prints its lines: decode (with its roofline
+// fraction at the bandwidth `probe` read right before the best run), decode-gemv
+// (print_decode_gemv), the cache-resident decode of `cut` (cache_resident_decode; none when it
+// does not fit), both prefills, resident against packed weight bytes.
 RuntimeRates bench_precision(const models::ModelWeights& w, const models::ModelWeights& cut, std::size_t llc,
                              const models::RuntimePrecision& p, const std::vector<int>& prompt, const ReadBandwidthProbe& probe,
                              const BenchRuntimeOptions& o, std::ostream& out, std::ostream& err) {
