@@ -361,19 +361,21 @@ double decode_bytes_per_token(const models::Transformer& model, const BenchRunti
          static_cast<double>(model.kv_cache_bytes_per_position()) * (o.decode_tokens + 1) / 2.0;
 }
 
-// Best tok/s of a greedy batch-1 decode of o.decode_tokens tokens from position 0 after `first`,
-// over o.repeat runs after a warm-up, and the mean of what `probe` (called untimed between the
-// timed runs) returned right before and right after the best one.
+// A greedy batch-1 decode of `tokens` tokens from position 0 after `first` (the KV cache reset
+// first): what every timed decode of bench runtime runs.
+void greedy_decode(models::Transformer& model, int first, int tokens) {
+  model.reset();
+  int token = first;
+  for (int i = 0; i < tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
+}
+
+// Best tok/s of greedy_decode of o.decode_tokens tokens after `first`, over o.repeat runs after a
+// warm-up, and the mean of what `probe` (called untimed between the timed runs) returned right
+// before and right after the best one.
 template <typename Probe>
 std::pair<double, double> decode_rate(models::Transformer& model, int first, const BenchRuntimeOptions& o, Probe&& probe) {
   return best_rate_around(
-      o.decode_tokens, o.repeat, true,
-      [&] {
-        model.reset();
-        int token = first;
-        for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
-      },
-      probe);
+      o.decode_tokens, o.repeat, true, [&] { greedy_decode(model, first, o.decode_tokens); }, probe);
 }
 
 // The rates of `model`; with a probe, a probe pass at every stream count
@@ -432,19 +434,17 @@ std::pair<double, double> cache_resident_decode(const models::ModelWeights& cut,
 // (100-480 ns a trip, README runtime section).
 constexpr int kHandoffRoundTrips = 2000;
 
-// The decode-gemv line of precision `p`: one more greedy decode of o.decode_tokens tokens from
-// position 0 after `first`, untimed by the rates, with gemv()'s recorder on. Its GEMV calls a
+// The decode-gemv line of precision `p`: one more greedy_decode of o.decode_tokens tokens after
+// `first`, untimed by the rates, with gemv()'s recorder on. Its GEMV calls a
 // token, their milliseconds a token and the rest of the token's (attention, norms, the arg max),
 // and the least-squares fit of the calls' wall times to a fixed cost a call plus their weight
 // bytes at a stream rate (GemvCallStats::fit; "n/a" where the calls were all of one size).
 void print_decode_gemv(models::Transformer& model, int first, const models::RuntimePrecision& p, const BenchRuntimeOptions& o,
                        std::ostream& out) {
   const double handoff = thread_handoff_ns(kHandoffRoundTrips);
-  model.reset();
-  int token = first;
   models::gemv_record_start();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.decode_tokens; ++i) token = models::sample_token(model.decode(token), 0.0, 1.0, 0.0);
+  greedy_decode(model, first, o.decode_tokens);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const models::GemvCallStats g = models::gemv_record_stop();
   const double tokens = o.decode_tokens;
