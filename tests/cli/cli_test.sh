@@ -226,8 +226,13 @@ check "bench runtime: a cache-resident decode reads about half the full one's by
 # and once for the lm_head, 9 times a token on the tiny shape's 2 layers.
 check "bench runtime: decode-gemv lines, 4 GEMV calls a layer and the lm_head's" \
   test "$(grep -cE '^decode-gemv (fp32|int4-w4a16-g32) calls_per_token 9\.0 gemv_ms_per_token [0-9]+\.[0-9]{3} other_ms_per_token [0-9]+\.[0-9]{3} fixed_us_per_call (-?[0-9]+\.[0-9]{2}|n/a) stream_gbps ([0-9]+\.[0-9]|n/a) handoff_ns ([1-9][0-9]*|n/a)$' "$WORK/bench_rt.txt")" -eq 2
+# Where the prefill runs on AMX (the header on stderr says "AMX-BF16 prefill GEMM"), each recipe
+# also prints its prefill without it (prefill-no-amx); elsewhere none.
+check "bench runtime: prefill-no-amx lines exactly where the prefill GEMM is AMX's, one a recipe" \
+  sh -c "n=\$(grep -cE '^prefill-no-amx (fp32|int4-w4a16-g32) [0-9]+\\.[0-9] tok/s$' '$WORK/bench_rt.txt')
+         if grep -q 'AMX-BF16 prefill GEMM' '$WORK/bench_rt.err'; then test \$n -eq 2; else test \$n -eq 0; fi"
 check "bench runtime: nothing else on stdout" \
-  test "$(grep -vc '^decode-cache-resident ' "$WORK/bench_rt.txt")" -eq 11
+  test "$(grep -vcE '^(decode-cache-resident|prefill-no-amx) ' "$WORK/bench_rt.txt")" -eq 11
 # --compare-gguf: llama-bench CSV files in a folder; a recipe compares with its weight class.
 mkdir -p "$WORK/gguf"
 cat >"$WORK/gguf/q4.csv" <<'CSV'
