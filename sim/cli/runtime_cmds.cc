@@ -362,7 +362,7 @@ double decode_bytes_per_token(const models::Transformer& model, const BenchRunti
 }
 
 // A greedy batch-1 decode of `tokens` tokens from position 0 after `first` (the KV cache reset
-// first): what every timed decode of bench runtime runs.
+// first): every decode bench runtime runs, timed (decode_rate) or recorded (print_decode_gemv).
 void greedy_decode(models::Transformer& model, int first, int tokens) {
   model.reset();
   int token = first;
@@ -435,9 +435,9 @@ std::pair<double, double> cache_resident_decode(const models::ModelWeights& cut,
 constexpr int kHandoffRoundTrips = 2000;
 
 // The decode-gemv line of precision `p`: one more greedy_decode of o.decode_tokens tokens after
-// `first`, untimed by the rates, with gemv()'s recorder on. Its GEMV calls a
-// token, their milliseconds a token and the rest of the token's (attention, norms, the arg max),
-// and the least-squares fit of the calls' wall times to a fixed cost a call plus their weight
+// `first`, untimed by the rates, with gemv()'s recorder on. Its GEMV calls a token, their
+// milliseconds a token and the rest of the token's (attention, norms, the arg max), and the
+// least-squares fit of the calls' wall times to a fixed cost a call plus their weight
 // bytes at a stream rate (GemvCallStats::fit; "n/a" where the calls were all of one size).
 void print_decode_gemv(models::Transformer& model, int first, const models::RuntimePrecision& p, const BenchRuntimeOptions& o,
                        std::ostream& out) {
