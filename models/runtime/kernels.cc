@@ -264,7 +264,7 @@ void PackedWeight::configure(const Format& f, std::int64_t rows, std::int64_t co
 int PackedWeight::scale_size() const { return traits(scale_element_).bits / 8; }  // FP32 4, BF16 2, E8M0 / E4M3 1
 
 std::size_t PackedWeight::kernel_code_bytes() const {
-  if (layout_ == WeightLayout::kE4M3KMajor) return static_cast<std::size_t>(rows_ * cols_);
+  if (layout_ == WeightLayout::kE4M3KMajor) return static_cast<std::size_t>(kmajor_panels() * kKMajorPanelRows * cols_);
   const std::int64_t tiles = (rows_ + kTileRows - 1) / kTileRows;
   return static_cast<std::size_t>(tiles * tile_bytes());
 }
@@ -425,8 +425,6 @@ std::vector<std::uint8_t>& scratch_buffer() {
 std::size_t element_bytes(WeightLayout l) {
   return l == WeightLayout::kF32 ? 4 : (l == WeightLayout::kBf16 || l == WeightLayout::kF16 ? 2 : 1);
 }
-// Square blocks of the (un)transposition: 64 x 64 bytes stay in L1.
-constexpr std::int64_t kTransposeBlock = 64;
 }  // namespace
 
 std::size_t PackedWeight::loader_to_kernel() {
@@ -485,15 +483,10 @@ std::size_t PackedWeight::relayout(bool to_kernel) {
     }
   };
   if (layout_ == WeightLayout::kE4M3KMajor) {
-    // [rows, cols] <-> [cols, rows], in square blocks that stay in L1
-    for (std::int64_t r0 = 0; r0 < rows_; r0 += kTransposeBlock) {
-      for (std::int64_t c0 = 0; c0 < cols_; c0 += kTransposeBlock) {
-        const std::int64_t r1 = std::min(rows_, r0 + kTransposeBlock), c1 = std::min(cols_, c0 + kTransposeBlock);
-        for (std::int64_t r = r0; r < r1; ++r) {
-          for (std::int64_t c = c0; c < c1; ++c)
-            place(static_cast<std::size_t>(r * cols_ + c), static_cast<std::size_t>(c * rows_ + r), 1);
-        }
-      }
+    // [rows, cols] <-> panels of 16 rows k-major, a row at a time (the panel, 16 bytes a column,
+    // stays in L1 or L2 while its rows are placed)
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      for (std::int64_t c = 0; c < cols_; ++c) place(static_cast<std::size_t>(r * cols_ + c), kmajor_offset(r, c), 1);
     }
   } else if (layout_ == WeightLayout::kNibble) {
     // Loader: element j of a row in byte j / 2, low nibble first, INT4 offset-binary. Kernel:
@@ -590,7 +583,7 @@ inline float PackedWeight::chunk_value(const std::uint8_t* p, std::int64_t k) co
 }
 
 float PackedWeight::code_value(std::int64_t r, std::int64_t c) const {
-  if (layout_ == WeightLayout::kE4M3KMajor) return e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
+  if (layout_ == WeightLayout::kE4M3KMajor) return e4m3_value(data_[kmajor_offset(r, c)]);
   return chunk_value(data_.data() + offset(r, c), c % chunk_cols_);
 }
 
@@ -613,7 +606,7 @@ void PackedWeight::kmajor_scalar(const float* x, float* y, std::int64_t r0, std:
       for (std::int64_t b = kmajor_segment_begin(g); b < kmajor_segment_begin(g + 1); ++b) {
         float acc = 0.0f;
         for (std::int64_t c = 32 * b; c < std::min(cols_, 32 * b + 32); ++c) {
-          const float w = e4m3_value(data_[static_cast<std::size_t>(c * rows_ + r)]);
+          const float w = e4m3_value(data_[kmajor_offset(r, c)]);
 #ifdef FP_FAST_FMAF
           acc = std::fma(w, x[c], acc);
 #else
@@ -729,16 +722,20 @@ void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint1
   const auto& e4m3 = e4m3_bf16_table();
   for (std::int64_t r = r0; r < r1; ++r) std::fill(out + (r - r0) * ld + cols_, out + (r - r0) * ld + ld, std::uint16_t{0});
   if (layout_ == WeightLayout::kE4M3KMajor) {
-    // Codes [cols, rows]: kKMajorDecodeColumns columns at a time for every row of the range, so
-    // the cache lines holding those columns' codes of the range are read while they are in L1
-    // (one row at a time over all the columns touched every line once per row: a 48-row panel of
-    // a 1536 x 576 weight took 1.34 ms a matrix that way, 0.39 ms this way, on one Zen 3 core).
+    // Panels of 16 rows k-major: kKMajorDecodeColumns columns of a panel (1 KB, in L1) for each
+    // of its rows in the range, then the next columns (one row at a time over all the columns of
+    // the old [cols, rows] layout touched every line once per row: a 48-row panel of a 1536 x 576
+    // weight took 1.34 ms a matrix that way, 0.39 ms by column blocks, on one Zen 3 core).
     constexpr std::int64_t kKMajorDecodeColumns = 64;
-    for (std::int64_t c0 = 0; c0 < cols_; c0 += kKMajorDecodeColumns) {
-      const std::int64_t c1 = std::min(cols_, c0 + kKMajorDecodeColumns);
-      for (std::int64_t r = r0; r < r1; ++r) {
-        std::uint16_t* o = out + (r - r0) * ld;
-        for (std::int64_t c = c0; c < c1; ++c) o[c] = e4m3[data_[static_cast<std::size_t>(c * rows_ + r)]];
+    for (std::int64_t p = r0 / kKMajorPanelRows; p * kKMajorPanelRows < r1; ++p) {
+      const std::int64_t first = std::max(r0, p * kKMajorPanelRows), last = std::min(r1, (p + 1) * kKMajorPanelRows);
+      for (std::int64_t c0 = 0; c0 < cols_; c0 += kKMajorDecodeColumns) {
+        const std::int64_t c1 = std::min(cols_, c0 + kKMajorDecodeColumns);
+        for (std::int64_t r = first; r < last; ++r) {
+          std::uint16_t* o = out + (r - r0) * ld;
+          const std::uint8_t* q = data_.data() + kmajor_offset(r, 0);
+          for (std::int64_t c = c0; c < c1; ++c) o[c] = e4m3[q[c * kKMajorPanelRows]];
+        }
       }
     }
     return;
@@ -1941,7 +1938,7 @@ void PackedWeight::simd_tile(const float* x, float* out, const std::int64_t* til
       for (int s = 0; s < NS; ++s) simd_nibble<NT>(x, cols_, out + s * NT * kTileRows, tiles[s]);  // one tile at a time
       break;
     case WeightLayout::kE4M3KMajor:
-      break;  // not tiled: simd_kmajor, gemv_kmajor
+      break;  // panels, not tiles: simd_kmajor
   }
 }
 
@@ -1949,32 +1946,56 @@ namespace {
 // log2 of what a k-major block scale is multiplied by (kE4M3ScaleFix), added to its E8M0 code.
 constexpr int kKMajorScaleLog2 = 120 - kE4M3LiftLog2;
 static_assert(kE4M3ScaleFix == static_cast<float>(std::uint64_t{1} << kKMajorScaleLog2));
-// Columns of a k-major block summed per pass over the rows (each running sum loaded and stored
-// once per pass), and how far ahead of its reads a pass prefetches (into L2). AVX2 takes 4 columns a pass:
-// its sums are two registers per 16 rows, so a pass's load and store of them cost twice the
-// AVX-512 kernel's (4 columns: 12.9 -> 14.8-16.5 G weights/s streaming a 1536 x 576 MXFP8
-// weight on 2 Zen 3 cores; the columns' order, and so each sum, is the same).
+// 32-column blocks of a panel summed side by side for NT tokens: independent FMA chains, so that
+// the FMA latency (4 cycles on the hosts measured) does not bound one token's single chain to 16
+// codes per 4 cycles, within the registers (AVX2's 16 take one block of 4 tokens).
 #ifdef RLSIM_AVX512
-constexpr int kKMajorColumns = 2;
+template <int NT>
+constexpr int kKMajorAbreast = NT == 1 ? 4 : 2;
 #else
-constexpr int kKMajorColumns = 4;
+template <int NT>
+constexpr int kKMajorAbreast = NT == 1 ? 4 : 1;
 #endif
-constexpr std::int64_t kKMajorPrefetchBytes = 16384;
 
-// E8M0 scales of 16 rows r..r+15 of 32-column block b in the Ascend layout ([kb/2, rows, 2]:
-// 16 byte pairs from ((b / 2) * rows + r) * 2, the even or odd byte of each), times 2^120 / 2^60
-// (the E4M3 bit trick less the lift of x), as FP32. Code e is 2^(e - 127) (OCP MX v1.0, sec.
-// 5.4.1; code 0 is 2^-127, 255 NaN never reaches this kernel), so the FP32 bits are
+// The k-major kernel's 16-lane vector and its operations, and the E8M0 scales of n (1..16) rows
+// r.. of 32-column block b in the Ascend layout ([kb/2, rows, 2]: byte pairs from ((b / 2) *
+// rows + r) * 2, the even or odd byte of each; lanes past n 0, nothing read past them), times
+// 2^120 / 2^60 (the E4M3 bit trick less the lift of x), as FP32. Code e is 2^(e - 127) (OCP MX
+// v1.0, sec. 5.4.1; code 0 is 2^-127, 255 NaN never reaches this kernel), so the FP32 bits are
 // (e + kKMajorScaleLog2) << 23 for every code below 195 (PackedWeight keeps scales under 2^8,
 // codes under 135): no multiply, and code 0 needs no case of its own.
 #ifdef RLSIM_AVX512
-inline __m512 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, __mmask16 m) {
-  __m512i c = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, scales + ((b / 2) * rows + r) * 2));
+using KVec = __m512;
+inline KVec kv_zero() { return _mm512_setzero_ps(); }
+inline KVec kv_set1(float v) { return _mm512_set1_ps(v); }
+inline KVec kv_fmadd(KVec a, KVec b, KVec c) { return _mm512_fmadd_ps(a, b, c); }
+inline KVec kv_mul(KVec a, KVec b) { return _mm512_mul_ps(a, b); }
+inline KVec kv_add(KVec a, KVec b) { return _mm512_add_ps(a, b); }
+// A panel column's 16 codes as e4m3_scaled_down16 reads them, lane i row i.
+inline KVec kmajor_codes(const std::uint8_t* q) {
+  const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_slli_epi32(c, simd::kE4M3Fp32Shift), _mm512_set1_epi32(static_cast<int>(simd::kE4M3Fp32Mask))));
+}
+inline KVec kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, int n) {
+  __m512i c = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail_mask(n), scales + ((b / 2) * rows + r) * 2));
   if (b % 2) c = _mm512_srli_epi32(c, 8);
   c = _mm512_add_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(kKMajorScaleLog2));
   return _mm512_castsi512_ps(_mm512_slli_epi32(c, 23));
 }
+// The 16 rows' sums in row order.
+inline void kmajor_store(float* y, KVec v) { _mm512_storeu_ps(y, v); }
 #else
+// AVX2: codes in e4m3_interleaved16's lane order (rows 0-3 and 8-11 in lo, 4-7 and 12-15 in hi),
+// the scales put in that order and the sums back in row order at the end: every lane does the
+// same operations on the same row as in row order.
+using KVec = V16;
+inline KVec kv_zero() { return simd::zero16(); }
+inline KVec kv_set1(float v) { return simd::set1(v); }
+inline KVec kv_fmadd(KVec a, KVec b, KVec c) { return simd::fmadd(a, b, c); }
+inline KVec kv_mul(KVec a, KVec b) { return simd::mul(a, b); }
+inline KVec kv_add(KVec a, KVec b) { return simd::add(a, b); }
+inline KVec kmajor_codes(const std::uint8_t* q) { return e4m3_interleaved16(q); }
 // The first `n` (1..16) bytes at p in a 16-byte vector, the rest 0; reads nothing past p + n.
 inline __m128i load_bytes_first(const std::uint8_t* p, int n) {
   if (n >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -1982,9 +2003,7 @@ inline __m128i load_bytes_first(const std::uint8_t* p, int n) {
   std::memcpy(b, p, static_cast<std::size_t>(n));
   return _mm_load_si128(reinterpret_cast<const __m128i*>(b));
 }
-
-// The same scales for AVX2: lanes past the n valid rows 0.
-inline V16 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, int n) {
+inline KVec kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int64_t b, std::int64_t r, int n) {
   const std::uint8_t* s = scales + ((b / 2) * rows + r) * 2;
   const __m128i lo = load_bytes_first(s, std::min(2 * n, 16)),
                 hi = n > 8 ? load_bytes_first(s + 16, 2 * n - 16) : _mm_setzero_si128();
@@ -1994,225 +2013,94 @@ inline V16 kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::int
     c = _mm256_add_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0xFF)), _mm256_set1_epi32(kKMajorScaleLog2));
     return _mm256_castsi256_ps(_mm256_slli_epi32(c, 23));
   };
-  return {half(lo), half(hi)};
+  return swap_middle_quarters(V16{half(lo), half(hi)});
 }
-
-// Masked 16-lane float loads and stores of the first n (0..16) lanes.
-inline V16 load_first(const float* p, int n) { return simd::load16_first(p, n); }
-inline void store_first(float* p, int n, V16 v) {
-  if (n >= 16) {
-    simd::store16(p, v);
-    return;
-  }
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane), v.lo);
-  _mm256_maskstore_ps(p + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane), v.hi);
-}
+inline void kmajor_store(float* y, KVec v) { simd::store16(y, swap_middle_quarters(v)); }
 #endif
 
-// One pass of a k-major segment: K columns (codes at q + j * rows, x at x[n * ldx + j]) of the
-// block sums sb[n] of nv vectors of 16 rows from row r (the last vector masked by `last`). Each
-// block sum is loaded once (kFirst: starts from 0), its K FMAs in column order, and stored once;
-// on the block's last pass (kLast) it is instead multiplied by the block scale of its rows
-// (scales null: unscaled) and added to the segment total tot[n]: a power-of-two scale multiplies
-// exactly (while the product is a normal FP32 number), so the total is what an FMA of the sum
-// and the scale gives.
-struct KMajorPass {
-  const std::uint8_t* q = nullptr;
-  std::int64_t rows = 0;
-  const float* x = nullptr;
-  std::int64_t ldx = 0;
-  float* const* sb = nullptr;
-  float* const* tot = nullptr;
-  std::int64_t nv = 0, r = 0, block = 0;
-  Mask16 last = 0;
-  bool ahead = false;
-  const std::uint8_t* scales = nullptr;
-};
-
-#ifdef RLSIM_AVX512
-template <int NT, int K, bool kFirst, bool kLast>
-void kmajor_pass(const KMajorPass& a) {
-  const __m512i emask = _mm512_set1_epi32(static_cast<int>(simd::kE4M3Fp32Mask));
-  __m512 xb[K][NT];
-  for (int j = 0; j < K; ++j) {
-    for (int t = 0; t < NT; ++t) xb[j][t] = _mm512_set1_ps(a.x[t * a.ldx + j] * kE4M3Lift);
+// NB blocks side by side of a panel's NT tokens, from block b: the codes of block b + i's column
+// c at q + (32 i + c) 16, token t's lifted x of that column at x[t ldx + 32 i + c], the blocks'
+// scales those of the panel's n rows from row r in `scales` (kmajor_scales; null: `unscaled` for
+// all), `cols` (1..32; < 32 only with NB = 1) columns a block. Each block's sums one FMA chain
+// from 0 in column order, then times its scale added to partial[t] (a power-of-two scale
+// multiplies exactly while the product is a normal FP32 number, so this is what an FMA of the
+// sum and the scale gives), block after block.
+template <int NT, int NB>
+inline void kmajor_blocks(const std::uint8_t* q, const float* x, std::int64_t ldx, const std::uint8_t* scales, std::int64_t rows,
+                          std::int64_t b, std::int64_t r, int n, KVec unscaled, KVec* partial, int cols) {
+  constexpr std::int64_t P = PackedWeight::kKMajorPanelRows;
+  constexpr int kColumnsPerLine = 4;  // 16 bytes a column
+  KVec acc[NB][NT];
+  for (auto& a : acc) std::fill(std::begin(a), std::end(a), kv_zero());
+  for (int c = 0; c < cols; ++c) {
+    if (c % kColumnsPerLine == 0) {
+      for (int i = 0; i < NB; ++i) prefetch_stream(q + (32 * i + c) * P);
+    }
+    for (int i = 0; i < NB; ++i) {
+      const KVec w = kmajor_codes(q + (32 * i + c) * P);
+      for (int t = 0; t < NT; ++t) acc[i][t] = kv_fmadd(w, kv_set1(x[t * ldx + 32 * i + c]), acc[i][t]);
+    }
   }
-  auto step = [&](std::int64_t v, auto masked) {
-    const __mmask16 m = masked ? a.last : tail_mask(16);
-    const std::uint8_t* q = a.q + 16 * v;
-    __m512 w[K];
-    for (int j = 0; j < K; ++j) {
-      const __m128i bytes =
-          masked ? _mm_maskz_loadu_epi8(m, q + j * a.rows) : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j * a.rows));
-      w[j] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), simd::kE4M3Fp32Shift), emask));
-    }
-    __m512 s = _mm512_setzero_ps();
-    if constexpr (kLast) {
-      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, m) : _mm512_set1_ps(kE4M3ScaleFix);
-    }
-    for (int t = 0; t < NT; ++t) {
-      float* st = a.sb[t] + 16 * v;
-      __m512 acc = kFirst ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, st);
-      for (int j = 0; j < K; ++j) acc = _mm512_fmadd_ps(w[j], xb[j][t], acc);
-      if constexpr (kLast) {
-        float* tt = a.tot[t] + 16 * v;
-        _mm512_mask_storeu_ps(tt, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, tt), _mm512_mul_ps(acc, s)));
-      } else {
-        _mm512_mask_storeu_ps(st, m, acc);
-      }
-    }
-  };
-  // Four vectors (a cache line of each column) a step, prefetching those lines of the columns
-  // kKMajorPrefetchBytes on; then the rest, the last vector masked when the rows are ragged.
-  const std::int64_t full = a.last == tail_mask(16) ? a.nv : a.nv - 1;
-  std::int64_t v = 0;
-  for (; v + 4 <= full; v += 4) {
-    if (a.ahead) {
-      for (int j = 0; j < K; ++j) prefetch_l2(a.q + j * a.rows + 16 * v + kKMajorPrefetchBytes);
-    }
-    for (int u = 0; u < 4; ++u) step(v + u, std::false_type{});
-  }
-  for (; v < full; ++v) step(v, std::false_type{});
-  if (full < a.nv) step(full, std::true_type{});
-}
-
-#else
-template <int NT, int K, bool kFirst, bool kLast>
-void kmajor_pass(const KMajorPass& a) {
-  // The AVX-512 kmajor_pass's arithmetic, 16 rows as two 8-lane halves. A full vector of 16 rows
-  // takes its codes in e4m3_interleaved16's lane order (rows 0-3 and 8-11 in lo, 4-7 and 12-15 in
-  // hi): its block sums are kept in that order in sb from the block's first pass to its last,
-  // where the scales are put in that order too and the scaled sums back in row order before they
-  // are added to the totals. Each lane does the same operations on the same row as in row order.
-  // The ragged last vector keeps row order (its masked loads and stores cover the first n rows).
-  V16 xb[K][NT];
-  for (int j = 0; j < K; ++j) {
-    for (int t = 0; t < NT; ++t) xb[j][t] = simd::set1(a.x[t * a.ldx + j] * kE4M3Lift);
-  }
-  auto step = [&](std::int64_t v, int n) {
-    const bool interleaved = n == 16;
-    const std::uint8_t* q = a.q + 16 * v;
-    V16 w[K];
-    for (int j = 0; j < K; ++j) {
-      w[j] = interleaved ? e4m3_interleaved16(q + j * a.rows) : simd::e4m3_scaled_down16(load_bytes_first(q + j * a.rows, n));
-    }
-    V16 s = simd::zero16();
-    if constexpr (kLast) {
-      s = a.scales != nullptr ? kmajor_scales(a.scales, a.rows, a.block, a.r + 16 * v, n) : simd::set1(kE4M3ScaleFix);
-      if (interleaved) s = swap_middle_quarters(s);
-    }
-    for (int t = 0; t < NT; ++t) {
-      float* st = a.sb[t] + 16 * v;
-      V16 acc = kFirst ? simd::zero16() : load_first(st, n);
-      for (int j = 0; j < K; ++j) acc = simd::fmadd(w[j], xb[j][t], acc);
-      if constexpr (kLast) {
-        float* tt = a.tot[t] + 16 * v;
-        const V16 scaled = simd::mul(acc, s);
-        store_first(tt, n, simd::add(load_first(tt, n), interleaved ? swap_middle_quarters(scaled) : scaled));
-      } else {
-        store_first(st, n, acc);
-      }
-    }
-  };
-  const int last_rows = std::popcount(a.last);
-  const std::int64_t full = last_rows == 16 ? a.nv : a.nv - 1;
-  std::int64_t v = 0;
-  for (; v + 4 <= full; v += 4) {
-    if (a.ahead) {
-      for (int j = 0; j < K; ++j) prefetch_l2(a.q + j * a.rows + 16 * v + kKMajorPrefetchBytes);
-    }
-    for (int u = 0; u < 4; ++u) step(v + u, 16);
-  }
-  for (; v < full; ++v) step(v, 16);
-  if (full < a.nv) step(full, last_rows);
-}
-
-#endif
-
-template <int NT, int K>
-void kmajor_pass(const KMajorPass& a, bool first, bool last) {
-  if (first) {
-    last ? kmajor_pass<NT, K, true, true>(a) : kmajor_pass<NT, K, true, false>(a);
-  } else {
-    last ? kmajor_pass<NT, K, false, true>(a) : kmajor_pass<NT, K, false, false>(a);
+  for (int i = 0; i < NB; ++i) {
+    const KVec sc = scales != nullptr ? kmajor_scales(scales, rows, b + i, r, n) : unscaled;
+    for (int t = 0; t < NT; ++t) partial[t] = kv_add(partial[t], kv_mul(acc[i][t], sc));
   }
 }
 }  // namespace
 
 template <int NT>
-void PackedWeight::kmajor_segment(const float* x, std::int64_t r0, std::int64_t r1, int g, float* partial,
-                                  std::int64_t ldt) const {
-  // Column by column (kKMajorColumns a pass), each column's codes for rows [r0, r1) read once in
-  // address order: with all rows, a segment is one sequential stream. A block's running sums (a
-  // row of floats a token, in L1) go into the segment totals at the block's end.
-  constexpr int K = kKMajorColumns;
-  const std::int64_t n = r1 - r0, ldb = (n + 15) / 16 * 16;
-  thread_local std::vector<float> block_sums;
-  float* const sums = scratch(block_sums, static_cast<std::size_t>(NT * ldb));
-  float* sb[NT];
-  float* tot[NT];
-  for (int t = 0; t < NT; ++t) {
-    sb[t] = sums + t * ldb;
-    tot[t] = partial + t * ldt;
-    std::fill(tot[t], tot[t] + n, 0.0f);
-  }
-  KMajorPass a;
-  a.rows = rows_;
-  a.ldx = cols_;
-  a.sb = sb;
-  a.tot = tot;
-  a.nv = (n + 15) / 16;
-  a.r = r0;
-  a.last = tail_mask(n - 16 * (a.nv - 1));
-  a.scales = scaled_ ? scale_data_.data() : nullptr;
-  for (std::int64_t b = kmajor_segment_begin(g); b < kmajor_segment_begin(g + 1); ++b) {
-    a.block = b;
-    const std::int64_t c1 = std::min(cols_, 32 * b + 32);
-    for (std::int64_t c = 32 * b; c < c1;) {
-      const int k = c + K <= c1 ? K : 1;  // a ragged last block: its columns one by one
-      a.q = data_.data() + c * rows_ + r0;
-      a.x = x + c;
-      a.ahead = (c + k) * rows_ + kKMajorPrefetchBytes <= cols_ * rows_;
-      if (k == K) {
-        kmajor_pass<NT, K>(a, c == 32 * b, c + k == c1);
-      } else {
-        kmajor_pass<NT, 1>(a, c == 32 * b, c + k == c1);
-      }
-      c += k;
-    }
-  }
-}
-
-void PackedWeight::kmajor_combine(const float* partials, std::int64_t ld, std::int64_t tokens, float* y, std::int64_t ldy,
-                                  std::int64_t r0, std::int64_t r1) const {
-  const std::int64_t n = r1 - r0;
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    for (std::int64_t v = 0; 16 * v < n; ++v) {
-#ifdef RLSIM_AVX512
-      const __mmask16 m = tail_mask(n - 16 * v);
-      __m512 tot = _mm512_setzero_ps();
-      for (int g = 0; g < kKMajorSegments; ++g)
-        tot = _mm512_add_ps(tot, _mm512_maskz_loadu_ps(m, partials + (t * kKMajorSegments + g) * ld + 16 * v));
-      _mm512_mask_storeu_ps(y + t * ldy + 16 * v, m, tot);
-#else
-      const int m = static_cast<int>(std::min<std::int64_t>(16, n - 16 * v));
-      V16 tot = simd::zero16();
-      for (int g = 0; g < kKMajorSegments; ++g)
-        tot = simd::add(tot, load_first(partials + (t * kKMajorSegments + g) * ld + 16 * v, m));
-      store_first(y + t * ldy + 16 * v, m, tot);
-#endif
-    }
-  }
-}
-
-template <int NT>
 void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const {
-  thread_local std::vector<float> buffer;
-  const std::int64_t ld = (r1 - r0 + 15) / 16 * 16;
-  float* const partials = scratch(buffer, static_cast<std::size_t>(NT * kKMajorSegments * ld));
-  for (int g = 0; g < kKMajorSegments; ++g) kmajor_segment<NT>(x, r0, r1, g, partials + g * ld, kKMajorSegments * ld);
-  kmajor_combine(partials, ld, NT, y, ldy, r0, r1);
+  constexpr std::int64_t P = kKMajorPanelRows;
+  constexpr int NB = kKMajorAbreast<NT>;
+  thread_local std::vector<float> lifted;  // x times kE4M3Lift (exact: a power of two)
+  float* const xl = scratch(lifted, static_cast<std::size_t>(NT * cols_));
+  for (std::int64_t i = 0; i < NT * cols_; ++i) xl[i] = x[i] * kE4M3Lift;
+  const std::uint8_t* scales = scaled_ ? scale_data_.data() : nullptr;
+  const KVec unscaled = kv_set1(kE4M3ScaleFix);
+  for (std::int64_t p = r0 / P; p * P < r1; ++p) {
+    const std::uint8_t* panel = data_.data() + p * cols_ * P;
+    const auto n = static_cast<int>(std::min(P, rows_ - p * P));  // the panel's rows (the rest padding)
+    KVec total[NT];
+    std::fill(std::begin(total), std::end(total), kv_zero());
+    for (int g = 0; g < kKMajorSegments; ++g) {
+      KVec partial[NT];
+      std::fill(std::begin(partial), std::end(partial), kv_zero());
+      std::int64_t b = kmajor_segment_begin(g);
+      const std::int64_t b1 = kmajor_segment_begin(g + 1);
+      auto full = [&](auto nb) {  // nb blocks of 32 columns from block b
+        kmajor_blocks<NT, nb()>(panel + 32 * b * P, xl + 32 * b, cols_, scales, rows_, b, p * P, n, unscaled, partial, 32);
+        b += nb();
+      };
+      const std::int64_t whole = std::min(b1, cols_ / 32);  // blocks before a ragged last one
+      while (b + NB <= whole) full(std::integral_constant<int, NB>{});
+      // The rest side by side too: a block alone is one FMA chain per token, 32 FMAs of 4 cycles
+      // latency each, about the time of three side by side. (SmolLM2-135M's 576-column weights
+      // have 9 blocks a segment: 2 x 4 + 1.)
+      if constexpr (NB >= 4) {
+        if (b + 3 <= whole) full(std::integral_constant<int, 3>{});
+      }
+      if constexpr (NB >= 3) {
+        if (b + 2 <= whole) full(std::integral_constant<int, 2>{});
+      }
+      for (; b < b1; ++b) {
+        const auto c = static_cast<int>(std::min<std::int64_t>(32, cols_ - 32 * b));  // a ragged last block
+        kmajor_blocks<NT, 1>(panel + 32 * b * P, xl + 32 * b, cols_, scales, rows_, b, p * P, n, unscaled, partial, c);
+      }
+      for (int t = 0; t < NT; ++t) total[t] = kv_add(total[t], partial[t]);
+    }
+    // The panel's rows inside [r0, r1).
+    const std::int64_t first = std::max(r0, p * P), last = std::min(r1, p * P + P);
+    for (int t = 0; t < NT; ++t) {
+      float* yt = y + t * ldy + first - r0;
+      if (last - first == P) {
+        kmajor_store(yt, total[t]);
+      } else {
+        alignas(64) float rows[P];
+        kmajor_store(rows, total[t]);
+        std::copy(rows + (first - p * P), rows + (last - p * P), yt);
+      }
+    }
+  }
 }
 #endif
 
@@ -2780,97 +2668,6 @@ void silu_mul(const float* gate, const float* up, float* out, std::int64_t n) {
 #endif
 }
 
-#ifdef RLSIM_SIMD16
-// The GEMVs of jobs on kE4M3KMajor weights with at most 4 tokens, in two phases in one parallel
-// region. First the threads split (segment, row) pairs: a thread with all rows of a segment reads
-// its columns as one sequential stream and writes the segment's partial sums
-// (PackedWeight::kmajor_segment). Then, after a barrier, they split the rows and add each row's
-// partials in segment order (kmajor_combine). A row's result does not depend on the thread count:
-// the segments are fixed by the weight's shape. A row split alone reads every column in pieces,
-// one per thread, which the hardware prefetchers follow poorly; partial sums per 32-column block
-// instead of per segment would move 4 bytes across cores for every 32 bytes of weights.
-void PackedWeight::gemv_kmajor(std::span<const GemvJob> jobs) {
-  constexpr int G = kKMajorSegments;
-  auto ld_of = [](const GemvJob& j) { return (j.w->rows() + 15) / 16 * 16; };
-  std::size_t floats = 0;
-  std::int64_t work = 0;  // multiply-adds
-  for (const GemvJob& j : jobs) {
-    floats += static_cast<std::size_t>(j.tokens * G * ld_of(j));
-    work += j.w->rows() * j.w->cols() * j.tokens;
-  }
-  thread_local std::vector<float> buffer;  // the calling thread's, shared with the team through `partials`
-  float* const partials = scratch(buffer, floats);
-  // Rows [r0, r1) of the part [off, off + part) of [w0, w1)'s work that `rows` rows share evenly:
-  // inner boundaries at the nearest whole vector of 16 rows, the part's ends at rows 0 and
-  // `rows` (a part of no work, where a tiny job's segment would get none, counts as one unit).
-  auto rows_of = [](std::int64_t w0, std::int64_t w1, std::int64_t off, std::int64_t part, std::int64_t rows) {
-    const std::int64_t span = std::max<std::int64_t>(part, 1);
-    auto row = [&](std::int64_t at) {
-      if (at <= off) return std::int64_t{0};
-      if (at >= off + span) return rows;
-      const std::int64_t r = ((at - off) * rows + span / 2) / span;
-      return std::min(rows, (r + 8) / 16 * 16);
-    };
-    return std::pair{row(w0), row(w1)};
-  };
-  // Segments: the work in segment-major order across the jobs (segment 0 of every job, then
-  // segment 1, ...), each (segment, job) part its rows in order. With as many threads as
-  // segments, each thread reads one segment of every weight, a sequential stream per weight,
-  // whatever the jobs' shapes. Job-major order had split q, k and v's work inside q's second
-  // segment, where both threads read pieces of every column (rows 0-383 and 384-575). SmolLM2's
-  // MXFP8 linears from DRAM on 2 threads of a Zen 4 VM, the two builds alternating (2026-11-29):
-  // 16.0-20.7 GB/s job-major, 21.3-23.0 segment-major; decode 7.6-9.6 against 7.3-8.8 ms a token.
-  auto segments = [&](std::int64_t w0, std::int64_t w1) {
-    std::int64_t off = 0;
-    for (int g = 0; g < G; ++g) {
-      float* p = partials;
-      for (const GemvJob& j : jobs) {
-        const PackedWeight& w = *j.w;
-        const std::int64_t rows = w.rows(), ld = ld_of(j), all = rows * w.cols() * j.tokens;
-        const std::int64_t part = all * (g + 1) / G - all * g / G;
-        const auto [r0, r1] = rows_of(w0, w1, off, part, rows);
-        for (std::int64_t n = 0; r0 < r1 && n < j.tokens;) {
-          float* pn = p + (n * G + g) * ld + r0;
-          if (j.tokens - n >= 4) {
-            w.kmajor_segment<4>(j.x + n * w.cols(), r0, r1, g, pn, G * ld);
-            n += 4;
-          } else {
-            w.kmajor_segment<1>(j.x + n * w.cols(), r0, r1, g, pn, G * ld);
-            n += 1;
-          }
-        }
-        off += part;
-        p += j.tokens * G * ld;
-      }
-    }
-  };
-  // Combine: each job's rows in proportion to its work.
-  auto combine = [&](std::int64_t w0, std::int64_t w1) {
-    std::int64_t off = 0;
-    float* p = partials;
-    for (const GemvJob& j : jobs) {
-      const PackedWeight& w = *j.w;
-      const std::int64_t rows = w.rows(), ld = ld_of(j), all = rows * w.cols() * j.tokens;
-      const auto [r0, r1] = rows_of(w0, w1, off, all, rows);
-      if (r0 < r1) w.kmajor_combine(p + r0, ld, j.tokens, j.y + r0, rows, r0, r1);
-      off += all;
-      p += j.tokens * G * ld;
-    }
-  };
-  // Both phases in split_work's one region; the barrier binds to it (or to the calling thread
-  // alone when split_work runs serially). The split stays even: with the segments' work in the
-  // shares the threads' speeds earned (LearnedSplit, as gemv splits the tiled layouts), a
-  // boundary off the middle split a segment's columns by rows, each thread then reading short
-  // pieces of every column, and SmolLM2-135M mxfp8 decodes took 8.20 instead of 7.08 ms a token
-  // (alternated token by token in one process, 10 rounds, 2026-11-29).
-  split_work(work, true, [&](std::int64_t w0, std::int64_t w1) {
-    segments(w0, w1);
-#pragma omp barrier
-    combine(w0, w1);
-  });
-}
-#endif
-
 E2M1Activations::E2M1Activations(const float* x, std::int64_t t, std::int64_t c, const Format& f)
     : tokens(t), cols(c), ld((c + 31) / 32 * 32) {
   if (f.element != Element::kFp4E2M1 || f.scaling.kind != ScaleKind::kNv16) {
@@ -3270,24 +3067,15 @@ void gemv(std::span<const GemvJob> jobs) {
   if (jobs.empty()) return;
   std::int64_t total = 0;
   for (const GemvJob& j : jobs) total += j.w->rows() * j.w->cols() * j.tokens;
-#ifdef RLSIM_SIMD16
-  const bool kmajor = std::all_of(jobs.begin(), jobs.end(), [](const GemvJob& j) {
-    return j.w->layout_ == WeightLayout::kE4M3KMajor && j.w->simd_ok_ && j.tokens <= 4 &&
-           e4m3_lift_fits(j.x, j.tokens * j.w->cols());  // else gemm_rows, which takes such tokens apart
-  });
-  if (kmajor && total >= (1 << 16)) {
-    PackedWeight::gemv_kmajor(jobs);
-    return;
-  }
-#endif
   auto run = [&](std::int64_t w0, std::int64_t w1) {
-    // Rows whose first multiply-add falls in [w0, w1), boundaries on multiples of 4 rows.
+    // Rows whose first multiply-add falls in [w0, w1), boundaries on whole tiles or panels.
     std::int64_t off = 0;
     for (const GemvJob& j : jobs) {
       const std::int64_t rows = j.w->rows(), cols = j.w->cols() * j.tokens;  // work per row
+      const std::int64_t granule = j.w->split_rows();
       auto boundary = [&](std::int64_t w) {
         const std::int64_t r = std::clamp<std::int64_t>((w - off + cols - 1) / cols, 0, rows);
-        return std::min(rows, (r + 3) / 4 * 4);
+        return std::min(rows, (r + granule - 1) / granule * granule);
       };
       const std::int64_t a = w0 <= off ? 0 : boundary(w0), b = w1 >= off + rows * cols ? rows : boundary(w1);
       if (a < b && j.x_e2m1 != nullptr) {

@@ -49,7 +49,8 @@ enum class WeightLayout : std::uint8_t {
                 // optional FP32 tensor scale (NVFP4); 1 x N blocks: scales tile-permuted (Marlin-style)
   kE4M3KMajor,  // MXFP8 in the Ascend 950 NPU layout: fp8-e4m3 codes transposed to [in, out], E8M0
                 // scales [out, in/32] reshaped to [in/64, out, 2] (vllm-ascend AscendW8A8MXFP8,
-                // process_weights_after_loading; vllm-ascend #7631)
+                // process_weights_after_loading; vllm-ascend #7631); the codes in panels of 16
+                // out rows (PackedWeight)
 };
 
 /// "f32", "bf16", "f16", "e4m3", "nibble", "e4m3-kmajor".
@@ -107,8 +108,8 @@ struct E2M1Activations {
 /// With learned shares SmolLM2-135M decodes took less time, alternated token by token with the
 /// even split in one process (mean ms a token over 6-12 rounds, two or three processes each,
 /// the first with fractions bounded to [0.3, 0.7]): int4-w4a16-g32 0.9-7.9 %, fp8-block 2.6-7.2
-/// %, mxfp8 (its BF16 lm_head and other calls off the k-major kernel, whose two segments stay
-/// even) 0.3-4.5 %, bf16 0.8-2.6 %; nvfp4 the same to 0.5 % more. The split never changes a
+/// %, mxfp8 (its BF16 lm_head and other calls off the k-major kernel, whose two column segments,
+/// before its 16-row panels, stayed even) 0.3-4.5 %, bf16 0.8-2.6 %; nvfp4 the same to 0.5 % more. The split never changes a
 /// result: every row is summed alike whichever thread runs it (gemv). The fractions are relaxed
 /// atomics, so concurrent calls on one weight race only over which update lands; a copy starts
 /// even.
@@ -151,11 +152,14 @@ class LearnedSplit {
 ///    chunks with code 0 (+0). Scales are in their storage element, one per block of block_rows x
 ///    block_cols; the grid is row-major, except kNibble with 1 x N blocks, whose scales are
 ///    permuted with the tiles ([tile][block column][4 rows], Marlin's scale permutation).
-///  - kE4M3KMajor (MXFP8, the Ascend 950 layout): codes [cols, rows] (k-major, element (r, c) at
-///    c * rows + r), E8M0 scales [ceil(kb / 2), rows, 2] for kb = ceil(cols / 32) 32-column blocks
-///    (block b of row r at ((b / 2) * rows + r) * 2 + b % 2). Its kernel reads column after column
-///    (two a pass), 16 rows a vector: each block's sum in column order, times the block scale, into
-///    one of two fixed segment partials, so that two threads each stream one half of the matrix.
+///  - kE4M3KMajor (MXFP8, the Ascend 950 layout): codes k-major ([in, out], as vllm-ascend
+///    transposes them) in panels of 16 rows: panel p holds rows [16 p, 16 p + 16) column after
+///    column, 16 bytes a column (element (r, c) at ((r / 16) cols + c) 16 + r % 16; rows padded to
+///    whole panels with code 0), so that a panel is one sequential stream. E8M0 scales as
+///    vllm-ascend stores them, [ceil(kb / 2), rows, 2] for kb = ceil(cols / 32) 32-column blocks
+///    (block b of row r at ((b / 2) * rows + r) * 2 + b % 2). Its kernel reads a panel at a time,
+///    16 rows a vector: each block's sum in column order, times the block scale, into one of two
+///    fixed segment partials (the order of kmajor_segment_begin), all in registers.
 ///
 /// Loader layout (the checkpoint's tensors, what a weight loader writes; see the reload lifecycle
 /// of weight_lifecycle.h): codes [rows, cols] row-major, one byte per 8-bit code, two bytes per
@@ -314,6 +318,8 @@ class PackedWeight {
   /// Bytes of the tensor in its format: loader_bytes() (codes at their width, scales in their
   /// storage element).
   std::size_t packed_bytes() const { return loader_bytes(); }
+  /// kE4M3KMajor: rows per panel of the kernel layout.
+  static constexpr std::int64_t kKMajorPanelRows = 16;
 
  private:
   static constexpr std::int64_t kTileRows = 4;  // rows per tile (one accumulator each)
@@ -371,23 +377,12 @@ class PackedWeight {
   // activations as fixed-point digits, a token they cannot hold on simd_tiles.
   void gemm_rows_int4_dot(const float* x, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
                           std::int64_t r1) const;
-  // kE4M3KMajor: rows [r0, r1) of NT tokens, y[n * ldy + r - r0] (kmajor_segment of each
-  // segment, then kmajor_combine).
+  // kE4M3KMajor: rows [r0, r1) of NT tokens (x [NT, cols()]), y[n * ldy + r - r0]: every
+  // 16-row panel the rows touch, its sums in registers from its first code to its last.
   template <int NT>
   void simd_kmajor(const float* x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) const;
-  // The partial sums of segment g for NT tokens (x [NT, cols()]) and rows [r0, r1):
-  // partial[n * ldt + r - r0].
-  template <int NT>
-  void kmajor_segment(const float* x, std::int64_t r0, std::int64_t r1, int g, float* partial, std::int64_t ldt) const;
-  // y[n * ldy + r - r0] = the partials of rows [r0, r1) (token n's of segment g at partials + (n *
-  // kKMajorSegments + g) * ld, row r0 first) added in segment order, for n < tokens.
-  void kmajor_combine(const float* partials, std::int64_t ld, std::int64_t tokens, float* y, std::int64_t ldy, std::int64_t r0,
-                      std::int64_t r1) const;
-  // gemv() of jobs that are all kE4M3KMajor with <= 4 tokens: (segment, row) pairs split among
-  // the threads, then, after a barrier, the rows.
-  static void gemv_kmajor(std::span<const GemvJob> jobs);
-  friend void gemv(std::span<const GemvJob> jobs);
 #endif
+  friend void gemv(std::span<const GemvJob> jobs);
 #ifdef RLSIM_SIMD16
   // kBf16 with BF16 activations: NS tiles (as simd16) for NT rows of BF16 pairs (row n at xb + n *
   // ldxb, 32 columns per dot-product instruction, or its FMA form in the same order without
@@ -399,10 +394,18 @@ class PackedWeight {
   // kE4M3KMajor sums a row in kKMajorSegments fixed segments of its 32-column blocks (blocks
   // [kmajor_segment_begin(g), kmajor_segment_begin(g + 1)) for segment g), each block's sum in
   // column order (one FMA chain from 0) times its scale added to the segment's partial in block
-  // order; the row's result is its partials added in segment order. Two segments let two threads
-  // each read one as a sequential stream; the split depends only on the weight's shape.
+  // order; the row's result is its partials added in segment order. The order depends only on
+  // the weight's shape (the two segments are those two threads once read as two streams of the
+  // [cols, rows] layout; kept so that MXFP8's logits stay what they were, bit for bit).
   static constexpr int kKMajorSegments = 2;
   std::int64_t kmajor_segment_begin(int g) const { return scale_blocks() * g / kKMajorSegments; }
+  // kE4M3KMajor: the byte of element (r, c) in the codes.
+  std::size_t kmajor_offset(std::int64_t r, std::int64_t c) const {
+    return static_cast<std::size_t>(((r / kKMajorPanelRows) * cols_ + c) * kKMajorPanelRows + r % kKMajorPanelRows);
+  }
+  std::int64_t kmajor_panels() const { return (rows_ + kKMajorPanelRows - 1) / kKMajorPanelRows; }
+  // Rows a thread's share of a GEMV starts on: a kE4M3KMajor panel, else a tile.
+  std::int64_t split_rows() const { return layout_ == WeightLayout::kE4M3KMajor ? kKMajorPanelRows : kTileRows; }
 
   WeightLayout layout_ = WeightLayout::kF32;
   Format format_{Element::kFp32, {}};
@@ -511,9 +514,8 @@ void silu_mul(const float* gate, const float* up, float* out, std::int64_t n);
 
 /// Runs GEMVs (the q/k/v projections of a layer, gate and up, ...) in one OpenMP parallel region,
 /// rows split among the threads in contiguous ranges of work (rows x cols x tokens) in the
-/// shares the first job's weight has learned (PackedWeight::split; even until then); jobs that
-/// are all kE4M3KMajor with at most 4 tokens split the halves of their columns evenly first,
-/// then the rows (each thread then reads one sequential stream, as the tiled layouts give it).
+/// shares the first job's weight has learned (PackedWeight::split; even until then), on whole
+/// tiles (whole 16-row panels of kE4M3KMajor weights).
 /// Each row's sum is the same whatever the thread count, the split and the number of tokens, so
 /// results are deterministic and batch-invariant. Small totals (under 2^16 multiply-adds) run on
 /// the calling thread; no jobs, nothing.

@@ -155,10 +155,10 @@ TEST(PackedWeight, NanOrOutOfRangeScalesFallBackToDecodedValues) {
 
 TEST(Gemv, ThreadedJobsEqualOneThreadBitForBit) {
   // q/k/v-like jobs sharing an input, split among threads by work: every row's sum is the same
-  // whatever the thread count. MXFP8 (the k-major layout) takes the two-phase split (segments,
-  // then rows) and must equal its scalar kernel exactly; 200 columns give 7 blocks, the last
-  // ragged, in segments of 3 and 4; 190 rows end in a partial vector, and 100 rows end 4 rows
-  // past a whole vector, which a split rounding its last boundary to the nearest vector loses.
+  // whatever the thread count. MXFP8 (the k-major layout) splits its rows on whole 16-row panels
+  // and must equal its scalar kernel exactly; 200 columns give 7 blocks, the last ragged, in
+  // segments of 3 and 4; 190 rows end in a partial panel, and 100 rows end 4 rows past a whole
+  // panel, which a split rounding its last boundary to the nearest panel loses.
   for (const char* name : {"int4/group32", "mxfp8"}) {
     for (std::int64_t cols : {576, 200}) {
       SCOPED_TRACE(std::string(name) + " cols " + std::to_string(cols));
@@ -357,10 +357,10 @@ TEST(GemvRecorder, RecordsTopLevelCallsWhileOnOnly) {
 }
 
 TEST(Gemv, KMajorCallWithATinyJobComputesEveryRow) {
-  // One k-major call whose work crosses the threshold of the two-phase split, with a 1 x 1 job
-  // beside a large one: its first segment has no blocks and half of no work, and must still be
-  // computed (zero partials) by exactly one thread. A call on a taller weight first leaves
-  // nonzero partials where the tiny job's are, so a segment left out reads them.
+  // One k-major call whose work crosses the threshold of the threaded split, with a 1 x 1 job
+  // beside a large one: the tiny job's one row (a panel of 15 padding rows; its first segment has
+  // no blocks) must still be computed, by exactly one thread, and nothing written past it. A call
+  // on a taller weight first leaves other values in the threads' scratch buffers.
   const std::int64_t rows = 512, cols = 576, tall = 700;
   const std::vector<float> w = normal(static_cast<std::size_t>(rows * cols), 5, 0.02f), tiny_w = {0.75f};
   const std::vector<float> x = normal(static_cast<std::size_t>(cols), 6, 1.0f), tiny_x = {-1.5f};
@@ -396,7 +396,7 @@ TEST(Gemv, SimdKernelsGiveTheSameBitsOnAvx512AndAvx2Hosts) {
   // 2026-11-27; the two E4M3 ones, since block sums are scaled at the block's end, from an AVX2
   // (-march=znver2) and an AVX-512 build on a Zen 4 VM, 2026-11-28, which both gave them); an
   // AVX-512 build that differs breaks that claim. Ragged 37 x 200 and 64 x 576
-  // (the k-major two-phase path), 5 tokens (a 4-token group and a single one).
+  // (the k-major panels, threaded), 5 tokens (a 4-token group and a single one).
   if (!simd_kernels_available()) GTEST_SKIP() << "portable build: the scalar kernels sum in another order";
   const std::pair<const char*, std::uint64_t> cases[] = {{"fp32", 0xf38bf37f53b65404ull},
                                                          {"bf16", 0xb32f3a3b81495314ull},
@@ -451,7 +451,7 @@ TEST(Gemv, Bf16DotProductKernelGivesTheSameBitsWithAndWithoutAvx512Bf16) {
 TEST(Gemv, E4M3KernelsTakeActivationsBeyondTheirLiftToTheScalarKernel) {
   // The E4M3 SIMD kernels lift x by 2^60, which overflows for |x| >= 2^68: such a token takes the
   // scalar kernel (finite, the true values), its batch neighbours keep their own bits. 64 x 576
-  // with 3 tokens is work enough for the k-major two-phase driver, which must leave it to gemm_rows.
+  // with 3 tokens is work enough for a threaded split, whose gemm_rows takes such a token apart.
   for (const char* name : {"fp8-e4m3/block128x128", "fp8-e4m3/group1x128", "mxfp8"}) {
     SCOPED_TRACE(name);
     const std::int64_t rows = 64, cols = 576, tokens = 3;
