@@ -109,10 +109,10 @@ struct E2M1Activations {
 /// even split in one process (mean ms a token over 6-12 rounds, two or three processes each,
 /// the first with fractions bounded to [0.3, 0.7]): int4-w4a16-g32 0.9-7.9 %, fp8-block 2.6-7.2
 /// %, mxfp8 (its BF16 lm_head and other calls off the k-major kernel, whose two column segments,
-/// before its 16-row panels, stayed even) 0.3-4.5 %, bf16 0.8-2.6 %; nvfp4 the same to 0.5 % more. The split never changes a
-/// result: every row is summed alike whichever thread runs it (gemv). The fractions are relaxed
-/// atomics, so concurrent calls on one weight race only over which update lands; a copy starts
-/// even.
+/// before its 16-row panels, stayed even) 0.3-4.5 %, bf16 0.8-2.6 %; nvfp4 the same to 0.5 %
+/// more. The split never changes a result: every row is summed alike whichever thread runs it
+/// (gemv). The fractions are relaxed atomics, so concurrent calls on one weight race only over
+/// which update lands; a copy starts even.
 class LearnedSplit {
  public:
   /// Teams of more threads take the even split.
