@@ -1948,7 +1948,8 @@ constexpr int kKMajorScaleLog2 = 120 - kE4M3LiftLog2;
 static_assert(kE4M3ScaleFix == static_cast<float>(std::uint64_t{1} << kKMajorScaleLog2));
 // 32-column blocks of a panel summed side by side for NT tokens: independent FMA chains, so that
 // the FMA latency (4 cycles on the hosts measured) does not bound one token's single chain to 16
-// codes per 4 cycles, within the registers (AVX2's 16 take one block of 4 tokens).
+// codes per 4 cycles, as many as the registers hold (AVX2's 16 registers: one block's sums of 4
+// tokens, two registers each, beside their partials).
 #ifdef RLSIM_AVX512
 template <int NT>
 constexpr int kKMajorAbreast = NT == 1 ? 4 : 2;
