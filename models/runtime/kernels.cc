@@ -733,8 +733,14 @@ void PackedWeight::decode_rows_bf16(std::int64_t r0, std::int64_t r1, std::uint1
         const std::int64_t c1 = std::min(cols_, c0 + kKMajorDecodeColumns);
         for (std::int64_t r = first; r < last; ++r) {
           std::uint16_t* o = out + (r - r0) * ld;
+          // Row r's byte of column pair (c, c + 1) at q + 16 c, column c + 1's kKMajorRowGroup after.
           const std::uint8_t* q = data_.data() + kmajor_offset(r, 0);
-          for (std::int64_t c = c0; c < c1; ++c) o[c] = e4m3[q[c * kKMajorPanelRows]];
+          std::int64_t c = c0;
+          for (; c + 1 < c1; c += 2) {
+            o[c] = e4m3[q[c * kKMajorPanelRows]];
+            o[c + 1] = e4m3[q[c * kKMajorPanelRows + kKMajorRowGroup]];
+          }
+          if (c < c1) o[c] = e4m3[data_[kmajor_offset(r, c)]];  // an odd last column
         }
       }
     }
@@ -1972,8 +1978,11 @@ inline KVec kv_set1(float v) { return _mm512_set1_ps(v); }
 inline KVec kv_fmadd(KVec a, KVec b, KVec c) { return _mm512_fmadd_ps(a, b, c); }
 inline KVec kv_mul(KVec a, KVec b) { return _mm512_mul_ps(a, b); }
 inline KVec kv_add(KVec a, KVec b) { return _mm512_add_ps(a, b); }
-// A panel column's 16 codes as e4m3_scaled_down16 reads them, lane i row i.
-inline KVec kmajor_codes(const std::uint8_t* q) {
+// A panel's column pair's 32 codes (the pair layout of PackedWeight's class comment) as
+// e4m3_row_pair widens a tile's two rows: `first` the even column, `second` the odd one, lane i
+// row i; an odd last column's 16 codes (rows in order) as e4m3_scaled_down16 reads them.
+inline void kmajor_pair(const std::uint8_t* q, KVec& first, KVec& second) { e4m3_row_pair(q, first, second); }
+inline KVec kmajor_column(const std::uint8_t* q) {
   const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
   return _mm512_castsi512_ps(
       _mm512_and_si512(_mm512_slli_epi32(c, simd::kE4M3Fp32Shift), _mm512_set1_epi32(static_cast<int>(simd::kE4M3Fp32Mask))));
@@ -1987,16 +1996,23 @@ inline KVec kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::in
 // The 16 rows' sums in row order.
 inline void kmajor_store(float* y, KVec v) { _mm512_storeu_ps(y, v); }
 #else
-// AVX2: codes in e4m3_interleaved16's lane order (rows 0-3 and 8-11 in lo, 4-7 and 12-15 in hi),
-// the scales put in that order and the sums back in row order at the end: every lane does the
-// same operations on the same row as in row order.
 using KVec = V16;
 inline KVec kv_zero() { return simd::zero16(); }
 inline KVec kv_set1(float v) { return simd::set1(v); }
 inline KVec kv_fmadd(KVec a, KVec b, KVec c) { return simd::fmadd(a, b, c); }
 inline KVec kv_mul(KVec a, KVec b) { return simd::mul(a, b); }
 inline KVec kv_add(KVec a, KVec b) { return simd::add(a, b); }
-inline KVec kmajor_codes(const std::uint8_t* q) { return e4m3_interleaved16(q); }
+// AVX2: a column pair's 16 bytes of rows 0-7 and 16 of rows 8-15 each widened as
+// e4m3_interleaved16 widens 16 codes: its lo half is then the even column's 8 rows in order, its
+// hi half the odd column's.
+inline void kmajor_pair(const std::uint8_t* q, KVec& first, KVec& second) {
+  const V16 rows0 = e4m3_interleaved16(q), rows8 = e4m3_interleaved16(q + 16);
+  first = {rows0.lo, rows8.lo};
+  second = {rows0.hi, rows8.hi};
+}
+inline KVec kmajor_column(const std::uint8_t* q) {
+  return simd::e4m3_scaled_down16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+}
 // The first `n` (1..16) bytes at p in a 16-byte vector, the rest 0; reads nothing past p + n.
 inline __m128i load_bytes_first(const std::uint8_t* p, int n) {
   if (n >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -2014,18 +2030,17 @@ inline KVec kmajor_scales(const std::uint8_t* scales, std::int64_t rows, std::in
     c = _mm256_add_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0xFF)), _mm256_set1_epi32(kKMajorScaleLog2));
     return _mm256_castsi256_ps(_mm256_slli_epi32(c, 23));
   };
-  return swap_middle_quarters(V16{half(lo), half(hi)});
+  return V16{half(lo), half(hi)};
 }
-inline void kmajor_store(float* y, KVec v) { simd::store16(y, swap_middle_quarters(v)); }
+inline void kmajor_store(float* y, KVec v) { simd::store16(y, v); }
 #endif
 
 // NB blocks side by side of a panel's NT tokens, from block b: the codes of block b + i's column
-// c at q + (32 i + c) 16, token t's lifted x of that column at x[t ldx + 32 i + c], the blocks'
-// scales those of the panel's n rows from row r in `scales` (kmajor_scales; null: `unscaled` for
-// all), `cols` (1..32; < 32 only with NB = 1) columns a block. Each block's sums one FMA chain
-// from 0 in column order, then times its scale added to partial[t] (a power-of-two scale
-// multiplies exactly while the product is a normal FP32 number, so this is what an FMA of the
-// sum and the scale gives), block after block.
+// pair (c, c + 1) at q + (32 i + c) 16 (an odd last column at q + 16 c), token t's lifted x of that column at x[t ldx + 32 i +
+// c], the blocks' scales those of the panel's n rows from row r in `scales` (kmajor_scales; null: `unscaled` for all), `cols`
+// (1..32; < 32 only with NB = 1) columns a block. Each block's sums one FMA chain from 0 in column order, then times its scale
+// added to partial[t] (a power-of-two scale multiplies exactly while the product is a normal FP32 number, so this is what an FMA
+// of the sum and the scale gives), block after block.
 template <int NT, int NB>
 inline void kmajor_blocks(const std::uint8_t* q, const float* x, std::int64_t ldx, const std::uint8_t* scales, std::int64_t rows,
                           std::int64_t b, std::int64_t r, int n, KVec unscaled, KVec* partial, int cols) {
@@ -2033,14 +2048,23 @@ inline void kmajor_blocks(const std::uint8_t* q, const float* x, std::int64_t ld
   constexpr int kColumnsPerLine = 4;  // 16 bytes a column
   KVec acc[NB][NT];
   for (auto& a : acc) std::fill(std::begin(a), std::end(a), kv_zero());
-  for (int c = 0; c < cols; ++c) {
+  int c = 0;
+  for (; c + 1 < cols; c += 2) {  // column pairs
     if (c % kColumnsPerLine == 0) {
       for (int i = 0; i < NB; ++i) prefetch_stream(q + (32 * i + c) * P);
     }
     for (int i = 0; i < NB; ++i) {
-      const KVec w = kmajor_codes(q + (32 * i + c) * P);
-      for (int t = 0; t < NT; ++t) acc[i][t] = kv_fmadd(w, kv_set1(x[t * ldx + 32 * i + c]), acc[i][t]);
+      KVec w0, w1;
+      kmajor_pair(q + (32 * i + c) * P, w0, w1);
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = x + t * ldx + 32 * i + c;
+        acc[i][t] = kv_fmadd(w1, kv_set1(xt[1]), kv_fmadd(w0, kv_set1(xt[0]), acc[i][t]));
+      }
     }
+  }
+  if (c < cols) {  // the weight's odd last column (NB = 1)
+    const KVec w = kmajor_column(q + c * P);
+    for (int t = 0; t < NT; ++t) acc[0][t] = kv_fmadd(w, kv_set1(x[t * ldx + c]), acc[0][t]);
   }
   for (int i = 0; i < NB; ++i) {
     const KVec sc = scales != nullptr ? kmajor_scales(scales, rows, b + i, r, n) : unscaled;

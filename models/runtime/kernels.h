@@ -153,9 +153,13 @@ class LearnedSplit {
 ///    block_cols; the grid is row-major, except kNibble with 1 x N blocks, whose scales are
 ///    permuted with the tiles ([tile][block column][4 rows], Marlin's scale permutation).
 ///  - kE4M3KMajor (MXFP8, the Ascend 950 layout): codes k-major ([in, out], as vllm-ascend
-///    transposes them) in panels of 16 rows: panel p holds rows [16 p, 16 p + 16) column after
-///    column, 16 bytes a column (element (r, c) at ((r / 16) cols + c) 16 + r % 16; rows padded to
-///    whole panels with code 0), so that a panel is one sequential stream. E8M0 scales as
+///    transposes them) in panels of 16 rows: panel p holds rows [16 p, 16 p + 16) two columns
+///    after two, 32 bytes a column pair: rows 0-3 of column 2j, rows 0-3 of 2j + 1, rows 4-7 of
+///    2j, ... (element (r, c), i = r % 16, at (r / 16) 16 cols + 16 (c - c % 2) + 8 (i / 4) +
+///    4 (c % 2) + i % 4; an odd last column alone, rows in order, at (r / 16) 16 cols + 16 c + i;
+///    rows padded to whole panels with code 0), so that a panel is one sequential stream and one
+///    VPMOVSXBW + VPUNPCKLWD / VPUNPCKHWD widens a pair's 32 codes into its two columns' 16 rows
+///    in row order, as the row-major E4M3 kernel widens a tile's two rows. E8M0 scales as
 ///    vllm-ascend stores them, [ceil(kb / 2), rows, 2] for kb = ceil(cols / 32) 32-column blocks
 ///    (block b of row r at ((b / 2) * rows + r) * 2 + b % 2). Its kernel reads a panel at a time,
 ///    16 rows a vector: each block's sum in column order, times the block scale, into one of two
@@ -318,8 +322,9 @@ class PackedWeight {
   /// Bytes of the tensor in its format: loader_bytes() (codes at their width, scales in their
   /// storage element).
   std::size_t packed_bytes() const { return loader_bytes(); }
-  /// kE4M3KMajor: rows per panel of the kernel layout.
+  /// kE4M3KMajor: rows per panel of the kernel layout, and rows per group of a column pair.
   static constexpr std::int64_t kKMajorPanelRows = 16;
+  static constexpr std::int64_t kKMajorRowGroup = 4;
 
  private:
   static constexpr std::int64_t kTileRows = 4;  // rows per tile (one accumulator each)
@@ -399,9 +404,12 @@ class PackedWeight {
   // [cols, rows] layout; kept so that MXFP8's logits stay what they were, bit for bit).
   static constexpr int kKMajorSegments = 2;
   std::int64_t kmajor_segment_begin(int g) const { return scale_blocks() * g / kKMajorSegments; }
-  // kE4M3KMajor: the byte of element (r, c) in the codes.
+  // kE4M3KMajor: the byte of element (r, c) in the codes (the layout of the class comment).
   std::size_t kmajor_offset(std::int64_t r, std::int64_t c) const {
-    return static_cast<std::size_t>(((r / kKMajorPanelRows) * cols_ + c) * kKMajorPanelRows + r % kKMajorPanelRows);
+    const std::int64_t i = r % kKMajorPanelRows, panel = (r / kKMajorPanelRows) * cols_ * kKMajorPanelRows;
+    if (c >= cols_ - cols_ % 2) return static_cast<std::size_t>(panel + c * kKMajorPanelRows + i);  // an odd last column
+    constexpr std::int64_t G = kKMajorRowGroup;
+    return static_cast<std::size_t>(panel + (c - c % 2) * kKMajorPanelRows + (i / G) * 2 * G + (c % 2) * G + i % G);
   }
   std::int64_t kmajor_panels() const { return (rows_ + kKMajorPanelRows - 1) / kKMajorPanelRows; }
   // Rows a thread's share of a GEMV starts on: a kE4M3KMajor panel, else a tile.

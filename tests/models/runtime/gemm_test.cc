@@ -246,19 +246,21 @@ TEST(PrefillGemm, DecodedOperandsAreExact) {
 
 // Every E4M3 code but the two NaNs (normals, the 7 subnormal magnitudes, both zeros), in whole
 // 16-code chunks (the SIMD decode) and a ragged tail (the scalar one): its BF16 code is its exact
-// value, in both the row-major and the k-major layout.
+// value, in both the row-major and the k-major layout (an odd column count: the k-major layout's
+// last column stands alone, outside the column pairs).
 TEST(PrefillGemm, EveryE4M3CodeDecodesToItsValue) {
   for (const char* name : {"fp8-e4m3", "mxfp8"}) {
     SCOPED_TRACE(name);
     QuantizedTensor q;
     q.format = parse_format(name);
-    q.rows = 3, q.cols = 100;  // 300 codes: the 254 non-NaN ones, then the first 46 again
+    const std::int64_t cols = 101;
+    q.rows = 3, q.cols = cols;  // 303 codes: the 254 non-NaN ones, then the first 49 again
     q.block_cols = q.format.scaling.kind == ScaleKind::kNone ? 1 : 32;
-    for (std::uint32_t c = 0; q.codes.size() < 300; c = (c + 1) % 256) {
+    for (std::uint32_t c = 0; q.codes.size() < static_cast<std::size_t>(3 * cols); c = (c + 1) % 256) {
       if ((c & 0x7Fu) != 0x7Fu) q.codes.push_back(c);
     }
     if (q.block_cols > 1) {
-      const std::size_t blocks = 3 * 4;  // ceil(100 / 32) per row
+      const std::size_t blocks = 3 * 4;  // ceil(101 / 32) per row
       q.scales.assign(blocks, 1.0);
       q.scale_codes.assign(blocks, 127);  // E8M0 2^0
     } else {
@@ -271,8 +273,8 @@ TEST(PrefillGemm, EveryE4M3CodeDecodesToItsValue) {
     std::vector<std::uint16_t> codes(static_cast<std::size_t>(3 * ld));
     p.decode_rows_bf16(0, 3, codes.data(), ld);
     for (std::int64_t r = 0; r < 3; ++r) {
-      for (std::int64_t c = 0; c < 100; ++c) {
-        const std::uint32_t code = q.codes[static_cast<std::size_t>(r * 100 + c)];
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const std::uint32_t code = q.codes[static_cast<std::size_t>(r * cols + c)];
         const float got = std::bit_cast<float>(static_cast<std::uint32_t>(codes[static_cast<std::size_t>(r * ld + c)]) << 16);
         const auto want = static_cast<float>(decode(Element::kFp8E4M3, code));
         ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want)) << "code 0x" << std::hex << code;

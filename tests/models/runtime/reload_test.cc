@@ -348,47 +348,56 @@ TEST(Reload, PerturbationIsSeededAndScaled) {
 // --- kernel layouts, byte by byte ----------------------------------------------------------------
 
 TEST(KernelLayout, AscendMxfp8TransposesCodesInPanelsAndPairsScales) {
-  const std::int64_t rows = 24, cols = 160;  // 5 MX blocks per row: an odd count, padded to 3 pairs
-  const std::vector<float> v = normal(static_cast<std::size_t>(rows * cols), 4, 0.05f);
-  const QuantizedTensor q = quantize(parse_format("mxfp8"), rows, cols, std::span<const float>(v));
-  const PackedWeight p(q);
-  ASSERT_EQ(p.layout(), WeightLayout::kE4M3KMajor);
-  const auto* codes = static_cast<const std::uint8_t*>(p.code_storage());
-  const auto* scales = static_cast<const std::uint8_t*>(p.scale_storage());
-  const std::int64_t kb = 5, panel = PackedWeight::kKMajorPanelRows;
-  ASSERT_EQ(panel, 16);
-  // Codes: a panel and a half of 16 rows k-major, the rest of the second panel padding (+0);
-  // scales: vllm-ascend's [kb / 2, rows, 2].
-  EXPECT_EQ(p.resident_bytes(), static_cast<std::size_t>(2 * panel * cols + 3 * rows * 2));
-  for (std::int64_t r = 0; r < 2 * panel; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const std::uint32_t want = r < rows ? q.codes[static_cast<std::size_t>(r * cols + c)] : 0;
-      ASSERT_EQ(codes[((r / panel) * cols + c) * panel + r % panel], want) << r << "," << c;
+  // 5 MX blocks per row (an odd count, padded to 3 pairs), then 6 with a ragged last block of 7
+  // columns (an odd column count: the last column stands alone).
+  for (const std::int64_t cols : {std::int64_t{160}, std::int64_t{167}}) {
+    SCOPED_TRACE(cols);
+    const std::int64_t rows = 24, kb = (cols + 31) / 32, panel = PackedWeight::kKMajorPanelRows;
+    const std::vector<float> v = normal(static_cast<std::size_t>(rows * cols), 4, 0.05f);
+    const QuantizedTensor q = quantize(parse_format("mxfp8"), rows, cols, std::span<const float>(v));
+    const PackedWeight p(q);
+    ASSERT_EQ(p.layout(), WeightLayout::kE4M3KMajor);
+    const auto* codes = static_cast<const std::uint8_t*>(p.code_storage());
+    const auto* scales = static_cast<const std::uint8_t*>(p.scale_storage());
+    ASSERT_EQ(panel, 16);
+    // Codes: a panel and a half of 16 rows k-major, the rest of the second panel padding (+0), a
+    // column pair's 32 bytes in groups of 4 rows, even column first; scales: vllm-ascend's
+    // [kb / 2, rows, 2].
+    EXPECT_EQ(p.resident_bytes(), static_cast<std::size_t>(2 * panel * cols + (kb + 1) / 2 * rows * 2));
+    for (std::int64_t r = 0; r < 2 * panel; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const std::uint32_t want = r < rows ? q.codes[static_cast<std::size_t>(r * cols + c)] : 0;
+        const std::int64_t i = r % panel, base = (r / panel) * panel * cols;
+        const std::int64_t at =
+            cols % 2 == 1 && c == cols - 1 ? base + 16 * c + i : base + 16 * (c - c % 2) + 8 * (i / 4) + 4 * (c % 2) + i % 4;
+        ASSERT_EQ(codes[at], want) << r << "," << c;
+      }
     }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t b = 0; b < kb; ++b)
+        ASSERT_EQ(scales[((b / 2) * rows + r) * 2 + b % 2], q.scale_codes[static_cast<std::size_t>(r * kb + b)]);
+    }
+    // The k-major kernel: SIMD and scalar sum each row in the same order, bit for bit, for 1 and 5 tokens.
+    const std::vector<float> x = normal(static_cast<std::size_t>(5 * cols), 6, 1.0f);
+    std::vector<float> y1(static_cast<std::size_t>(rows)), ys(static_cast<std::size_t>(rows)),
+        y5(static_cast<std::size_t>(5 * rows));
+    p.gemv_rows(x.data(), y1.data(), 0, rows);
+    p.gemv_rows_scalar(x.data(), ys.data(), 0, rows);
+    p.gemm_rows(x.data(), 5, y5.data(), rows, 0, rows);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(y1[static_cast<std::size_t>(r)], ys[static_cast<std::size_t>(r)]);
+      EXPECT_EQ(y1[static_cast<std::size_t>(r)], y5[static_cast<std::size_t>(r)]);
+    }
+    std::vector<float> one(static_cast<std::size_t>(rows));
+    p.gemv_rows(x.data() + 4 * cols, one.data(), 0, rows);
+    for (std::int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(one[static_cast<std::size_t>(r)], y5[static_cast<std::size_t>(4 * rows + r)]);
+    // Rows that start and end inside panels: the same bits, nothing written outside them.
+    std::vector<float> part(static_cast<std::size_t>(rows), -1.0f);
+    p.gemv_rows(x.data(), part.data() + 3, 3, 21);
+    for (std::int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(part[static_cast<std::size_t>(r)], r >= 3 && r < 21 ? y1[static_cast<std::size_t>(r)] : -1.0f) << r;
   }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t b = 0; b < kb; ++b)
-      ASSERT_EQ(scales[((b / 2) * rows + r) * 2 + b % 2], q.scale_codes[static_cast<std::size_t>(r * kb + b)]);
-  }
-  // The k-major kernel: SIMD and scalar sum each row in the same order, bit for bit, for 1 and 5 tokens.
-  const std::vector<float> x = normal(static_cast<std::size_t>(5 * cols), 6, 1.0f);
-  std::vector<float> y1(static_cast<std::size_t>(rows)), ys(static_cast<std::size_t>(rows)),
-      y5(static_cast<std::size_t>(5 * rows));
-  p.gemv_rows(x.data(), y1.data(), 0, rows);
-  p.gemv_rows_scalar(x.data(), ys.data(), 0, rows);
-  p.gemm_rows(x.data(), 5, y5.data(), rows, 0, rows);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    EXPECT_EQ(y1[static_cast<std::size_t>(r)], ys[static_cast<std::size_t>(r)]);
-    EXPECT_EQ(y1[static_cast<std::size_t>(r)], y5[static_cast<std::size_t>(r)]);
-  }
-  std::vector<float> one(static_cast<std::size_t>(rows));
-  p.gemv_rows(x.data() + 4 * cols, one.data(), 0, rows);
-  for (std::int64_t r = 0; r < rows; ++r) EXPECT_EQ(one[static_cast<std::size_t>(r)], y5[static_cast<std::size_t>(4 * rows + r)]);
-  // Rows that start and end inside panels: the same bits, nothing written outside them.
-  std::vector<float> part(static_cast<std::size_t>(rows), -1.0f);
-  p.gemv_rows(x.data(), part.data() + 3, 3, 21);
-  for (std::int64_t r = 0; r < rows; ++r)
-    EXPECT_EQ(part[static_cast<std::size_t>(r)], r >= 3 && r < 21 ? y1[static_cast<std::size_t>(r)] : -1.0f) << r;
 }
 
 TEST(KernelLayout, Int4LoaderIsCompressedTensorsAndKernelPermutesCodesAndScales) {
