@@ -61,11 +61,12 @@ bool simd_kernels_available();
 /// The instruction set of the GEMV and GEMM kernels this build runs: "AVX-512", "AVX2" or "scalar"
 /// (simd_target.h).
 std::string_view simd_kernels_name();
-/// How the tiled decode GEMVs prefetch their weight streams on this host: "8 KB ahead into L2"
+/// How the decode GEMVs prefetch their weight streams on this host: "8 KB ahead into L2"
 /// (Intel: the CPUID vendor, read once), or on AMD and others "2 KB ahead into L1; FP32/BF16/FP16
-/// weights none" (the kernels that decode codes, and those that load values as they are); the
-/// measurements behind the choice are at kStreamPrefetch in kernels.cc. "none" in scalar builds.
-/// Prefetching changes no result.
+/// weights none; MXFP8 k-major 8 KB ahead into L2" (the tiled kernels that decode codes, those
+/// that load values as they are, and the k-major panel kernel); the measurements behind the
+/// choice are at kStreamPrefetch in kernels.cc. "none" in scalar builds. Prefetching changes no
+/// result.
 std::string gemv_prefetch_name();
 
 struct GemvJob;  // below: one GEMV of gemv()
