@@ -833,11 +833,13 @@ void PackedWeight::decode_rows_f32(std::int64_t r0, std::int64_t r1, float* out,
 namespace {
 inline void prefetch(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
-// The same into L2 only (the demand load then brings the line to L1). The k-major passes use it:
-// each pass reads its columns' lines while loading and storing the running sums of every row, and
-// lines prefetched into L1 competed with those (mxfp8 decode, 2026-11-28, alternating runs, 16 KB
-// ahead into L2 against 8 KB into L1: 69-74 -> 111-113 tok/s on one Zen 4 core, 118-123 -> 154-156
-// on two; 8 KB into L2 about the same as 16, 4 KB less).
+// The same into L2 only (the demand load then brings the line to L1): what Intel hosts take for
+// every weight stream, and every host for the MXFP8 k-major kernel's codes and scales
+// (kStreamPrefetch, kKMajorScalePrefetchPanels). The k-major passes that kernel replaced read
+// their columns' lines while loading and storing the running sums of every row, and lines
+// prefetched into L1 competed with those (mxfp8 decode, 2026-11-28, alternating runs, 16 KB ahead
+// into L2 against 8 KB into L1: 69-74 -> 111-113 tok/s on one Zen 4 core, 118-123 -> 154-156 on
+// two; 8 KB into L2 about the same as 16, 4 KB less).
 inline void prefetch_l2(const std::uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1); }
 
 // How the tiled GEMVs prefetch a tile's weights (one sequential stream per tile), chosen once per
@@ -881,8 +883,8 @@ struct StreamPrefetch {
 // kDecoded turns codes into values (E4M3, 4-bit formats) in one or two sequential streams a call,
 // kPlain multiplies FP32, BF16 or FP16 weights as loaded (simd16's plain layouts,
 // simd_bf16_dot), kKMajor is the MXFP8 k-major panel kernel (simd_kmajor), which decodes codes
-// too but takes a panel's 32-column blocks side by side, one line of each in turn (4 lines 512
-// bytes apart, then the next 4).
+// too but takes a panel's 32-column blocks side by side (kKMajorAbreast), one line of each in
+// turn (lines 512 bytes apart, then the next line of each).
 enum class StreamKind { kDecoded, kPlain, kKMajor };
 
 // The host's vendor (CPUID leaf 0) and family (leaf 1: the base family, plus the extended
