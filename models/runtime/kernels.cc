@@ -945,13 +945,12 @@ inline void prefetch_stream(const std::uint8_t* p) {
 }  // namespace
 
 std::string gemv_prefetch_name() {
-  auto name = [](const StreamPrefetch& f) {
+  auto name = [](StreamKind kind) {
+    const StreamPrefetch& f = kStreamPrefetch[static_cast<int>(kind)];
     return f.bytes == StreamPrefetch::kNone ? std::string("none")
                                             : fmt::format("{} KB ahead into {}", f.bytes / 1024, f.to_l2 ? "L2" : "L1");
   };
-  const std::string decoded = name(kStreamPrefetch[static_cast<int>(StreamKind::kDecoded)]),
-                    plain = name(kStreamPrefetch[static_cast<int>(StreamKind::kPlain)]),
-                    kmajor = name(kStreamPrefetch[static_cast<int>(StreamKind::kKMajor)]);
+  const std::string decoded = name(StreamKind::kDecoded), plain = name(StreamKind::kPlain), kmajor = name(StreamKind::kKMajor);
   std::string s = decoded;
   if (plain != decoded) s += fmt::format("; FP32/BF16/FP16 weights {}", plain);
   if (kmajor != decoded) s += fmt::format("; MXFP8 k-major {}", kmajor);
@@ -2112,7 +2111,7 @@ void PackedWeight::simd_kmajor(const float* x, float* y, std::int64_t ldy, std::
     const std::uint8_t* panel = data_.data() + p * cols_ * P;
     const auto n = static_cast<int>(std::min(P, rows_ - p * P));  // the panel's rows (the rest padding)
     if (const std::int64_t ahead = (p + kKMajorScalePrefetchPanels) * P; scales != nullptr && ahead < rows_) {
-      for (std::int64_t k = 0; k < (scale_blocks() + 1) / 2; ++k) prefetch_l2(scales + block_index(ahead, 2 * k));
+      for (std::int64_t b = 0; b < scale_blocks(); b += 2) prefetch_l2(scales + block_index(ahead, b));  // a pair's piece
     }
     KVec total[NT];
     std::fill(std::begin(total), std::end(total), kv_zero());
