@@ -365,12 +365,12 @@ class PackedWeight {
   // NS = 1, so the bits do not depend on NS.
   template <WeightLayout L, int NT, int NS>
   void simd16(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles) const;
-#ifdef RLSIM_AVX512
   // simd16 of kE4M3 on AVX-512: a tile's rows in pairs, block sums times the block scales. With
   // `pairs` (NT = 1 only), the token's x as e4m3_pair_activations laid it out, read instead of x.
+  // On AVX2 (NT = NS = 1 only): one tile's block sums in registers, x read from `pairs` as
+  // e4m3_interleaved_activations laid it out (required there).
   template <int NT, int NS>
   void simd16_e4m3(const float* x, std::int64_t ldx, float* y, const std::int64_t* tiles, const float* pairs = nullptr) const;
-#endif
   template <int NT>
   void simd_nibble(const float* x, std::int64_t ldx, float* y, std::int64_t tile) const;
   // Dispatch on the layout: NS tiles side by side (simd16; NS > 1 with NT = 1 only), y as
