@@ -1429,7 +1429,6 @@ inline void e4m3_interleaved_activations(const float* x, std::int64_t cols, floa
   for (std::int64_t c = 0; c < cols; c += 16, out += 16)
     simd::store16(out, simd::mul(swap_middle_quarters(load_x(x, c, cols)), simd::set1(kE4M3Lift)));
 }
-
 }  // namespace
 
 // One tile for one token. The 4 rows' block sums stay in registers (8 of AVX2's 16) from a scale
