@@ -998,6 +998,10 @@ struct NibbleScales {
   bool int4_codes = false;  // INT4 (two's complement) codes rather than E2M1 ones
 };
 }  // namespace
+
+inline float PackedWeight::e4m3_block_scale(std::size_t block) const {
+  return (scaled_ ? scale_at(block) : 1.0f) * kE4M3ScaleFix;
+}
 #endif
 
 #ifdef RLSIM_AVX512
@@ -1159,9 +1163,7 @@ void PackedWeight::simd16_e4m3(const float* x, std::int64_t ldx, float* y, const
       }
       off += R * CB;
     }
-    const auto block_scale = [&](int r) {
-      return (scaled_ ? scale_at(sbase[r] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix;
-    };
+    const auto block_scale = [&](int r) { return e4m3_block_scale(sbase[r] + static_cast<std::size_t>(k)); };
     // A tile whose rows share their block row (every tile of block128x128 and per-tensor scales)
     // reads its scale once, where each row had read its own: the same value, the same products.
     __m512 tile_sc[NS];
@@ -1409,7 +1411,7 @@ void PackedWeight::simd16(const float* x, std::int64_t ldx, float* y, const std:
       }
     }
     for (int i = 0; i < RS; ++i) {
-      const V16 sc = simd::set1((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
+      const V16 sc = simd::set1(e4m3_block_scale(sbase[i] + static_cast<std::size_t>(k)));
       for (int n = 0; n < NT; ++n) acc[i][n] = kE4M3 ? simd::fmadd(sb[i][n], sc, acc[i][n]) : sb[i][n];
     }
   }
@@ -1458,7 +1460,7 @@ void PackedWeight::simd16_e4m3(const float*, std::int64_t, float* y, const std::
       p += R * CB;
     }
     for (int i = 0; i < R; ++i) {
-      const V16 sc = simd::set1((scaled_ ? scale_at(sbase[i] + static_cast<std::size_t>(k)) : 1.0f) * kE4M3ScaleFix);
+      const V16 sc = simd::set1(e4m3_block_scale(sbase[i] + static_cast<std::size_t>(k)));
       simd::store16(acc[i], simd::fmadd(sb[i], sc, simd::load16(acc[i])));
     }
   }

@@ -360,6 +360,9 @@ class PackedWeight {
   float code_value(std::int64_t r, std::int64_t c) const;                  // element value before scaling
   float chunk_value(const std::uint8_t* chunk_row, std::int64_t k) const;  // element k of a chunk row
 #ifdef RLSIM_SIMD16
+  // What the E4M3 kernels multiply a scale block's sum by: its decoded scale (1 unscaled) times
+  // kE4M3ScaleFix (kernels.cc: the code trick's 2^120 less x's lift).
+  float e4m3_block_scale(std::size_t block) const;
   // NS tiles (tiles[0..NS), read side by side: NS sequential streams) for NT activation rows (row
   // n at x + n * ldx): y[n * 4 NS + 4 s + i] for row i of tiles[s]. Each row is summed as with
   // NS = 1, so the bits do not depend on NS.
